@@ -1,0 +1,32 @@
+# durable_steps -- PGXS build
+EXTENSION = durable_steps
+MODULE_big = durable_steps
+OBJS = \
+	src/durable_steps.o \
+	src/classify.o \
+	src/key.o \
+	src/policy.o \
+	src/run_step.o \
+	src/step_attempt.o \
+	src/step_context.o \
+	src/step_exec.o \
+	src/step_lock.o \
+	src/step_store.o
+
+DATA = $(wildcard sql/durable_steps--*.sql)
+PGFILEDESC = "durable_steps - durable, retried, idempotent steps inside PostgreSQL"
+
+# libcurl is linked from the start: HTTP steps live in this same library.
+SHLIB_LINK = -lcurl
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
+	-Wno-sign-compare -Wno-cast-function-type
+PG_CPPFLAGS = -I$(srcdir)/src $(DS_EXTRA_CPPFLAGS)
+
+REGRESS = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
+REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=durable_steps
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

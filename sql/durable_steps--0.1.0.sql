@@ -1,0 +1,213 @@
+-- durable_steps 0.1.0: durable, classified, retried steps inside PostgreSQL.
+\echo Use "CREATE EXTENSION durable_steps" to load this file. \quit
+
+-- Roles are cluster-wide: a second database installing the extension finds them already there.
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'durable_steps_admin') THEN
+        CREATE ROLE durable_steps_admin NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'durable_steps_http') THEN
+        CREATE ROLE durable_steps_http NOLOGIN;
+    END IF;
+END
+$roles$;
+
+-- State lives in its own schema. Nobody but the extension owner may touch the tables: callers act
+-- on them only through the ds_* functions (which check ownership) and read them through the views.
+CREATE SCHEMA durable_steps;
+
+-- A run groups steps under one run_id and carries their default retry policy (SPEC §6).
+CREATE TABLE durable_steps.runs (
+    run_id          text PRIMARY KEY,
+    workflow        text,
+    input           jsonb NOT NULL DEFAULT '{}',
+    run_key         text UNIQUE,
+    policy          jsonb,
+    status          text NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'running', 'waiting', 'blocked',
+                                      'succeeded', 'failed', 'cancelled')),
+    owner           oid NOT NULL,
+    error_code      text,
+    error_message   text,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    updated_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    finished_at     timestamptz
+);
+
+-- One row per step identity. The row holds the step's whole definition (what the worker needs to
+-- run it later: SQL, input, resolved policy, timeout, classification overrides, owning role and
+-- the search_path it was created under) and its current state.
+CREATE TABLE durable_steps.steps (
+    run_id          text NOT NULL,
+    step_id         text NOT NULL,
+    kind            text NOT NULL DEFAULT 'sql' CHECK (kind IN ('sql', 'http')),
+    sql             text,
+    input           jsonb,
+    request         jsonb,
+    fingerprint     text NOT NULL,
+    policy          jsonb NOT NULL,
+    max_attempts    integer NOT NULL,
+    -- attempts used before the last manual re-arm: the attempt budget counts from here, while
+    -- attempt numbers keep growing so that an attempt key is never issued twice
+    attempt_base    integer NOT NULL DEFAULT 0,
+    attempts        integer NOT NULL DEFAULT 0,
+    timeout         interval,
+    on_timeout      text NOT NULL DEFAULT 'retry' CHECK (on_timeout IN ('retry', 'fail')),
+    retry_on        text[],
+    fail_on         text[],
+    owner           oid NOT NULL,
+    search_path     text NOT NULL,
+    status          text NOT NULL
+                    CHECK (status IN ('pending', 'running', 'retrying', 'succeeded', 'failed',
+                                      'blocked', 'uncertain', 'cancelled')),
+    result          jsonb,
+    error_class     text CHECK (error_class IN ('retryable', 'correctable', 'permanent', 'exhausted')),
+    error_code      text,
+    error_message   text,
+    error_detail    text,
+    remediation     text,
+    next_attempt_at timestamptz,
+    lease_expires_at timestamptz,
+    created_at      timestamptz NOT NULL,
+    updated_at      timestamptz NOT NULL,
+    finished_at     timestamptz,
+    PRIMARY KEY (run_id, step_id)
+);
+
+-- The worker's hot path: the earliest due step that still has work to do.
+CREATE INDEX steps_due_idx ON durable_steps.steps (next_attempt_at)
+    WHERE status IN ('pending', 'retrying');
+-- Crash accounting: attempts claimed by a worker whose lease may have run out.
+CREATE INDEX steps_lease_idx ON durable_steps.steps (lease_expires_at)
+    WHERE status = 'running';
+-- Retention purges finished steps oldest first.
+CREATE INDEX steps_finished_idx ON durable_steps.steps (finished_at)
+    WHERE finished_at IS NOT NULL;
+
+-- One row per attempt, never updated after it finishes. The attempt key and the idempotency key
+-- are derived from (run_id, step_id, attempt) and shown by the ds_attempts view.
+CREATE TABLE durable_steps.attempts (
+    run_id          text NOT NULL,
+    step_id         text NOT NULL,
+    attempt         integer NOT NULL,
+    class           text CHECK (class IN ('completed', 'retryable', 'correctable', 'permanent')),
+    error_code      text,
+    error_message   text,
+    error_detail    text,
+    executor        text NOT NULL CHECK (executor IN ('caller', 'worker')),
+    backend_pid     integer NOT NULL,
+    role            oid NOT NULL,
+    started_at      timestamptz NOT NULL,
+    finished_at     timestamptz,
+    PRIMARY KEY (run_id, step_id, attempt)
+);
+
+CREATE TYPE @extschema@.ds_step_result AS (
+    run_id          text,
+    step_id         text,
+    status          text,
+    result          jsonb,
+    attempt         integer,
+    max_attempts    integer,
+    next_attempt_at timestamptz,
+    error_class     text,
+    error_code      text,
+    error_message   text,
+    error_detail    text,
+    remediation     text,
+    replayed        boolean
+);
+
+-- Keys and attempt context (SPEC §2)
+CREATE FUNCTION @extschema@.ds_key(VARIADIC "any") RETURNS text
+    AS 'MODULE_PATHNAME', 'ds_key' LANGUAGE C IMMUTABLE PARALLEL SAFE;
+CREATE FUNCTION @extschema@.ds_idempotency_key() RETURNS text
+    AS 'MODULE_PATHNAME', 'ds_idempotency_key' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_attempt_key() RETURNS text
+    AS 'MODULE_PATHNAME', 'ds_attempt_key' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_attempt_number() RETURNS integer
+    AS 'MODULE_PATHNAME', 'ds_attempt_number' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_max_attempts() RETURNS integer
+    AS 'MODULE_PATHNAME', 'ds_max_attempts' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_run_id() RETURNS text
+    AS 'MODULE_PATHNAME', 'ds_run_id' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_step_id() RETURNS text
+    AS 'MODULE_PATHNAME', 'ds_step_id' LANGUAGE C VOLATILE;
+
+-- Retry policy (SPEC §3)
+CREATE FUNCTION @extschema@.ds_retry_policy(
+        max_attempts integer DEFAULT NULL,
+        initial_delay interval DEFAULT NULL,
+        max_delay interval DEFAULT NULL,
+        backoff text DEFAULT NULL,
+        multiplier double precision DEFAULT NULL,
+        jitter double precision DEFAULT NULL)
+    RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_retry_policy' LANGUAGE C IMMUTABLE;
+CREATE FUNCTION @extschema@.ds_backoff_delay(policy jsonb, attempt integer) RETURNS interval
+    AS 'MODULE_PATHNAME', 'ds_backoff_delay' LANGUAGE C VOLATILE;
+
+-- Classification helpers (SPEC §4): each raises an error of the extension's own class DS.
+CREATE FUNCTION @extschema@.ds_non_retriable(message text) RETURNS void
+    AS 'MODULE_PATHNAME', 'ds_non_retriable' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_retry_after(message text, delay interval) RETURNS void
+    AS 'MODULE_PATHNAME', 'ds_retry_after' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_blocked(message text, remediation text) RETURNS void
+    AS 'MODULE_PATHNAME', 'ds_blocked' LANGUAGE C VOLATILE;
+
+-- The synchronous durable step (SPEC §5)
+CREATE FUNCTION @extschema@.ds_run_step(
+        run_id text,
+        step_id text,
+        sql text,
+        input jsonb DEFAULT NULL,
+        policy jsonb DEFAULT NULL,
+        timeout interval DEFAULT NULL,
+        nowait boolean DEFAULT false,
+        retry_on text[] DEFAULT NULL,
+        fail_on text[] DEFAULT NULL,
+        on_timeout text DEFAULT 'retry')
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_run_step' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_retry_step(run_id text, step_id text, input jsonb DEFAULT NULL)
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_retry_step' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_unwrap(step @extschema@.ds_step_result) RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_unwrap' LANGUAGE C IMMUTABLE;
+
+-- Observability (SPEC §11). The views run with their owner's rights so that they can read the
+-- private tables, and show a role only the rows of roles it has the privileges of, unless it is
+-- a member of durable_steps_admin.
+CREATE VIEW @extschema@.ds_runs WITH (security_barrier) AS
+    SELECT r.run_id, r.workflow, r.status, r.input, r.run_key, r.policy,
+           r.owner::pg_catalog.regrole AS owner, r.error_code, r.error_message,
+           r.created_at, r.updated_at, r.finished_at
+      FROM durable_steps.runs r
+     WHERE pg_catalog.pg_has_role(r.owner, 'USAGE')
+        OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
+
+CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
+    SELECT s.run_id, s.step_id, s.kind, s.status, s.result,
+           s.attempts AS attempt, s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts AS max_attempts,
+           s.next_attempt_at, s.error_class, s.error_code, s.error_message, s.error_detail,
+           s.remediation, s.sql, s.input, s.request, s.policy, s.timeout, s.on_timeout,
+           s.retry_on, s.fail_on, s.fingerprint, s.owner::pg_catalog.regrole AS owner,
+           s.created_at, s.updated_at, s.finished_at
+      FROM durable_steps.steps s
+     WHERE pg_catalog.pg_has_role(s.owner, 'USAGE')
+        OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
+
+CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
+    SELECT a.run_id, a.step_id, a.attempt, a.class, a.error_code, a.error_message,
+           a.error_detail, a.started_at, a.finished_at,
+           a.finished_at OPERATOR(pg_catalog.-) a.started_at AS duration,
+           a.run_id OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.step_id AS idempotency_key,
+           a.run_id OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.step_id
+               OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.attempt::text AS attempt_key,
+           a.executor, a.backend_pid, a.role::pg_catalog.regrole AS role
+      FROM durable_steps.attempts a
+     WHERE pg_catalog.pg_has_role(a.role, 'USAGE')
+        OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
+
+GRANT SELECT ON @extschema@.ds_runs, @extschema@.ds_steps, @extschema@.ds_attempts TO PUBLIC;

@@ -1,0 +1,43 @@
+/*
+ * classify.h -- the outcome classes of an attempt and the SQLSTATE rules behind them (SPEC §4).
+ */
+#ifndef DS_CLASSIFY_H
+#define DS_CLASSIFY_H
+
+#include "compat.h"
+#include "utils/array.h"
+
+typedef enum AttemptClass
+{
+	ATTEMPT_COMPLETED,
+	ATTEMPT_RETRYABLE,
+	ATTEMPT_CORRECTABLE,
+	ATTEMPT_PERMANENT
+} AttemptClass;
+
+/* A step's retry_on / fail_on overrides, parsed. */
+typedef struct ClassOverrides
+{
+	int			n_retry;
+	int		   *retry_on;		/* SQLSTATE codes; a class is stored as its category code */
+	bool	   *retry_is_class;
+	int			n_fail;
+	int		   *fail_on;
+	bool	   *fail_is_class;
+	bool		timeout_fails;	/* on_timeout => 'fail' */
+} ClassOverrides;
+
+extern const char *attempt_class_name(AttemptClass cls);
+/* Validate a retry_on / fail_on argument (22023 naming the bad entry); NULL array is allowed. */
+extern void parse_sqlstate_list(ArrayType *arr, const char *argname, int *n, int **codes,
+								bool **is_class);
+extern AttemptClass classify_sqlstate(int sqlerrcode, const ClassOverrides *overrides);
+
+/*
+ * ds_retry_after() hands its delay to the classifier through this backend-local slot; it is
+ * cleared before every attempt so that only a delay raised by that attempt can count.
+ */
+extern void retry_after_clear(void);
+extern bool retry_after_get(int64 *usecs);
+
+#endif							/* DS_CLASSIFY_H */

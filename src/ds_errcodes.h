@@ -1,0 +1,30 @@
+/*
+ * ds_errcodes.h -- the extension's own SQLSTATEs (class DS).
+ *
+ * The README's SQLSTATE table documents every code here; keep the two in step. The last three
+ * digits of the conflict codes echo the HTTP status they are the analogue of.
+ */
+#ifndef DS_ERRCODES_H
+#define DS_ERRCODES_H
+
+#include "utils/elog.h"
+
+/* Raised by step bodies through the helpers, and classified (SPEC §4). */
+#define ERRCODE_DS_NON_RETRIABLE		MAKE_SQLSTATE('D','S','0','0','1')
+#define ERRCODE_DS_RETRY_AFTER			MAKE_SQLSTATE('D','S','0','0','2')
+#define ERRCODE_DS_BLOCKED				MAKE_SQLSTATE('D','S','0','0','3')
+/* Recorded on attempts by the extension itself. */
+#define ERRCODE_DS_STEP_TIMEOUT			MAKE_SQLSTATE('D','S','0','0','4')
+#define ERRCODE_DS_RESULT_TOO_LARGE		MAKE_SQLSTATE('D','S','0','0','5')
+#define ERRCODE_DS_TOO_MANY_ROWS		MAKE_SQLSTATE('D','S','0','0','6')
+#define ERRCODE_DS_INVOCATION_LOST		MAKE_SQLSTATE('D','S','0','0','7')
+/* Raised to callers. */
+#define ERRCODE_DS_NO_STEP_CONTEXT		MAKE_SQLSTATE('D','S','1','0','1')
+#define ERRCODE_DS_STEP_NOT_SUCCEEDED	MAKE_SQLSTATE('D','S','1','0','2')
+#define ERRCODE_DS_INVALID_STEP_STATE	MAKE_SQLSTATE('D','S','1','0','3')
+#define ERRCODE_DS_STEP_RECURSION		MAKE_SQLSTATE('D','S','1','0','4')
+#define ERRCODE_DS_STEP_NOT_FOUND		MAKE_SQLSTATE('D','S','4','0','4')
+#define ERRCODE_DS_IN_PROGRESS			MAKE_SQLSTATE('D','S','4','0','9')
+#define ERRCODE_DS_STEP_CONFLICT		MAKE_SQLSTATE('D','S','4','2','2')
+
+#endif							/* DS_ERRCODES_H */

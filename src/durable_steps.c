@@ -1,0 +1,24 @@
+/*
+ * durable_steps.c -- module entry point: each concern registers its own settings and hooks.
+ */
+#include "compat.h"
+
+#include "fmgr.h"
+#include "utils/guc.h"
+
+#include "policy.h"
+#include "step_context.h"
+#include "step_exec.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	policy_init_module();
+	step_exec_init_module();
+	step_context_init_module();
+	MarkGUCPrefixReserved("durable_steps");
+}

@@ -1,0 +1,367 @@
+/*
+ * run_step.c -- ds_run_step, ds_retry_step and ds_unwrap: the synchronous durable step (SPEC §5).
+ *
+ * A call first reads the step without any lock: a finished step, or one whose next attempt is
+ * not yet due, is answered from its row at the cost of one index lookup. Only when there is work
+ * to do does the call take the step's lock (waiting for, or with nowait refusing, a transaction
+ * that has it in flight), read the row again under that lock and execute.
+ */
+#include "compat.h"
+
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "classify.h"
+#include "ds_errcodes.h"
+#include "policy.h"
+#include "step_attempt.h"
+#include "step_context.h"
+#include "step_lock.h"
+#include "step_store.h"
+
+/* Longest run_id or step_id, in characters. */
+#define DS_MAX_IDENTITY_CHARS 255
+
+PG_FUNCTION_INFO_V1(ds_run_step);
+PG_FUNCTION_INFO_V1(ds_retry_step);
+PG_FUNCTION_INFO_V1(ds_unwrap);
+
+static char *
+identity_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	text	   *t;
+	char	   *s;
+	int			chars;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	t = PG_GETARG_TEXT_PP(argno);
+	s = text_to_cstring(t);
+	if (s[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", name)));
+	chars = pg_mbstrlen(s);
+	if (chars > DS_MAX_IDENTITY_CHARS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is too long", name),
+				 errdetail("It has %d characters; the limit is %d.", chars,
+						   DS_MAX_IDENTITY_CHARS)));
+	return s;
+}
+
+/* The step's definition: its SQL and its input. Policy and timeout are not part of it. */
+static char *
+step_fingerprint(const char *sql, Jsonb *input)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	char	   *hex = palloc(PG_SHA256_DIGEST_LENGTH * 2 + 1);
+	const char *input_text = input ? JsonbToCString(NULL, &input->root, VARSIZE(input)) : NULL;
+
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) "sql", 4) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) sql, strlen(sql) + 1) < 0 ||
+		(input_text != NULL &&
+		 pg_cryptohash_update(ctx, (const uint8 *) input_text, strlen(input_text)) < 0) ||
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "could not compute step fingerprint: %s", pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
+	hex_encode((const char *) digest, PG_SHA256_DIGEST_LENGTH, hex);
+	hex[PG_SHA256_DIGEST_LENGTH * 2] = '\0';
+	return hex;
+}
+
+static Datum
+step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec, bool replayed)
+{
+	TupleDesc	tupdesc;
+	Datum		values[13];
+	bool		nulls[13];
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "ds_step_result must be a composite type");
+	tupdesc = BlessTupleDesc(tupdesc);
+	memset(nulls, 0, sizeof(nulls));
+	values[0] = CStringGetTextDatum(rec->run_id);
+	values[1] = CStringGetTextDatum(rec->step_id);
+	values[2] = CStringGetTextDatum(rec->status);
+	values[3] = PointerGetDatum(rec->result);
+	nulls[3] = rec->result == NULL;
+	values[4] = Int32GetDatum(rec->attempts);
+	values[5] = Int32GetDatum(rec->attempt_base + rec->max_attempts);
+	values[6] = TimestampTzGetDatum(rec->next_attempt_at);
+	nulls[6] = rec->next_attempt_at == 0;
+#define TEXT_OR_NULL(i, s) \
+	do { nulls[i] = (s) == NULL; values[i] = (s) ? CStringGetTextDatum(s) : (Datum) 0; } while (0)
+	TEXT_OR_NULL(7, rec->error_class);
+	TEXT_OR_NULL(8, rec->error_code);
+	TEXT_OR_NULL(9, rec->error_message);
+	TEXT_OR_NULL(10, rec->error_detail);
+	TEXT_OR_NULL(11, rec->remediation);
+#undef TEXT_OR_NULL
+	values[12] = BoolGetDatum(replayed);
+	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+}
+
+static void
+check_access(const StepRecord *rec)
+{
+	if (!store_may_access(rec->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("step %s/%s belongs to another role", rec->run_id, rec->step_id),
+				 errhint("Members of durable_steps_admin may act on every step.")));
+}
+
+static bool
+is_terminal(const char *status)
+{
+	return strcmp(status, "succeeded") == 0 || strcmp(status, "failed") == 0 ||
+		strcmp(status, "blocked") == 0 || strcmp(status, "uncertain") == 0 ||
+		strcmp(status, "cancelled") == 0;
+}
+
+/*
+ * The rows of SPEC §5's table that do not run the body. Returns true when the stored state is
+ * the answer; raises on a conflict; false means there is an attempt to run now.
+ */
+static bool
+answer_from_store(const StepRecord *rec, const char *fingerprint)
+{
+	check_access(rec);
+	if (strcmp(rec->fingerprint, fingerprint) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_STEP_CONFLICT),
+				 errmsg("step %s/%s already exists with a different definition",
+						rec->run_id, rec->step_id),
+				 errdetail("The stored step (status %s) was created with other SQL or input.",
+						   rec->status),
+				 strcmp(rec->status, "blocked") == 0 ?
+				 errhint("Give a blocked step corrected input with ds_retry_step().") :
+				 errhint("Use a new step_id for a different step.")));
+	if (is_terminal(rec->status))
+		return true;
+	if ((strcmp(rec->status, "retrying") == 0 || strcmp(rec->status, "pending") == 0) &&
+		rec->next_attempt_at > GetCurrentTimestamp())
+		return true;
+	return false;
+}
+
+static int64
+timeout_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int64		usecs;
+
+	if (PG_ARGISNULL(argno))
+		return 0;
+	usecs = interval_to_usecs(PG_GETARG_INTERVAL_P(argno));
+	if (usecs <= 0 || usecs > DS_MAX_DELAY_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be more than 0 and at most 24 hours")));
+	return usecs;
+}
+
+/*
+ * ds_run_step(run_id, step_id, sql, input, policy, timeout, nowait, retry_on, fail_on,
+ *             on_timeout) → ds_step_result
+ */
+Datum
+ds_run_step(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = identity_arg(fcinfo, 0, "run_id");
+	char	   *step_id = identity_arg(fcinfo, 1, "step_id");
+	char	   *sql;
+	Jsonb	   *input = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P_COPY(3);
+	Jsonb	   *policy_arg = PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4);
+	int64		timeout = timeout_arg(fcinfo, 5);
+	bool		nowait;
+	ArrayType  *retry_on = PG_ARGISNULL(7) ? NULL : PG_GETARG_ARRAYTYPE_P_COPY(7);
+	ArrayType  *fail_on = PG_ARGISNULL(8) ? NULL : PG_GETARG_ARRAYTYPE_P_COPY(8);
+	char	   *on_timeout;
+	char	   *fingerprint;
+	RetryPolicy parsed;
+	ClassOverrides overrides;
+	StepRecord	rec;
+	bool		found;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("sql must not be null")));
+	sql = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	if (strspn(sql, " \t\r\n\f\v;") == strlen(sql))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sql must contain a statement")));
+	if (PG_ARGISNULL(6))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("nowait must not be null")));
+	nowait = PG_GETARG_BOOL(6);
+	if (PG_ARGISNULL(9))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("on_timeout must not be null")));
+	on_timeout = text_to_cstring(PG_GETARG_TEXT_PP(9));
+	if (strcmp(on_timeout, "retry") != 0 && strcmp(on_timeout, "fail") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("on_timeout must be 'retry' or 'fail'")));
+	/* validated on every call, replay or not: a malformed argument is an error either way */
+	policy_parse(policy_arg, &parsed);
+	memset(&overrides, 0, sizeof(overrides));
+	parse_sqlstate_list(retry_on, "retry_on", &overrides.n_retry, &overrides.retry_on,
+						&overrides.retry_is_class);
+	parse_sqlstate_list(fail_on, "fail_on", &overrides.n_fail, &overrides.fail_on,
+						&overrides.fail_is_class);
+
+	if (step_context_is_executing(run_id, step_id))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_STEP_RECURSION),
+				 errmsg("step %s/%s calls itself", run_id, step_id)));
+
+	fingerprint = step_fingerprint(sql, input);
+
+	if (store_lookup_step(run_id, step_id, false, &rec) && answer_from_store(&rec, fingerprint))
+		PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, true));
+
+	if (!step_lock_acquire(run_id, step_id, nowait))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_IN_PROGRESS),
+				 errmsg("step %s/%s is in progress in another transaction", run_id, step_id),
+				 errhint("Retry after a moment, or call without nowait to wait for it.")));
+
+	/* under the lock, a fresh snapshot sees whatever the previous holder committed */
+	found = store_lookup_step(run_id, step_id, true, &rec);
+	if (found)
+	{
+		if (answer_from_store(&rec, fingerprint))
+			PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, true));
+	}
+	else
+	{
+		RetryPolicy resolved;
+		TimestampTz now = GetCurrentTimestamp();
+
+		policy_resolve(store_run_policy(run_id), policy_arg, &resolved);
+		memset(&rec, 0, sizeof(rec));
+		rec.run_id = run_id;
+		rec.step_id = step_id;
+		rec.kind = "sql";
+		rec.sql = sql;
+		rec.input = input;
+		rec.fingerprint = fingerprint;
+		rec.policy = policy_to_jsonb(&resolved);
+		rec.max_attempts = resolved.max_attempts;
+		rec.timeout = timeout;
+		rec.on_timeout = on_timeout;
+		rec.retry_on = retry_on;
+		rec.fail_on = fail_on;
+		rec.owner = GetUserId();
+		rec.search_path = namespace_search_path;
+		rec.status = "running";
+		rec.created_at = now;
+		rec.updated_at = now;
+	}
+	run_next_attempt(&rec, !found, "caller", false);
+	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
+}
+
+/* ds_retry_step(run_id, step_id, input) → ds_step_result: re-arm a failed or blocked step. */
+Datum
+ds_retry_step(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = identity_arg(fcinfo, 0, "run_id");
+	char	   *step_id = identity_arg(fcinfo, 1, "step_id");
+	StepRecord	rec;
+
+	(void) step_lock_acquire(run_id, step_id, false);
+	if (!store_lookup_step(run_id, step_id, true, &rec))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
+				 errmsg("step %s/%s does not exist", run_id, step_id)));
+	check_access(&rec);
+	if (strcmp(rec.status, "failed") != 0 && strcmp(rec.status, "blocked") != 0 &&
+		strcmp(rec.status, "uncertain") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
+				 errmsg("step %s/%s is %s and cannot be re-armed", run_id, step_id, rec.status),
+				 errdetail("Only failed, blocked and uncertain steps can be re-armed.")));
+	if (!PG_ARGISNULL(2))
+	{
+		if (strcmp(rec.kind, "sql") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("input can only be replaced for SQL steps")));
+		rec.input = PG_GETARG_JSONB_P_COPY(2);
+		rec.fingerprint = step_fingerprint(rec.sql, rec.input);
+	}
+	/* a fresh budget of attempts; attempt numbers go on from where they were */
+	rec.attempt_base = rec.attempts;
+	rec.status = "pending";
+	rec.next_attempt_at = GetCurrentTimestamp();
+	rec.updated_at = rec.next_attempt_at;
+	rec.finished_at = 0;
+	rec.result = NULL;
+	rec.error_class = rec.error_code = rec.error_message = rec.error_detail = NULL;
+	rec.remediation = NULL;
+	store_update_step(&rec);
+	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
+}
+
+/* ds_unwrap(ds_step_result) → jsonb: the result of a succeeded step, an error otherwise. */
+Datum
+ds_unwrap(PG_FUNCTION_ARGS)
+{
+	HeapTupleHeader row;
+	bool		isnull;
+	Datum		status;
+	char	   *status_text;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("step result must not be null")));
+	row = PG_GETARG_HEAPTUPLEHEADER(0);
+	status = GetAttributeByName(row, "status", &isnull);
+	status_text = isnull ? "unknown" : TextDatumGetCString(status);
+	if (strcmp(status_text, "succeeded") != 0)
+	{
+		Datum		run_id = GetAttributeByName(row, "run_id", &isnull);
+		char	   *run_text = isnull ? "?" : TextDatumGetCString(run_id);
+		Datum		step_id = GetAttributeByName(row, "step_id", &isnull);
+		char	   *step_text = isnull ? "?" : TextDatumGetCString(step_id);
+		Datum		code = GetAttributeByName(row, "error_code", &isnull);
+		char	   *code_text = isnull ? NULL : TextDatumGetCString(code);
+		Datum		message = GetAttributeByName(row, "error_message", &isnull);
+		char	   *message_text = isnull ? NULL : TextDatumGetCString(message);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_STEP_NOT_SUCCEEDED),
+				 errmsg("step %s/%s has not succeeded: it is %s", run_text, step_text,
+						status_text),
+				 code_text ? errdetail("Last error %s: %s", code_text,
+									   message_text ? message_text : "") : 0));
+	}
+	{
+		Datum		result = GetAttributeByName(row, "result", &isnull);
+
+		if (isnull)
+			PG_RETURN_NULL();
+		PG_RETURN_DATUM(result);
+	}
+}

@@ -1,0 +1,129 @@
+/*
+ * step_attempt.c -- one attempt of a stored step, from execution to its recorded outcome.
+ *
+ * Shared by the synchronous caller (ds_run_step) and the background worker, so that a step
+ * moves between states by one set of rules wherever it runs:
+ *
+ *   completed                        -> succeeded (result stored)
+ *   retryable, attempts left         -> retrying  (next_attempt_at = backoff or retry-after)
+ *   retryable, no attempts left      -> failed    (error_class 'exhausted')
+ *   correctable                      -> blocked   (remediation stored)
+ *   permanent                        -> failed    (error_class 'permanent')
+ */
+#include "compat.h"
+
+#include "utils/builtins.h"
+
+#include "policy.h"
+#include "step_attempt.h"
+
+#define DEFAULT_REMEDIATION \
+	"Correct the step's input or the data it depends on, then re-arm it with ds_retry_step()."
+
+void
+overrides_from_record(const StepRecord *rec, ClassOverrides *out)
+{
+	memset(out, 0, sizeof(*out));
+	parse_sqlstate_list(rec->retry_on, "retry_on", &out->n_retry, &out->retry_on,
+						&out->retry_is_class);
+	parse_sqlstate_list(rec->fail_on, "fail_on", &out->n_fail, &out->fail_on,
+						&out->fail_is_class);
+	out->timeout_fails = rec->on_timeout != NULL && strcmp(rec->on_timeout, "fail") == 0;
+}
+
+static void
+clear_error(StepRecord *rec)
+{
+	rec->error_class = NULL;
+	rec->error_code = NULL;
+	rec->error_message = NULL;
+	rec->error_detail = NULL;
+	rec->remediation = NULL;
+}
+
+void
+run_next_attempt(StepRecord *rec, bool is_new, const char *executor, bool run_as_owner)
+{
+	StepBody	body;
+	ClassOverrides overrides;
+	AttemptOutcome outcome;
+	int			attempt = rec->attempts + 1;
+	int			last_allowed = rec->attempt_base + rec->max_attempts;
+
+	overrides_from_record(rec, &overrides);
+	body.run_id = rec->run_id;
+	body.step_id = rec->step_id;
+	body.sql = rec->sql;
+	body.input = rec->input;
+	body.timeout = rec->timeout;
+	body.run_as = run_as_owner ? rec->owner : InvalidOid;
+	body.search_path = run_as_owner ? rec->search_path : NULL;
+	body.overrides = &overrides;
+
+	execute_step_attempt(&body, attempt, last_allowed, &outcome);
+
+	rec->attempts = attempt;
+	rec->updated_at = outcome.finished_at;
+	rec->lease_expires_at = 0;
+	clear_error(rec);
+	if (outcome.cls == ATTEMPT_COMPLETED)
+	{
+		rec->status = "succeeded";
+		rec->result = outcome.result;
+		rec->next_attempt_at = 0;
+		rec->finished_at = outcome.finished_at;
+	}
+	else
+	{
+		rec->result = NULL;
+		rec->error_code = pstrdup(unpack_sql_state(outcome.sqlerrcode));
+		rec->error_message = outcome.message;
+		rec->error_detail = outcome.detail;
+		rec->next_attempt_at = 0;
+		rec->finished_at = outcome.finished_at;
+		switch (outcome.cls)
+		{
+			case ATTEMPT_RETRYABLE:
+				if (attempt < last_allowed)
+				{
+					RetryPolicy policy;
+					int64		delay;
+
+					if (outcome.has_retry_after)
+						delay = outcome.retry_after;
+					else
+					{
+						policy_resolve(NULL, rec->policy, &policy);
+						delay = policy_backoff_delay(&policy, attempt - rec->attempt_base);
+					}
+					rec->status = "retrying";
+					rec->error_class = "retryable";
+					rec->next_attempt_at = outcome.finished_at + delay;
+					rec->finished_at = 0;
+				}
+				else
+				{
+					rec->status = "failed";
+					rec->error_class = "exhausted";
+				}
+				break;
+			case ATTEMPT_CORRECTABLE:
+				/* waits for a person, so it is not finished and retention keeps it */
+				rec->status = "blocked";
+				rec->error_class = "correctable";
+				rec->remediation = outcome.hint ? outcome.hint : DEFAULT_REMEDIATION;
+				rec->finished_at = 0;
+				break;
+			default:
+				rec->status = "failed";
+				rec->error_class = "permanent";
+				break;
+		}
+	}
+
+	if (is_new)
+		store_insert_step(rec);
+	else
+		store_update_step(rec);
+	store_insert_attempt(rec, attempt, &outcome, executor);
+}

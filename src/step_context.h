@@ -1,0 +1,25 @@
+/*
+ * step_context.h -- the attempt context a running step body sees (SPEC §2, §5).
+ */
+#ifndef DS_STEP_CONTEXT_H
+#define DS_STEP_CONTEXT_H
+
+#include "compat.h"
+
+typedef struct StepContext
+{
+	char	   *run_id;
+	char	   *step_id;
+	int			attempt;		/* grows across re-arms: never reused */
+	int			max_attempts;	/* the last attempt number this arming allows */
+} StepContext;
+
+extern void step_context_init_module(void);
+/* Push before a body runs, pop after, on success and on error alike. */
+extern void step_context_push(const char *run_id, const char *step_id, int attempt,
+							  int max_attempts);
+extern void step_context_pop(void);
+/* Is this step executing in this backend right now (a body calling its own step)? */
+extern bool step_context_is_executing(const char *run_id, const char *step_id);
+
+#endif							/* DS_STEP_CONTEXT_H */

@@ -1,0 +1,285 @@
+/*
+ * step_exec.c -- one attempt of a SQL step body.
+ *
+ * The body runs the way PL/pgSQL runs an exception block: in an internal subtransaction, so that
+ * a failure rolls back exactly the body's writes and leaves the caller's transaction usable for
+ * recording the failure. The step's SETs are contained by a GUC nest level, the role and
+ * search_path it runs under are switched explicitly and restored, and the step's timeout is a
+ * timer of our own that cancels the body the way statement_timeout cancels a statement.
+ */
+#include "compat.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timeout.h"
+#include "utils/typcache.h"
+
+#include "ds_errcodes.h"
+#include "step_context.h"
+#include "step_exec.h"
+
+static int	max_result_size = 1024 * 1024;
+
+/* The step timeout timer, registered on first use in each backend. */
+static TimeoutId step_timeout_id = MAX_TIMEOUTS;
+static volatile sig_atomic_t step_timeout_fired = false;
+/* Earliest deadline of the step bodies executing now (nested steps); 0 = none. */
+static TimestampTz active_deadline = 0;
+
+static void
+step_timeout_handler(void)
+{
+	step_timeout_fired = true;
+	QueryCancelPending = true;
+	InterruptPending = true;
+	SetLatch(MyLatch);
+}
+
+static void
+arm_deadline(TimestampTz deadline)
+{
+	if (step_timeout_id == MAX_TIMEOUTS)
+		step_timeout_id = RegisterTimeout(USER_TIMEOUT, step_timeout_handler);
+	if (deadline != 0)
+		enable_timeout_at(step_timeout_id, deadline);
+	else if (get_timeout_active(step_timeout_id))
+		disable_timeout(step_timeout_id, false);
+}
+
+Jsonb *
+jsonb_null(void)
+{
+	JsonbValue	v;
+
+	v.type = jbvNull;
+	return JsonbValueToJsonb(&v);
+}
+
+/* to_jsonb() learns its argument's type from the call expression; give it one. */
+static Jsonb *
+datum_to_jsonb(Datum value, Oid type)
+{
+	FmgrInfo	flinfo;
+	FuncExpr   *call;
+
+	fmgr_info(F_TO_JSONB, &flinfo);
+	call = makeFuncExpr(F_TO_JSONB, JSONBOID,
+						list_make1(makeNullConst(type, -1, InvalidOid)),
+						InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
+	flinfo.fn_expr = (Node *) call;
+	return DatumGetJsonbP(FunctionCall1Coll(&flinfo, InvalidOid, value));
+}
+
+/* One column: that value. Several: an object of the columns. No row or no column: JSON null. */
+static Jsonb *
+result_to_jsonb(SPITupleTable *tuptable, uint64 processed)
+{
+	TupleDesc	tupdesc;
+	HeapTuple	tuple;
+
+	if (tuptable == NULL || processed == 0)
+		return jsonb_null();
+	if (processed > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_TOO_MANY_ROWS),
+				 errmsg("step returned more than one row"),
+				 errdetail("A step's result is the single row it returns."),
+				 errhint("Aggregate the rows, for example with jsonb_agg, or add a LIMIT.")));
+	tupdesc = tuptable->tupdesc;
+	tuple = tuptable->vals[0];
+	if (tupdesc->natts == 0)
+		return jsonb_null();
+	if (tupdesc->natts == 1)
+	{
+		bool		isnull;
+		Datum		value = SPI_getbinval(tuple, tupdesc, 1, &isnull);
+
+		if (isnull)
+			return jsonb_null();
+		return datum_to_jsonb(value, SPI_gettypeid(tupdesc, 1));
+	}
+	else
+	{
+		TupleDesc	blessed = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+
+		return datum_to_jsonb(heap_copy_tuple_as_datum(tuple, blessed), RECORDOID);
+	}
+}
+
+/* Runs inside the subtransaction; any error here is the attempt's failure. */
+static Jsonb *
+run_body(const StepBody *body, MemoryContext result_cxt)
+{
+	Oid			argtypes[1] = {JSONBOID};
+	Datum		values[1];
+	char		nulls[1];
+	SPIPlanPtr	plan;
+	int			rc;
+	Jsonb	   *result;
+	Jsonb	   *copy;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = SPI_prepare(body->sql, 1, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare step SQL: %s", SPI_result_code_string(SPI_result));
+	if (list_length(SPI_plan_get_plan_sources(plan)) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_SYNTAX_ERROR),
+				 errmsg("step SQL must be exactly one statement"),
+				 errdetail("It has %d.", list_length(SPI_plan_get_plan_sources(plan)))));
+	values[0] = body->input ? JsonbPGetDatum(body->input) : (Datum) 0;
+	nulls[0] = body->input ? ' ' : 'n';
+	/* two rows are enough to tell "more than one" */
+	rc = SPI_execute_plan(plan, values, nulls, false, 2);
+	if (rc < 0)
+		elog(ERROR, "step SQL failed: %s", SPI_result_code_string(rc));
+	result = result_to_jsonb(SPI_tuptable, SPI_processed);
+	if (VARSIZE(result) > (Size) max_result_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_RESULT_TOO_LARGE),
+				 errmsg("step result is too large"),
+				 errdetail("The result has %u bytes; durable_steps.max_result_size is %d bytes.",
+						   (unsigned) VARSIZE(result), max_result_size)));
+	copy = MemoryContextAlloc(result_cxt, VARSIZE(result));
+	memcpy(copy, result, VARSIZE(result));
+	SPI_finish();
+	return copy;
+}
+
+void
+execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
+					 AttemptOutcome *outcome)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	TimestampTz outer_deadline = active_deadline;
+	volatile TimestampTz my_deadline = 0;
+	Oid			save_userid;
+	int			save_sec_context;
+
+	memset(outcome, 0, sizeof(*outcome));
+	outcome->started_at = GetCurrentTimestamp();
+	if (body->timeout > 0)
+	{
+		my_deadline = outcome->started_at + body->timeout;
+		if (outer_deadline == 0 || my_deadline < outer_deadline)
+		{
+			active_deadline = my_deadline;
+			step_timeout_fired = false;
+			arm_deadline(my_deadline);
+		}
+	}
+	retry_after_clear();
+	step_context_push(body->run_id, body->step_id, attempt, max_attempts);
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+
+	PG_TRY();
+	{
+		int			guc_level = NewGUCNestLevel();
+
+		if (OidIsValid(body->run_as) && body->run_as != save_userid)
+			SetUserIdAndSecContext(body->run_as,
+								   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		if (body->search_path != NULL)
+			(void) set_config_option("search_path", body->search_path,
+									 PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+
+		outcome->result = run_body(body, oldcxt);
+
+		/* the step's own SETs end with the step, as a function's SET clause does */
+		AtEOXact_GUC(true, guc_level);
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		outcome->cls = ATTEMPT_COMPLETED;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		/* rolls back the body's writes, its SETs, its SPI connection and the role switch */
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && step_timeout_fired &&
+			my_deadline != 0 && GetCurrentTimestamp() >= my_deadline)
+		{
+			/* our own timer cancelled the body: that is the step's timeout */
+			step_timeout_fired = false;
+			edata->sqlerrcode = ERRCODE_DS_STEP_TIMEOUT;
+			edata->message = psprintf("step timed out after %s",
+									  DatumGetCString(DirectFunctionCall1(interval_out,
+																		  IntervalPGetDatum(&(Interval)
+																							{.time = body->timeout}))));
+			edata->detail = NULL;
+			edata->hint = NULL;
+		}
+		else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		{
+			/* somebody cancelled the caller, or an outer step's timer fired: not ours to record */
+			active_deadline = outer_deadline;
+			arm_deadline(outer_deadline);
+			step_context_pop();
+			ReThrowError(edata);
+		}
+		outcome->cls = classify_sqlstate(edata->sqlerrcode, body->overrides);
+		outcome->sqlerrcode = edata->sqlerrcode;
+		outcome->message = edata->message;
+		outcome->detail = edata->detail;
+		outcome->hint = edata->hint;
+		if (edata->sqlerrcode == ERRCODE_DS_RETRY_AFTER)
+			outcome->has_retry_after = retry_after_get(&outcome->retry_after);
+	}
+	PG_END_TRY();
+
+	step_context_pop();
+	if (active_deadline != outer_deadline)
+	{
+		active_deadline = outer_deadline;
+		arm_deadline(outer_deadline);
+		/* a timer that fired just as the body finished must not cancel the caller afterwards */
+		if (step_timeout_fired && (outer_deadline == 0 || GetCurrentTimestamp() < outer_deadline))
+		{
+			step_timeout_fired = false;
+			QueryCancelPending = false;
+		}
+	}
+	outcome->finished_at = GetCurrentTimestamp();
+}
+
+void
+step_exec_init_module(void)
+{
+	DefineCustomIntVariable("durable_steps.max_result_size",
+							"Largest result, in bytes of jsonb, that a step may persist.",
+							"A larger result fails the attempt permanently with SQLSTATE DS005.",
+							&max_result_size,
+							1024 * 1024,
+							64,
+							256 * 1024 * 1024,
+							PGC_USERSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+}

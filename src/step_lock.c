@@ -1,0 +1,43 @@
+/*
+ * step_lock.c -- serializing executions of one step identity.
+ *
+ * A claim is a row in durable_steps.steps, but an uncommitted row is invisible to other
+ * transactions, so it cannot by itself make a second caller wait (or, with nowait, refuse).
+ * Every executor therefore first takes a heavyweight lock on the identity: an advisory-type lock
+ * tag whose fourth field is our own, so it can never collide with the application's
+ * pg_advisory_lock() keys (those use 1 and 2 there). It is held to the end of the transaction
+ * that will commit the claim, which is exactly as long as the step is "in flight". Waits are
+ * visible in pg_locks and take part in deadlock detection like any other lock.
+ */
+#include "compat.h"
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+
+#include "step_lock.h"
+
+/* 'DS' in the objsubid column of pg_locks */
+#define DS_LOCKTAG_FIELD4 0x4453
+
+bool
+step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
+{
+	size_t		run_len = strlen(run_id);
+	size_t		step_len = strlen(step_id);
+	char	   *buf = palloc(run_len + step_len + 1);
+	uint64		hash;
+	LOCKTAG		tag;
+	LockAcquireResult res;
+
+	/* the NUL between the parts keeps ("ab","c") and ("a","bc") apart */
+	memcpy(buf, run_id, run_len + 1);
+	memcpy(buf + run_len + 1, step_id, step_len);
+	hash = hash_bytes_extended((const unsigned char *) buf, (int) (run_len + 1 + step_len), 0);
+	pfree(buf);
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 DS_LOCKTAG_FIELD4);
+	res = LockAcquire(&tag, ExclusiveLock, false, nowait);
+	return res != LOCKACQUIRE_NOT_AVAIL;
+}

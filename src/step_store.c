@@ -1,0 +1,422 @@
+/*
+ * step_store.c -- persistence of steps and attempts through SPI.
+ *
+ * Callers have no privileges on the tables of schema durable_steps; the statements here run as
+ * the tables' owner (the way referential-integrity checks run as the table owner), and every
+ * name and operator in them is schema-qualified so that nothing in the caller's search_path can
+ * take part in them. Plans are prepared once per backend and kept.
+ */
+#include "compat.h"
+
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "policy.h"
+#include "step_store.h"
+
+#define STEP_COLUMNS \
+	"kind, sql, input, fingerprint, policy, max_attempts, attempt_base, attempts, timeout, " \
+	"on_timeout, retry_on, fail_on, owner, search_path, status, result, error_class, " \
+	"error_code, error_message, error_detail, remediation, next_attempt_at, created_at, " \
+	"updated_at, finished_at, request, lease_expires_at"
+
+#define STEP_KEY_WHERE \
+	" WHERE run_id OPERATOR(pg_catalog.=) $1 AND step_id OPERATOR(pg_catalog.=) $2"
+
+/* $1..$29: the parameters of both the insert and the update, in this order */
+#define STEP_NPARAMS 29
+static Oid	step_param_types[STEP_NPARAMS] = {
+	TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, JSONBOID, INT4OID, INT4OID, INT4OID,
+	INTERVALOID, TEXTOID, TEXTARRAYOID, TEXTARRAYOID, OIDOID, TEXTOID, TEXTOID, JSONBOID,
+	TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID
+};
+
+static SPIPlanPtr lookup_plan = NULL;
+static SPIPlanPtr lookup_for_update_plan = NULL;
+static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr update_plan = NULL;
+static SPIPlanPtr attempt_plan = NULL;
+static SPIPlanPtr run_policy_plan = NULL;
+
+typedef struct StoreSession
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	MemoryContext caller_cxt;
+} StoreSession;
+
+static Oid
+tables_owner(void)
+{
+	Oid			nsp = get_namespace_oid("durable_steps", true);
+	Oid			relid = OidIsValid(nsp) ? get_relname_relid("steps", nsp) : InvalidOid;
+	HeapTuple	tuple;
+	Oid			owner;
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("extension \"durable_steps\" is not installed in this database"),
+				 errhint("Run CREATE EXTENSION durable_steps.")));
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+static void
+store_begin(StoreSession *s)
+{
+	Oid			owner = tables_owner();
+
+	s->caller_cxt = CurrentMemoryContext;
+	GetUserIdAndSecContext(&s->save_userid, &s->save_sec_context);
+	SetUserIdAndSecContext(owner, s->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+static void
+store_end(StoreSession *s)
+{
+	SPI_finish();
+	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
+}
+
+static SPIPlanPtr
+prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
+{
+	if (*slot == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
+				 SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		*slot = plan;
+	}
+	return *slot;
+}
+
+bool
+store_may_access(Oid owner)
+{
+	Oid			user = GetUserId();
+	Oid			admin;
+
+	if (has_privs_of_role(user, owner))
+		return true;
+	admin = get_role_oid("durable_steps_admin", true);
+	return OidIsValid(admin) && has_privs_of_role(user, admin);
+}
+
+/* Copiers into the caller's memory context, for values read through SPI. */
+static char *
+get_text(HeapTuple tup, TupleDesc td, int col, MemoryContext cxt)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, td, col, &isnull);
+	MemoryContext old;
+	char	   *s;
+
+	if (isnull)
+		return NULL;
+	old = MemoryContextSwitchTo(cxt);
+	s = TextDatumGetCString(d);
+	MemoryContextSwitchTo(old);
+	return s;
+}
+
+static void *
+get_varlena(HeapTuple tup, TupleDesc td, int col, MemoryContext cxt)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, td, col, &isnull);
+	MemoryContext old;
+	struct varlena *v;
+
+	if (isnull)
+		return NULL;
+	old = MemoryContextSwitchTo(cxt);
+	v = PG_DETOAST_DATUM_COPY(d);
+	MemoryContextSwitchTo(old);
+	return v;
+}
+
+static int32
+get_int4(HeapTuple tup, TupleDesc td, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, td, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt32(d);
+}
+
+static int64
+get_interval_usecs(HeapTuple tup, TupleDesc td, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, td, col, &isnull);
+
+	return isnull ? 0 : interval_to_usecs(DatumGetIntervalP(d));
+}
+
+static TimestampTz
+get_timestamptz(HeapTuple tup, TupleDesc td, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, td, col, &isnull);
+
+	return isnull ? 0 : DatumGetTimestampTz(d);
+}
+
+bool
+store_lookup_step(const char *run_id, const char *step_id, bool for_update, StepRecord *out)
+{
+	static Oid	key_types[2] = {TEXTOID, TEXTOID};
+	StoreSession s;
+	SPIPlanPtr	plan;
+	Datum		values[2];
+	int			rc;
+	bool		found = false;
+
+	store_begin(&s);
+	if (for_update)
+		plan = prepare_kept(&lookup_for_update_plan,
+							"SELECT " STEP_COLUMNS " FROM durable_steps.steps" STEP_KEY_WHERE
+							" FOR UPDATE", 2, key_types);
+	else
+		plan = prepare_kept(&lookup_plan,
+							"SELECT " STEP_COLUMNS " FROM durable_steps.steps" STEP_KEY_WHERE,
+							2, key_types);
+	values[0] = CStringGetTextDatum(run_id);
+	values[1] = CStringGetTextDatum(step_id);
+	rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "step lookup failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+	{
+		HeapTuple	t = SPI_tuptable->vals[0];
+		TupleDesc	td = SPI_tuptable->tupdesc;
+		MemoryContext cxt = s.caller_cxt;
+		bool		isnull;
+
+		found = true;
+		memset(out, 0, sizeof(*out));
+		out->run_id = MemoryContextStrdup(cxt, run_id);
+		out->step_id = MemoryContextStrdup(cxt, step_id);
+		out->kind = get_text(t, td, 1, cxt);
+		out->sql = get_text(t, td, 2, cxt);
+		out->input = get_varlena(t, td, 3, cxt);
+		out->fingerprint = get_text(t, td, 4, cxt);
+		out->policy = get_varlena(t, td, 5, cxt);
+		out->max_attempts = get_int4(t, td, 6);
+		out->attempt_base = get_int4(t, td, 7);
+		out->attempts = get_int4(t, td, 8);
+		out->timeout = get_interval_usecs(t, td, 9);
+		out->on_timeout = get_text(t, td, 10, cxt);
+		out->retry_on = get_varlena(t, td, 11, cxt);
+		out->fail_on = get_varlena(t, td, 12, cxt);
+		out->owner = DatumGetObjectId(SPI_getbinval(t, td, 13, &isnull));
+		out->search_path = get_text(t, td, 14, cxt);
+		out->status = get_text(t, td, 15, cxt);
+		out->result = get_varlena(t, td, 16, cxt);
+		out->error_class = get_text(t, td, 17, cxt);
+		out->error_code = get_text(t, td, 18, cxt);
+		out->error_message = get_text(t, td, 19, cxt);
+		out->error_detail = get_text(t, td, 20, cxt);
+		out->remediation = get_text(t, td, 21, cxt);
+		out->next_attempt_at = get_timestamptz(t, td, 22);
+		out->created_at = get_timestamptz(t, td, 23);
+		out->updated_at = get_timestamptz(t, td, 24);
+		out->finished_at = get_timestamptz(t, td, 25);
+		out->request = get_varlena(t, td, 26, cxt);
+		out->lease_expires_at = get_timestamptz(t, td, 27);
+	}
+	store_end(&s);
+	return found;
+}
+
+static Datum
+text_or_null(const char *s, char *null)
+{
+	*null = s ? ' ' : 'n';
+	return s ? CStringGetTextDatum(s) : (Datum) 0;
+}
+
+static Datum
+pointer_or_null(const void *p, char *null)
+{
+	*null = p ? ' ' : 'n';
+	return PointerGetDatum(p);
+}
+
+static Datum
+timestamptz_or_null(TimestampTz ts, char *null)
+{
+	*null = ts ? ' ' : 'n';
+	return TimestampTzGetDatum(ts);
+}
+
+static void
+record_to_params(const StepRecord *r, Datum *v, char *n)
+{
+	memset(n, ' ', STEP_NPARAMS);
+	v[0] = CStringGetTextDatum(r->run_id);
+	v[1] = CStringGetTextDatum(r->step_id);
+	v[2] = text_or_null(r->kind, &n[2]);
+	v[3] = text_or_null(r->sql, &n[3]);
+	v[4] = pointer_or_null(r->input, &n[4]);
+	v[5] = text_or_null(r->fingerprint, &n[5]);
+	v[6] = pointer_or_null(r->policy, &n[6]);
+	v[7] = Int32GetDatum(r->max_attempts);
+	v[8] = Int32GetDatum(r->attempt_base);
+	v[9] = Int32GetDatum(r->attempts);
+	v[10] = r->timeout > 0 ? IntervalPGetDatum(usecs_to_interval(r->timeout)) : (Datum) 0;
+	n[10] = r->timeout > 0 ? ' ' : 'n';
+	v[11] = text_or_null(r->on_timeout, &n[11]);
+	v[12] = pointer_or_null(r->retry_on, &n[12]);
+	v[13] = pointer_or_null(r->fail_on, &n[13]);
+	v[14] = ObjectIdGetDatum(r->owner);
+	v[15] = text_or_null(r->search_path, &n[15]);
+	v[16] = text_or_null(r->status, &n[16]);
+	v[17] = pointer_or_null(r->result, &n[17]);
+	v[18] = text_or_null(r->error_class, &n[18]);
+	v[19] = text_or_null(r->error_code, &n[19]);
+	v[20] = text_or_null(r->error_message, &n[20]);
+	v[21] = text_or_null(r->error_detail, &n[21]);
+	v[22] = text_or_null(r->remediation, &n[22]);
+	v[23] = timestamptz_or_null(r->next_attempt_at, &n[23]);
+	v[24] = timestamptz_or_null(r->created_at, &n[24]);
+	v[25] = timestamptz_or_null(r->updated_at, &n[25]);
+	v[26] = timestamptz_or_null(r->finished_at, &n[26]);
+	v[27] = pointer_or_null(r->request, &n[27]);
+	v[28] = timestamptz_or_null(r->lease_expires_at, &n[28]);
+}
+
+void
+store_insert_step(const StepRecord *rec)
+{
+	StoreSession s;
+	SPIPlanPtr	plan;
+	Datum		values[STEP_NPARAMS];
+	char		nulls[STEP_NPARAMS];
+	int			rc;
+
+	store_begin(&s);
+	plan = prepare_kept(&insert_plan,
+						"INSERT INTO durable_steps.steps (run_id, step_id, " STEP_COLUMNS ") "
+						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, "
+						"$15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, "
+						"$29)",
+						STEP_NPARAMS, step_param_types);
+	record_to_params(rec, values, nulls);
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "step insert failed: %s", SPI_result_code_string(rc));
+	store_end(&s);
+}
+
+void
+store_update_step(const StepRecord *rec)
+{
+	StoreSession s;
+	SPIPlanPtr	plan;
+	Datum		values[STEP_NPARAMS];
+	char		nulls[STEP_NPARAMS];
+	int			rc;
+
+	store_begin(&s);
+	plan = prepare_kept(&update_plan,
+						"UPDATE durable_steps.steps SET kind = $3, sql = $4, input = $5, "
+						"fingerprint = $6, policy = $7, max_attempts = $8, attempt_base = $9, "
+						"attempts = $10, timeout = $11, on_timeout = $12, retry_on = $13, "
+						"fail_on = $14, owner = $15, search_path = $16, status = $17, "
+						"result = $18, error_class = $19, error_code = $20, error_message = $21, "
+						"error_detail = $22, remediation = $23, next_attempt_at = $24, "
+						"created_at = $25, updated_at = $26, finished_at = $27, request = $28, "
+						"lease_expires_at = $29" STEP_KEY_WHERE,
+						STEP_NPARAMS, step_param_types);
+	record_to_params(rec, values, nulls);
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
+		elog(ERROR, "step update failed for %s/%s", rec->run_id, rec->step_id);
+	store_end(&s);
+}
+
+void
+store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o,
+					 const char *executor)
+{
+	static Oid	types[12] = {
+		TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, OIDOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID
+	};
+	StoreSession s;
+	SPIPlanPtr	plan;
+	Datum		v[12];
+	char		n[12];
+	bool		failed = o->cls != ATTEMPT_COMPLETED;
+	int			rc;
+
+	store_begin(&s);
+	plan = prepare_kept(&attempt_plan,
+						"INSERT INTO durable_steps.attempts (run_id, step_id, attempt, class, "
+						"error_code, error_message, error_detail, executor, backend_pid, role, "
+						"started_at, finished_at) "
+						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+						12, types);
+	memset(n, ' ', sizeof(n));
+	v[0] = CStringGetTextDatum(rec->run_id);
+	v[1] = CStringGetTextDatum(rec->step_id);
+	v[2] = Int32GetDatum(attempt);
+	v[3] = CStringGetTextDatum(attempt_class_name(o->cls));
+	v[4] = text_or_null(failed ? unpack_sql_state(o->sqlerrcode) : NULL, &n[4]);
+	v[5] = text_or_null(failed ? o->message : NULL, &n[5]);
+	v[6] = text_or_null(failed ? o->detail : NULL, &n[6]);
+	v[7] = CStringGetTextDatum(executor);
+	v[8] = Int32GetDatum(MyProcPid);
+	v[9] = ObjectIdGetDatum(rec->owner);
+	v[10] = TimestampTzGetDatum(o->started_at);
+	v[11] = timestamptz_or_null(o->finished_at, &n[11]);
+	rc = SPI_execute_plan(plan, v, n, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "attempt insert failed: %s", SPI_result_code_string(rc));
+	store_end(&s);
+}
+
+Jsonb *
+store_run_policy(const char *run_id)
+{
+	static Oid	types[1] = {TEXTOID};
+	StoreSession s;
+	SPIPlanPtr	plan;
+	Datum		v[1];
+	Jsonb	   *policy = NULL;
+	int			rc;
+
+	store_begin(&s);
+	plan = prepare_kept(&run_policy_plan,
+						"SELECT policy FROM durable_steps.runs "
+						"WHERE run_id OPERATOR(pg_catalog.=) $1", 1, types);
+	v[0] = CStringGetTextDatum(run_id);
+	rc = SPI_execute_plan(plan, v, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "run lookup failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+		policy = get_varlena(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, s.caller_cxt);
+	store_end(&s);
+	return policy;
+}
