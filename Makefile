@@ -23,7 +23,10 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 PG_CPPFLAGS = -I$(srcdir)/src $(DS_EXTRA_CPPFLAGS)
 
 REGRESS = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
-REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=durable_steps
+# pg_regress starts its own private instance with the library preloaded (test/regress.conf),
+# so `make installcheck` needs no running server; it must run as a non-root user (initdb).
+REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=durable_steps \
+	--temp-instance=test/tmp_instance --temp-config=test/regress.conf
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
