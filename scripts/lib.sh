@@ -1,0 +1,124 @@
+# shellcheck shell=bash
+# scripts/lib.sh -- helpers shared by scripts/test and scripts/demo (sourced, not executed).
+#
+# What they do, in order of use:
+#   ds_install_packages   install the Debian packages the build, the tests and the demo need
+#                         (apt only when something is missing; as root, or through sudo)
+#   ds_make_workdir       copy the source tree (tracked + untracked non-ignored files, no .git)
+#                         into a fresh temporary directory owned by the user that runs the tests
+#   ds_build_install DIR  `make` in DIR as that user, then `make install` as root
+#   ds_as_runner CMD...   run CMD as that user: `postgres` when we are root (initdb refuses
+#                         root), the current user otherwise
+#
+# Nothing here builds in, or writes to, the source tree itself.
+
+DS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgresql-15-cron
+             libipc-run-perl make gcc python3 perl ca-certificates)
+
+# Always PostgreSQL 15's own pg_config: /usr/bin/pg_config picks the newest installed version.
+DS_PG_BINDIR=/usr/lib/postgresql/15/bin
+export PG_CONFIG="$DS_PG_BINDIR/pg_config"
+
+ds_log() { printf '==> %s\n' "$*" >&2; }
+ds_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Run a command as root: directly when we are root, otherwise through sudo.
+ds_as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        ds_die "need root for: $* (run as root, or install sudo)"
+    fi
+}
+
+# The user that builds and runs PostgreSQL: never root.
+if [ "$(id -u)" -eq 0 ]; then
+    DS_RUNNER=postgres
+else
+    DS_RUNNER=$(id -un)
+fi
+
+# Run a command as DS_RUNNER inside directory $1 (under $DS_WORK, which that user owns), with HOME
+# and TMPDIR in $DS_WORK too, so that nothing touches a directory the user may not be able to read.
+ds_as_runner_in() {
+    local dir=$1
+    shift
+    if [ "$(id -u)" -eq 0 ]; then
+        (cd "$dir" && runuser -u "$DS_RUNNER" -- \
+            env HOME="$DS_WORK" TMPDIR="$DS_WORK/tmp" PG_CONFIG="$PG_CONFIG" "$@")
+    else
+        (cd "$dir" && env TMPDIR="$DS_WORK/tmp" "$@")
+    fi
+}
+
+ds_install_packages() {
+    local missing=() p
+    for p in "${DS_PACKAGES[@]}"; do
+        if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]; then
+            missing+=("$p")
+        fi
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        ds_log "Debian packages: all ${#DS_PACKAGES[@]} already installed"
+        return 0
+    fi
+    ds_log "Debian packages missing: ${missing[*]} -- installing"
+    ds_as_root apt-get update
+    ds_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        "${DS_PACKAGES[@]}" </dev/null
+    [ -x "$PG_CONFIG" ] || ds_die "$PG_CONFIG not found after installing packages"
+}
+
+# Create a fresh work directory holding a copy of the source tree in $DS_WORK, owned by DS_RUNNER.
+# Callers remove it (ds_cleanup_workdir) from their EXIT trap.
+DS_WORK=
+ds_make_workdir() {
+    local prefix=$1
+    if [ "$(id -u)" -eq 0 ]; then
+        # /tmp rather than $TMPDIR: the postgres user must be able to reach it
+        DS_WORK=$(mktemp -d "/tmp/${prefix}.XXXXXX")
+    else
+        DS_WORK=$(mktemp -d "${TMPDIR:-/tmp}/${prefix}.XXXXXX")
+    fi
+    chmod 755 "$DS_WORK"
+    mkdir -p "$DS_WORK/src" "$DS_WORK/tmp"
+    if git -C "$DS_ROOT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        # tracked files (as they are on disk, edits included) and untracked files not ignored
+        (cd "$DS_ROOT" && git ls-files -z --cached --others --exclude-standard \
+            | while IFS= read -r -d '' f; do
+                  [ -e "$f" ] && printf '%s\0' "$f"
+              done \
+            | tar --null --no-recursion -T - -cf -) | tar -C "$DS_WORK/src" -xf -
+    else
+        (cd "$DS_ROOT" && tar --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+            --exclude=./.demo --exclude=./tmp_check --exclude=./test/tmp_instance -cf - .) \
+            | tar -C "$DS_WORK/src" -xf -
+    fi
+    if [ "$(id -u)" -eq 0 ]; then
+        chown -R "$DS_RUNNER": "$DS_WORK"
+    fi
+}
+
+ds_cleanup_workdir() {
+    if [ -n "$DS_WORK" ] && [ -d "$DS_WORK" ]; then
+        if [ -n "${DS_KEEP_WORKDIR:-}" ]; then
+            ds_log "kept work directory $DS_WORK (DS_KEEP_WORKDIR is set)"
+        else
+            rm -rf "$DS_WORK"
+        fi
+    fi
+}
+
+# Build in the copy as DS_RUNNER, install as root. Fails the caller on a compile error.
+ds_build_install() {
+    local src=$1 jobs
+    jobs=$(nproc 2>/dev/null || echo 2)
+    ds_log "building durable_steps (make -j$jobs)"
+    ds_as_runner_in "$src" make -j"$jobs" PG_CONFIG="$PG_CONFIG" || return 1
+    ds_log "installing durable_steps (make install)"
+    (cd "$src" && ds_as_root make install PG_CONFIG="$PG_CONFIG") || return 1
+}
