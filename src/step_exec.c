@@ -203,8 +203,8 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 
 		outcome->result = run_body(body, oldcxt);
 
-		/* the step's own SETs end with the step, as a function's SET clause does */
-		AtEOXact_GUC(true, guc_level);
+		/* every SET of the step, LOCAL or not, ends with the step: pop as an abort would */
+		AtEOXact_GUC(false, guc_level);
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
