@@ -1,0 +1,176 @@
+-- scripts/demo.sql -- a guided tour of durable_steps, run by scripts/demo against a private cluster
+-- (psql echoes each query before its result). Read it top to bottom: every section says what to
+-- look for in the output.
+
+\set VERBOSITY default
+
+\echo
+\echo '=== 0. Setup: the extension, and an application table "orders" ==='
+\echo '    (the server was started with shared_preload_libraries = durable_steps)'
+CREATE EXTENSION durable_steps;
+CREATE TABLE orders (
+    id       int PRIMARY KEY,
+    customer text NOT NULL,
+    amount   numeric NOT NULL,
+    status   text NOT NULL DEFAULT 'new'
+);
+
+\echo
+\echo '=== (a) A step that succeeds, then the same call again: the stored result is replayed ==='
+\echo '    A step is identified by (run_id, step_id). Its body is ONE SQL statement; $1 is the input.'
+\echo '    First call: the INSERT runs, status succeeded, replayed = f.'
+SELECT status, attempt, replayed, result
+  FROM ds_run_step('order:42', 'create-order',
+                   $$INSERT INTO orders (id, customer, amount)
+                     SELECT ($1->>'id')::int, $1->>'customer', ($1->>'amount')::numeric
+                     RETURNING id, status$$,
+                   input => '{"id": 42, "customer": "Ada", "amount": 99.50}');
+\echo '    Same call again (a client retry, a redelivered message ...): the body does NOT run again,'
+\echo '    the stored result comes back with replayed = t.'
+SELECT status, attempt, replayed, result
+  FROM ds_run_step('order:42', 'create-order',
+                   $$INSERT INTO orders (id, customer, amount)
+                     SELECT ($1->>'id')::int, $1->>'customer', ($1->>'amount')::numeric
+                     RETURNING id, status$$,
+                   input => '{"id": 42, "customer": "Ada", "amount": 99.50}');
+\echo '    Proof: exactly one row in orders.'
+SELECT * FROM orders;
+
+\echo
+\echo '=== (b) A step that fails with a transient error is retried by its policy ==='
+\echo '    Step fraud-check asks the payment gateway to approve the order. call_gateway() stands for'
+\echo '    that flaky dependency: while the gateway is down it does RAISE EXCEPTION (SQLSTATE P0001),'
+\echo '    which is classified as retryable.'
+CREATE TABLE gateway (up boolean NOT NULL);
+INSERT INTO gateway VALUES (false);
+CREATE FUNCTION call_gateway(order_id int) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT (SELECT up FROM gateway) THEN
+        RAISE EXCEPTION 'payment gateway unavailable';
+    END IF;
+    RETURN 'order ' || order_id || ' approved';
+END
+$$;
+\echo '    The policy: at most 3 attempts, first retry after 2 s, exponential backoff (x2).'
+SELECT ds_retry_policy(max_attempts => 3, initial_delay => '2 seconds') AS policy;
+SELECT n AS after_failed_attempt,
+       ds_backoff_delay(ds_retry_policy(max_attempts => 3, initial_delay => '2 seconds'), n) AS delay
+  FROM generate_series(1, 2) AS n;
+\echo '    Attempt 1 fails: status retrying, next_attempt_at = now + 2 s. The failure does NOT'
+\echo '    abort the caller: it is recorded and returned (and would commit with the caller).'
+SELECT status, attempt, max_attempts, error_class, error_code, error_message,
+       next_attempt_at::timestamptz(0) AS next_attempt_at,
+       (next_attempt_at - now())::interval(0) AS due_in
+  FROM ds_run_step('order:42', 'fraud-check', 'SELECT call_gateway(($1->>''id'')::int)',
+                   input => '{"id": 42}',
+                   policy => ds_retry_policy(max_attempts => 3, initial_delay => '2 seconds'));
+\echo '    Calling again before it is due runs nothing: the pending state comes back (replayed = t).'
+SELECT status, attempt, replayed, next_attempt_at::timestamptz(0) AS next_attempt_at
+  FROM ds_run_step('order:42', 'fraud-check', 'SELECT call_gateway(($1->>''id'')::int)',
+                   input => '{"id": 42}',
+                   policy => ds_retry_policy(max_attempts => 3, initial_delay => '2 seconds'));
+\echo '    Wait until it is due. (Normally the background worker runs due attempts; a call on a due'
+\echo '    step runs the attempt itself.) The gateway is still down: attempt 2 fails, next delay 4 s.'
+SELECT pg_sleep(2.2);
+SELECT status, attempt, error_message, (next_attempt_at - now())::interval(0) AS due_in
+  FROM ds_run_step('order:42', 'fraud-check', 'SELECT call_gateway(($1->>''id'')::int)',
+                   input => '{"id": 42}',
+                   policy => ds_retry_policy(max_attempts => 3, initial_delay => '2 seconds'));
+\echo '    The gateway comes back; attempt 3 succeeds.'
+UPDATE gateway SET up = true;
+SELECT pg_sleep(4.2);
+SELECT status, attempt, result
+  FROM ds_run_step('order:42', 'fraud-check', 'SELECT call_gateway(($1->>''id'')::int)',
+                   input => '{"id": 42}',
+                   policy => ds_retry_policy(max_attempts => 3, initial_delay => '2 seconds'));
+\echo '    When the attempts run out the step is failed, error_class exhausted (here: 1 attempt allowed).'
+UPDATE gateway SET up = false;
+SELECT status, attempt, max_attempts, error_class, error_code, error_message
+  FROM ds_run_step('order:43', 'fraud-check', 'SELECT call_gateway(43)',
+                   policy => ds_retry_policy(max_attempts => 1));
+
+\echo
+\echo '=== (c) A step that cannot succeed as it is: blocked, with a remediation ==='
+\echo '    charge_card() calls ds_blocked(message, remediation) when the card has expired. Such'
+\echo '    an error is correctable: retrying the same input is pointless, so it is never retried.'
+CREATE FUNCTION charge_card(card jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    IF (card->>'expires')::date < current_date THEN
+        PERFORM ds_blocked('card expired', 'Ask the customer for a new card');
+    END IF;
+    UPDATE orders SET status = 'paid' WHERE id = (card->>'order_id')::int;
+    RETURN jsonb_build_object('charged_card', card->>'last4');
+END
+$$;
+SELECT status, attempt, error_class, error_code, error_message, remediation
+  FROM ds_run_step('order:42', 'charge-card', 'SELECT charge_card($1)',
+                   input => '{"order_id": 42, "last4": "4242", "expires": "2020-01-31"}');
+\echo '    Calling it again with the same input runs nothing: the stored blocked state comes back.'
+SELECT status, attempt, replayed, remediation
+  FROM ds_run_step('order:42', 'charge-card', 'SELECT charge_card($1)',
+                   input => '{"order_id": 42, "last4": "4242", "expires": "2020-01-31"}');
+\echo '    The customer gives a new card. ds_retry_step re-arms the step with the corrected input'
+\echo '    (status pending, due now). Attempt numbers keep growing, so an attempt key is never reused,'
+\echo '    and the budget starts afresh: max_attempts = 1 attempt used + 5 new ones.'
+SELECT status, attempt, max_attempts, next_attempt_at <= clock_timestamp() AS due_now
+  FROM ds_retry_step('order:42', 'charge-card',
+                     input => '{"order_id": 42, "last4": "1881", "expires": "2099-12-31"}');
+\echo '    ... and the next call with that input executes it: attempt 2 succeeds.'
+SELECT status, attempt, replayed, result
+  FROM ds_run_step('order:42', 'charge-card', 'SELECT charge_card($1)',
+                   input => '{"order_id": 42, "last4": "1881", "expires": "2099-12-31"}');
+SELECT * FROM orders;
+
+\echo
+\echo '=== (d) Same identity, different definition: a key conflict (SQLSTATE DS422, like HTTP 422) ==='
+\echo '    order:42/create-order succeeded with amount 99.50; a call claiming the same identity with'
+\echo '    another amount (or other SQL) is refused and runs nothing. Caught here so the demo goes on.'
+DO $$
+DECLARE
+    v_state text; v_message text; v_detail text; v_hint text;
+BEGIN
+    PERFORM ds_run_step('order:42', 'create-order',
+                        $q$INSERT INTO orders (id, customer, amount)
+                           SELECT ($1->>'id')::int, $1->>'customer', ($1->>'amount')::numeric
+                           RETURNING id, status$q$,
+                        input => '{"id": 42, "customer": "Ada", "amount": 5.00}');
+    RAISE NOTICE 'no error?!';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT,
+                            v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
+    RAISE NOTICE 'SQLSTATE %: %', v_state, v_message;
+    RAISE NOTICE 'detail: %', v_detail;
+    RAISE NOTICE 'hint: %', v_hint;
+END
+$$;
+\echo '    orders is unchanged (amount still 99.50):'
+SELECT * FROM orders;
+
+\echo
+\echo '=== (e) Canonical keys: ds_key builds run_ids from typed parts ==='
+\echo '    ds_key(''order'', 42) is exactly the run_id used above. A ":" inside a part is escaped,'
+\echo '    so different part lists never give the same key; values get one canonical form.'
+SELECT ds_key('order', 42) AS order_key,
+       ds_key('order', 42) = 'order:42' AS same_as_above,
+       ds_key('tenant:acme', 'order', 42) AS escaped,
+       ds_key('invoice', 1.50, '2024-05-01 12:00+02'::timestamptz) AS typed_parts;
+\echo '    Inside a step body, ds_idempotency_key() is the same on every attempt (hand it to an'
+\echo '    external API) and ds_attempt_key() is unique per attempt.'
+SELECT status, result
+  FROM ds_run_step(ds_key('order', 42), 'show-keys',
+                   'SELECT ds_idempotency_key() AS idempotency_key,
+                           ds_attempt_key() AS attempt_key,
+                           ds_attempt_number() AS attempt_number');
+
+\echo
+\echo '=== (f) The history: every attempt, and the current state of every step ==='
+SELECT run_id, step_id, attempt, class, error_code, error_message, attempt_key,
+       started_at::time(3) AS started, duration
+  FROM ds_attempts
+ ORDER BY started_at, attempt;
+SELECT run_id, step_id, status, attempt, max_attempts,
+       next_attempt_at::timestamptz(0) AS next_attempt_at, error_class, remediation
+  FROM ds_steps
+ ORDER BY created_at;
+\echo
+\echo 'End of the demo.'
