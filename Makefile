@@ -5,13 +5,18 @@ OBJS = \
 	src/durable_steps.o \
 	src/classify.o \
 	src/key.o \
+	src/launcher.o \
 	src/policy.o \
+	src/retention.o \
 	src/run_step.o \
 	src/step_attempt.o \
+	src/step_claims.o \
 	src/step_context.o \
 	src/step_exec.o \
 	src/step_lock.o \
-	src/step_store.o
+	src/step_store.o \
+	src/worker.o \
+	src/worker_wakeup.o
 
 DATA = $(wildcard sql/durable_steps--*.sql)
 PGFILEDESC = "durable_steps - durable, retried, idempotent steps inside PostgreSQL"

@@ -98,6 +98,8 @@ CREATE TABLE durable_steps.attempts (
     executor        text NOT NULL CHECK (executor IN ('caller', 'worker')),
     backend_pid     integer NOT NULL,
     role            oid NOT NULL,
+    -- when the attempt was committed as started (the worker's claim) and when its body began
+    claimed_at      timestamptz NOT NULL,
     started_at      timestamptz NOT NULL,
     finished_at     timestamptz,
     PRIMARY KEY (run_id, step_id, attempt)
@@ -200,7 +202,7 @@ CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
 
 CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
     SELECT a.run_id, a.step_id, a.attempt, a.class, a.error_code, a.error_message,
-           a.error_detail, a.started_at, a.finished_at,
+           a.error_detail, a.claimed_at, a.started_at, a.finished_at,
            a.finished_at OPERATOR(pg_catalog.-) a.started_at AS duration,
            a.run_id OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.step_id AS idempotency_key,
            a.run_id OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.step_id

@@ -7,8 +7,11 @@
 #include "utils/guc.h"
 
 #include "policy.h"
+#include "retention.h"
 #include "step_context.h"
 #include "step_exec.h"
+#include "worker.h"
+#include "worker_wakeup.h"
 
 PG_MODULE_MAGIC;
 
@@ -20,5 +23,9 @@ _PG_init(void)
 	policy_init_module();
 	step_exec_init_module();
 	step_context_init_module();
+	retention_init_module();
+	executor_init_module();
+	worker_shmem_init_module();
+	launcher_init_module();
 	MarkGUCPrefixReserved("durable_steps");
 }

@@ -27,6 +27,7 @@
 #include "step_context.h"
 #include "step_lock.h"
 #include "step_store.h"
+#include "worker_wakeup.h"
 
 /* Longest run_id or step_id, in characters. */
 #define DS_MAX_IDENTITY_CHARS 255
@@ -277,7 +278,7 @@ ds_run_step(PG_FUNCTION_ARGS)
 		rec.created_at = now;
 		rec.updated_at = now;
 	}
-	run_next_attempt(&rec, !found, "caller", false);
+	run_next_attempt(&rec, !found, false);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 
@@ -320,6 +321,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	rec.error_class = rec.error_code = rec.error_message = rec.error_detail = NULL;
 	rec.remediation = NULL;
 	store_update_step(&rec);
+	worker_wake_at_commit();
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 

@@ -13,9 +13,11 @@
 #include "compat.h"
 
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "policy.h"
 #include "step_attempt.h"
+#include "worker_wakeup.h"
 
 #define DEFAULT_REMEDIATION \
 	"Correct the step's input or the data it depends on, then re-arm it with ds_retry_step()."
@@ -42,13 +44,78 @@ clear_error(StepRecord *rec)
 }
 
 void
-run_next_attempt(StepRecord *rec, bool is_new, const char *executor, bool run_as_owner)
+apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
+{
+	int			last_allowed = rec->attempt_base + rec->max_attempts;
+
+	rec->attempts = attempt;
+	rec->updated_at = outcome->finished_at;
+	rec->lease_expires_at = 0;
+	clear_error(rec);
+	if (outcome->cls == ATTEMPT_COMPLETED)
+	{
+		rec->status = "succeeded";
+		rec->result = outcome->result;
+		rec->next_attempt_at = 0;
+		rec->finished_at = outcome->finished_at;
+		return;
+	}
+
+	rec->result = NULL;
+	rec->error_code = pstrdup(unpack_sql_state(outcome->sqlerrcode));
+	rec->error_message = outcome->message;
+	rec->error_detail = outcome->detail;
+	rec->next_attempt_at = 0;
+	rec->finished_at = outcome->finished_at;
+	switch (outcome->cls)
+	{
+		case ATTEMPT_RETRYABLE:
+			if (attempt < last_allowed)
+			{
+				RetryPolicy policy;
+				int64		delay;
+
+				if (outcome->has_retry_after)
+					delay = outcome->retry_after;
+				else
+				{
+					policy_resolve(NULL, rec->policy, &policy);
+					delay = policy_backoff_delay(&policy, attempt - rec->attempt_base);
+				}
+				rec->status = "retrying";
+				rec->error_class = "retryable";
+				rec->next_attempt_at = outcome->finished_at + delay;
+				rec->finished_at = 0;
+				worker_wake_at_commit();
+			}
+			else
+			{
+				rec->status = "failed";
+				rec->error_class = "exhausted";
+			}
+			break;
+		case ATTEMPT_CORRECTABLE:
+			/* waits for a person, so it is not finished and retention keeps it */
+			rec->status = "blocked";
+			rec->error_class = "correctable";
+			rec->remediation = outcome->hint ? outcome->hint : DEFAULT_REMEDIATION;
+			rec->finished_at = 0;
+			break;
+		default:
+			rec->status = "failed";
+			rec->error_class = "permanent";
+			break;
+	}
+}
+
+void
+run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 {
 	StepBody	body;
 	ClassOverrides overrides;
 	AttemptOutcome outcome;
-	int			attempt = rec->attempts + 1;
-	int			last_allowed = rec->attempt_base + rec->max_attempts;
+	/* the worker committed its attempt as started (and counted it) before running it */
+	int			attempt = by_worker ? rec->attempts : rec->attempts + 1;
 
 	overrides_from_record(rec, &overrides);
 	body.run_id = rec->run_id;
@@ -56,74 +123,37 @@ run_next_attempt(StepRecord *rec, bool is_new, const char *executor, bool run_as
 	body.sql = rec->sql;
 	body.input = rec->input;
 	body.timeout = rec->timeout;
-	body.run_as = run_as_owner ? rec->owner : InvalidOid;
-	body.search_path = run_as_owner ? rec->search_path : NULL;
+	body.run_as = by_worker ? rec->owner : InvalidOid;
+	body.search_path = by_worker ? rec->search_path : NULL;
 	body.overrides = &overrides;
 
-	execute_step_attempt(&body, attempt, last_allowed, &outcome);
-
-	rec->attempts = attempt;
-	rec->updated_at = outcome.finished_at;
-	rec->lease_expires_at = 0;
-	clear_error(rec);
-	if (outcome.cls == ATTEMPT_COMPLETED)
-	{
-		rec->status = "succeeded";
-		rec->result = outcome.result;
-		rec->next_attempt_at = 0;
-		rec->finished_at = outcome.finished_at;
-	}
-	else
-	{
-		rec->result = NULL;
-		rec->error_code = pstrdup(unpack_sql_state(outcome.sqlerrcode));
-		rec->error_message = outcome.message;
-		rec->error_detail = outcome.detail;
-		rec->next_attempt_at = 0;
-		rec->finished_at = outcome.finished_at;
-		switch (outcome.cls)
-		{
-			case ATTEMPT_RETRYABLE:
-				if (attempt < last_allowed)
-				{
-					RetryPolicy policy;
-					int64		delay;
-
-					if (outcome.has_retry_after)
-						delay = outcome.retry_after;
-					else
-					{
-						policy_resolve(NULL, rec->policy, &policy);
-						delay = policy_backoff_delay(&policy, attempt - rec->attempt_base);
-					}
-					rec->status = "retrying";
-					rec->error_class = "retryable";
-					rec->next_attempt_at = outcome.finished_at + delay;
-					rec->finished_at = 0;
-				}
-				else
-				{
-					rec->status = "failed";
-					rec->error_class = "exhausted";
-				}
-				break;
-			case ATTEMPT_CORRECTABLE:
-				/* waits for a person, so it is not finished and retention keeps it */
-				rec->status = "blocked";
-				rec->error_class = "correctable";
-				rec->remediation = outcome.hint ? outcome.hint : DEFAULT_REMEDIATION;
-				rec->finished_at = 0;
-				break;
-			default:
-				rec->status = "failed";
-				rec->error_class = "permanent";
-				break;
-		}
-	}
+	execute_step_attempt(&body, attempt, rec->attempt_base + rec->max_attempts, &outcome);
+	apply_attempt_outcome(rec, attempt, &outcome);
 
 	if (is_new)
 		store_insert_step(rec);
 	else
 		store_update_step(rec);
-	store_insert_attempt(rec, attempt, &outcome, executor);
+	if (by_worker)
+		store_finish_attempt(rec, attempt, &outcome);
+	else
+		store_insert_attempt(rec, attempt, &outcome, "caller");
+}
+
+void
+fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, const char *detail)
+{
+	AttemptOutcome outcome;
+	ClassOverrides overrides;
+
+	overrides_from_record(rec, &overrides);
+	memset(&outcome, 0, sizeof(outcome));
+	outcome.cls = classify_sqlstate(sqlerrcode, &overrides);
+	outcome.sqlerrcode = sqlerrcode;
+	outcome.message = pstrdup(message);
+	outcome.detail = detail ? pstrdup(detail) : NULL;
+	outcome.started_at = outcome.finished_at = GetCurrentTimestamp();
+	apply_attempt_outcome(rec, rec->attempts, &outcome);
+	store_update_step(rec);
+	store_finish_attempt(rec, rec->attempts, &outcome);
 }

@@ -9,14 +9,24 @@
 #include "step_store.h"
 
 /*
- * Run attempt rec->attempts + 1 of the step in `rec`, apply its outcome to `rec` (status, result,
- * error, next attempt time) and persist both the step (inserted when is_new, else updated) and
- * the attempt row, all in the current transaction. The caller holds the step's lock.
- * `run_as_owner` runs the body as rec->owner under rec->search_path (the worker); otherwise the
- * body runs as the current user under the current search_path (the synchronous caller).
+ * Run the next attempt of the step in `rec`, apply its outcome to `rec` and persist both the step
+ * (inserted when is_new, else updated) and the attempt, all in the current transaction. The
+ * caller holds the step's lock. A synchronous caller runs the body as itself under its own
+ * search_path and counts the attempt here; the worker has already committed the attempt as
+ * started (rec->attempts is its number) and runs the body as the step's owner under the
+ * search_path the step was created with.
  */
-extern void run_next_attempt(StepRecord *rec, bool is_new, const char *executor,
-							 bool run_as_owner);
+extern void run_next_attempt(StepRecord *rec, bool is_new, bool by_worker);
+
+/* The state rules of SPEC §4 for attempt `attempt`: status, result, error, next attempt time. */
+extern void apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome);
+
+/*
+ * The worker's attempt `rec->attempts` ended without running its body (its executor was lost, or
+ * its role no longer exists): record it as failed with this SQLSTATE and apply the rules.
+ */
+extern void fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message,
+								 const char *detail);
 
 /* Parse a stored step's retry_on / fail_on / on_timeout into classifier overrides. */
 extern void overrides_from_record(const StepRecord *rec, ClassOverrides *out);

@@ -20,24 +20,46 @@
 /* 'DS' in the objsubid column of pg_locks */
 #define DS_LOCKTAG_FIELD4 0x4453
 
-bool
-step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
+static void
+step_locktag(LOCKTAG *tag, const char *run_id, const char *step_id)
 {
 	size_t		run_len = strlen(run_id);
 	size_t		step_len = strlen(step_id);
 	char	   *buf = palloc(run_len + step_len + 1);
 	uint64		hash;
-	LOCKTAG		tag;
-	LockAcquireResult res;
 
 	/* the NUL between the parts keeps ("ab","c") and ("a","bc") apart */
 	memcpy(buf, run_id, run_len + 1);
 	memcpy(buf + run_len + 1, step_id, step_len);
 	hash = hash_bytes_extended((const unsigned char *) buf, (int) (run_len + 1 + step_len), 0);
 	pfree(buf);
-
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
 						 DS_LOCKTAG_FIELD4);
-	res = LockAcquire(&tag, ExclusiveLock, false, nowait);
-	return res != LOCKACQUIRE_NOT_AVAIL;
+}
+
+bool
+step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
+{
+	LOCKTAG		tag;
+
+	step_locktag(&tag, run_id, step_id);
+	return LockAcquire(&tag, ExclusiveLock, false, nowait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+bool
+step_lock_try_session(const char *run_id, const char *step_id)
+{
+	LOCKTAG		tag;
+
+	step_locktag(&tag, run_id, step_id);
+	return LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+void
+step_lock_release_session(const char *run_id, const char *step_id)
+{
+	LOCKTAG		tag;
+
+	step_locktag(&tag, run_id, step_id);
+	LockRelease(&tag, ExclusiveLock, true);
 }

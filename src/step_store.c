@@ -45,6 +45,7 @@ static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr update_plan = NULL;
 static SPIPlanPtr attempt_plan = NULL;
 static SPIPlanPtr run_policy_plan = NULL;
+static SPIPlanPtr finish_attempt_plan = NULL;
 
 typedef struct StoreSession
 {
@@ -375,8 +376,8 @@ store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o
 	plan = prepare_kept(&attempt_plan,
 						"INSERT INTO durable_steps.attempts (run_id, step_id, attempt, class, "
 						"error_code, error_message, error_detail, executor, backend_pid, role, "
-						"started_at, finished_at) "
-						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+						"claimed_at, started_at, finished_at) "
+						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12)",
 						12, types);
 	memset(n, ' ', sizeof(n));
 	v[0] = CStringGetTextDatum(rec->run_id);
@@ -394,6 +395,43 @@ store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o
 	rc = SPI_execute_plan(plan, v, n, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "attempt insert failed: %s", SPI_result_code_string(rc));
+	store_end(&s);
+}
+
+void
+store_finish_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+{
+	static Oid	types[9] = {
+		TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID
+	};
+	StoreSession s;
+	SPIPlanPtr	plan;
+	Datum		v[9];
+	char		n[9];
+	bool		failed = o->cls != ATTEMPT_COMPLETED;
+	int			rc;
+
+	store_begin(&s);
+	plan = prepare_kept(&finish_attempt_plan,
+						"UPDATE durable_steps.attempts SET class = $4, error_code = $5, "
+						"error_message = $6, error_detail = $7, finished_at = $8, started_at = $9"
+						STEP_KEY_WHERE " AND attempt OPERATOR(pg_catalog.=) $3",
+						9, types);
+	memset(n, ' ', sizeof(n));
+	v[0] = CStringGetTextDatum(rec->run_id);
+	v[1] = CStringGetTextDatum(rec->step_id);
+	v[2] = Int32GetDatum(attempt);
+	v[3] = CStringGetTextDatum(attempt_class_name(o->cls));
+	v[4] = text_or_null(failed ? unpack_sql_state(o->sqlerrcode) : NULL, &n[4]);
+	v[5] = text_or_null(failed ? o->message : NULL, &n[5]);
+	v[6] = text_or_null(failed ? o->detail : NULL, &n[6]);
+	v[7] = TimestampTzGetDatum(o->finished_at);
+	v[8] = TimestampTzGetDatum(o->started_at);
+	rc = SPI_execute_plan(plan, v, n, false, 0);
+	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
+		elog(ERROR, "attempt %d of step %s/%s was not recorded as started", attempt,
+			 rec->run_id, rec->step_id);
 	store_end(&s);
 }
 

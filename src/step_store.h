@@ -52,6 +52,9 @@ extern void store_insert_step(const StepRecord *rec);
 extern void store_update_step(const StepRecord *rec);
 extern void store_insert_attempt(const StepRecord *rec, int attempt,
 								 const AttemptOutcome *outcome, const char *executor);
+/* Record the outcome of an attempt the worker committed as started. */
+extern void store_finish_attempt(const StepRecord *rec, int attempt,
+								 const AttemptOutcome *outcome);
 /* The default policy of run `run_id`, or NULL when there is no such run or it sets none. */
 extern Jsonb *store_run_policy(const char *run_id);
 

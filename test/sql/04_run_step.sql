@@ -33,13 +33,19 @@ SELECT status, replayed
          INSERT INTO rs_orders VALUES (1, $1->>'note') RETURNING id, note$$,
        '{"note": "first"}', policy => '{"max_attempts": 1}', timeout => '1 s');
 -- completed, different fingerprint (other input, other SQL): conflict, DS422; nothing runs
-\set VERBOSITY verbose
-SELECT * FROM ds_run_step('order:1', 'insert',
+CREATE FUNCTION rs_error(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE q;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+SELECT rs_error($q$SELECT ds_run_step('order:1', 'insert',
        $$WITH c AS (INSERT INTO rs_calls(step) VALUES ('insert'))
          INSERT INTO rs_orders VALUES (1, $1->>'note') RETURNING id, note$$,
-       '{"note": "second"}');
-SELECT * FROM ds_run_step('order:1', 'insert', 'SELECT 1');
-\set VERBOSITY default
+       '{"note": "second"}')$q$);
+SELECT rs_error($q$SELECT ds_run_step('order:1', 'insert', 'SELECT 1')$q$);
 SELECT rs_count('insert') AS body_runs;
 
 -- failed, same fingerprint: the stored failure; the body does not run again

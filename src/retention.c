@@ -1,0 +1,109 @@
+/*
+ * retention.c -- finished steps and runs are purged after durable_steps.retention.
+ *
+ * Each batch is its own short transaction that deletes at most RETENTION_BATCH rows chosen with
+ * SKIP LOCKED, so a purge never holds long locks and never waits for a step someone is using.
+ * Only finished work is purged: blocked and uncertain steps wait for a person and stay.
+ */
+#include "compat.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "policy.h"
+#include "retention.h"
+
+/* seconds; 0 keeps everything */
+static int	retention_seconds = 7 * 24 * 3600;
+static TimestampTz last_purge = 0;
+static SPIPlanPtr purge_steps_plan = NULL;
+static SPIPlanPtr purge_runs_plan = NULL;
+
+void
+retention_init_module(void)
+{
+	DefineCustomIntVariable("durable_steps.retention",
+							"How long finished steps, their attempts and finished runs are kept.",
+							"0 keeps them forever.",
+							&retention_seconds,
+							7 * 24 * 3600,
+							0,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+bool
+retention_purge_due(void)
+{
+	return retention_seconds > 0 &&
+		TimestampDifferenceExceeds(last_purge, GetCurrentTimestamp(), 60 * 1000);
+}
+
+void
+retention_purge_done(void)
+{
+	last_purge = GetCurrentTimestamp();
+}
+
+static SPIPlanPtr
+kept(SPIPlanPtr *slot, const char *sql)
+{
+	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+
+	if (*slot == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, 2, types);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not prepare \"%s\"", sql);
+		*slot = plan;
+	}
+	return *slot;
+}
+
+int
+retention_purge_batch(void)
+{
+	Datum		args[2];
+	int			deleted = 0;
+	int			rc;
+
+	args[0] = TimestampTzGetDatum(GetCurrentTimestamp() - (int64) retention_seconds * USECS_PER_SEC);
+	args[1] = Int32GetDatum(RETENTION_BATCH);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rc = SPI_execute_plan(kept(&purge_steps_plan,
+							   "WITH gone AS ("
+							   " DELETE FROM durable_steps.steps WHERE ctid IN ("
+							   "  SELECT ctid FROM durable_steps.steps"
+							   "  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
+							   "  LIMIT $2 FOR UPDATE SKIP LOCKED)"
+							   " RETURNING run_id, step_id), "
+							   "attempts AS ("
+							   " DELETE FROM durable_steps.attempts a USING gone"
+							   " WHERE a.run_id = gone.run_id AND a.step_id = gone.step_id) "
+							   "SELECT count(*)::int4 FROM gone"),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "purging steps failed: %s", SPI_result_code_string(rc));
+	deleted += DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+										   &(bool) {false}));
+	rc = SPI_execute_plan(kept(&purge_runs_plan,
+							   "WITH gone AS ("
+							   " DELETE FROM durable_steps.runs WHERE ctid IN ("
+							   "  SELECT ctid FROM durable_steps.runs"
+							   "  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
+							   "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+							   "SELECT count(*)::int4 FROM gone"),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "purging runs failed: %s", SPI_result_code_string(rc));
+	deleted += DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+										   &(bool) {false}));
+	SPI_finish();
+	return deleted;
+}

@@ -1,0 +1,21 @@
+/*
+ * retention.h -- purging finished steps, their attempts and finished runs.
+ */
+#ifndef DS_RETENTION_H
+#define DS_RETENTION_H
+
+#include "compat.h"
+
+extern void retention_init_module(void);
+/* Is a purge due (at most one pass a minute)? */
+extern bool retention_purge_due(void);
+/*
+ * Delete one batch of what finished more than durable_steps.retention ago, in the current
+ * transaction. Returns the number of steps and runs deleted; a full batch means call again.
+ */
+extern int	retention_purge_batch(void);
+extern void retention_purge_done(void);
+
+#define RETENTION_BATCH 1000
+
+#endif							/* DS_RETENTION_H */

@@ -1,0 +1,223 @@
+/*
+ * step_claims.c -- the worker's view of durable_steps.steps.
+ *
+ * The worker runs as a superuser with search_path pinned to pg_catalog (see worker.c); the
+ * statements here still name the extension's schema explicitly.
+ */
+#include "compat.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "ds_errcodes.h"
+#include "step_attempt.h"
+#include "step_claims.h"
+#include "step_lock.h"
+#include "step_store.h"
+
+static SPIPlanPtr due_plan = NULL;
+static SPIPlanPtr mark_running_plan = NULL;
+static SPIPlanPtr running_plan = NULL;
+static SPIPlanPtr next_due_plan = NULL;
+
+static SPIPlanPtr
+kept_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types)
+{
+	if (*slot == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+		*slot = plan;
+	}
+	return *slot;
+}
+
+static ArrayType *
+text_array(char **items, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = CStringGetTextDatum(items[i]);
+	return construct_array(d, n, TEXTOID, -1, false, TYPALIGN_INT);
+}
+
+int
+claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped)
+{
+	Oid			due_types[1] = {INT4OID};
+	Oid			mark_types[4] = {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZOID, INT4OID};
+	Datum		args[4];
+	char	  **run_ids;
+	char	  **step_ids;
+	int			n_locked = 0;
+	int			n_claimed = 0;
+	uint64		n_due;
+	int			rc;
+
+	*skipped = 0;
+	*claims = NULL;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	args[0] = Int32GetDatum(limit);
+	rc = SPI_execute_plan(kept_plan(&due_plan,
+									"SELECT run_id, step_id FROM durable_steps.steps "
+									"WHERE status IN ('pending', 'retrying') "
+									"AND next_attempt_at <= clock_timestamp() "
+									"ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+									1, due_types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "due step query failed: %s", SPI_result_code_string(rc));
+	n_due = SPI_processed;
+	if (n_due == 0)
+	{
+		SPI_finish();
+		return 0;
+	}
+	run_ids = palloc(sizeof(char *) * n_due);
+	step_ids = palloc(sizeof(char *) * n_due);
+	for (uint64 i = 0; i < n_due; i++)
+	{
+		char	   *run_id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		char	   *step_id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+
+		/* a synchronous caller (or another executor) may be running it right now */
+		if (step_lock_try_session(run_id, step_id))
+		{
+			run_ids[n_locked] = run_id;
+			step_ids[n_locked] = step_id;
+			n_locked++;
+		}
+		else
+			(*skipped)++;
+	}
+	if (n_locked > 0)
+	{
+		args[0] = PointerGetDatum(text_array(run_ids, n_locked));
+		args[1] = PointerGetDatum(text_array(step_ids, n_locked));
+		args[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+		args[3] = Int32GetDatum(MyProcPid);
+		rc = SPI_execute_plan(kept_plan(&mark_running_plan,
+										"WITH claimed AS ("
+										" UPDATE durable_steps.steps s SET status = 'running',"
+										"  attempts = s.attempts + 1, updated_at = $3,"
+										"  lease_expires_at = $3 + coalesce(s.timeout, interval '1 hour')"
+										" FROM unnest($1, $2) AS c(run_id, step_id)"
+										" WHERE s.run_id = c.run_id AND s.step_id = c.step_id"
+										"  AND s.status IN ('pending', 'retrying')"
+										" RETURNING s.run_id, s.step_id, s.attempts, s.owner) "
+										"INSERT INTO durable_steps.attempts (run_id, step_id, attempt,"
+										" executor, backend_pid, role, claimed_at, started_at) "
+										"SELECT run_id, step_id, attempts, 'worker', $4, owner, $3, $3 "
+										"FROM claimed RETURNING run_id, step_id, attempt",
+										4, mark_types),
+							  args, NULL, false, 0);
+		if (rc != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
+		n_claimed = (int) SPI_processed;
+		*claims = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_claimed, 1));
+		for (int i = 0; i < n_claimed; i++)
+		{
+			HeapTuple	t = SPI_tuptable->vals[i];
+			TupleDesc	td = SPI_tuptable->tupdesc;
+			bool		isnull;
+
+			(*claims)[i].run_id = MemoryContextStrdup(cxt, SPI_getvalue(t, td, 1));
+			(*claims)[i].step_id = MemoryContextStrdup(cxt, SPI_getvalue(t, td, 2));
+			(*claims)[i].attempt = DatumGetInt32(SPI_getbinval(t, td, 3, &isnull));
+		}
+	}
+	SPI_finish();
+	return n_claimed;
+}
+
+int
+recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		args[1];
+	int			n = 0;
+	int			rc;
+	uint64		n_running;
+	char	  **run_ids;
+	char	  **step_ids;
+
+	*recovered = NULL;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	args[0] = Int32GetDatum(limit);
+	rc = SPI_execute_plan(kept_plan(&running_plan,
+									"SELECT run_id, step_id FROM durable_steps.steps "
+									"WHERE status = 'running' ORDER BY lease_expires_at "
+									"LIMIT $1 FOR UPDATE SKIP LOCKED", 1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "running step query failed: %s", SPI_result_code_string(rc));
+	n_running = SPI_processed;
+	run_ids = palloc(sizeof(char *) * Max(n_running, 1));
+	step_ids = palloc(sizeof(char *) * Max(n_running, 1));
+	for (uint64 i = 0; i < n_running; i++)
+	{
+		run_ids[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		step_ids[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+	}
+	SPI_finish();
+
+	*recovered = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_running, 1));
+	for (uint64 i = 0; i < n_running; i++)
+	{
+		StepRecord	rec;
+
+		/* a free lock on a running step means its executor is gone: that is the lease ending */
+		if (!step_lock_try_session(run_ids[i], step_ids[i]))
+			continue;
+		(*recovered)[n].run_id = MemoryContextStrdup(cxt, run_ids[i]);
+		(*recovered)[n].step_id = MemoryContextStrdup(cxt, step_ids[i]);
+		n++;
+		if (!store_lookup_step(run_ids[i], step_ids[i], true, &rec) ||
+			strcmp(rec.status, "running") != 0)
+			continue;
+		(*recovered)[n - 1].attempt = rec.attempts;
+		ereport(LOG,
+				(errmsg("durable_steps: attempt %d of step %s/%s was lost; recording it as failed",
+						rec.attempts, rec.run_id, rec.step_id)));
+		fail_started_attempt(&rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
+							 psprintf("The process running attempt %d ended before recording its outcome.",
+									  rec.attempts));
+	}
+	return n;
+}
+
+TimestampTz
+next_due_time(void)
+{
+	TimestampTz next = 0;
+	bool		isnull;
+	int			rc;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rc = SPI_execute_plan(kept_plan(&next_due_plan,
+									"SELECT min(next_attempt_at) FROM durable_steps.steps "
+									"WHERE status IN ('pending', 'retrying')", 0, NULL),
+						  NULL, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "next due query failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+	{
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			next = DatumGetTimestampTz(d);
+	}
+	SPI_finish();
+	return next;
+}

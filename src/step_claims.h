@@ -1,0 +1,36 @@
+/*
+ * step_claims.h -- the worker's queries: claiming due steps, finding lost attempts, next due time.
+ */
+#ifndef DS_STEP_CLAIMS_H
+#define DS_STEP_CLAIMS_H
+
+#include "compat.h"
+#include "utils/timestamp.h"
+
+typedef struct ClaimedStep
+{
+	char	   *run_id;
+	char	   *step_id;
+	int			attempt;		/* the attempt number the claim committed as started */
+} ClaimedStep;
+
+/*
+ * In the current transaction, claim up to `limit` due steps: lock their rows (skipping rows
+ * others hold), take each step's session lock (skipping steps in flight elsewhere), mark them
+ * running and record their attempts as started. The caller commits, runs each attempt, and
+ * releases each step's session lock after the attempt's outcome commits.
+ * *skipped counts due steps passed over because someone else held them.
+ */
+extern int	claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped);
+
+/*
+ * In the current transaction, find steps left running by an executor that is gone (their
+ * session lock is free), and record their attempts as lost (DS007, retryable by the policy).
+ * Returns the steps recovered; their session locks are held: release them after commit.
+ */
+extern int	recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered);
+
+/* The earliest next_attempt_at of a pending or retrying step; 0 when there is none. */
+extern TimestampTz next_due_time(void);
+
+#endif							/* DS_STEP_CLAIMS_H */

@@ -1,0 +1,291 @@
+/*
+ * worker.c -- an executor: claims due steps and runs their attempts (SPEC §7).
+ *
+ * One pass of the loop:
+ *   1. find attempts whose executor is gone and record them as lost (invocation_lost);
+ *   2. claim a batch of due steps and COMMIT them as started (status running, attempt row
+ *      written, each step's session lock held) -- an attempt is durable before it runs;
+ *   3. run the claimed attempts, each in its own subtransaction and as the step's owner, and
+ *      commit their outcomes; several attempts share one transaction for throughput, for at most
+ *      a few milliseconds, so that a failed commit loses nothing but time: the attempts stay
+ *      running, their locks are released, and step 1 retries them by their policies;
+ *   4. purge what retention allows;
+ *   5. sleep until the earliest next attempt, a commit that makes work due (latch), or the
+ *      polling backstop.
+ */
+#include "compat.h"
+
+#include "access/xact.h"
+#include "catalog/pg_authid.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "retention.h"
+#include "step_attempt.h"
+#include "step_claims.h"
+#include "step_lock.h"
+#include "step_store.h"
+#include "worker.h"
+#include "worker_wakeup.h"
+
+static int	poll_interval_ms = 1000;
+static int	batch_size = 100;
+/* attempts share a transaction until it has been open this long */
+#define SHARED_TRANSACTION_MS 20
+
+static int	my_slot = -1;
+static MemoryContext pass_cxt = NULL;
+
+void
+executor_init_module(void)
+{
+	DefineCustomIntVariable("durable_steps.poll_interval",
+							"Longest time the worker sleeps before looking for due steps again.",
+							"Commits that make steps due wake the worker at once; this is the backstop.",
+							&poll_interval_ms,
+							1000,
+							10,
+							3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("durable_steps.batch_size",
+							"Most due steps one executor claims at a time.",
+							NULL,
+							&batch_size,
+							100,
+							1,
+							10000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+}
+
+static void
+release_slot(int code, Datum arg)
+{
+	WorkerShared *shared = worker_shared();
+
+	if (shared != NULL && my_slot >= 0)
+		shared->executor_latch[my_slot] = NULL;
+}
+
+static void
+begin_transaction(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+static void
+commit_transaction(void)
+{
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* Is the extension installed here? A missing one is waited for, with one log line. */
+static bool
+extension_ready(void)
+{
+	static bool said_missing = false;
+	bool		ready;
+
+	begin_transaction("durable_steps: looking for the extension");
+	ready = OidIsValid(get_extension_oid("durable_steps", true));
+	commit_transaction();
+	if (!ready && !said_missing)
+		ereport(LOG,
+				(errmsg("durable_steps: extension is not installed in database \"%s\"; waiting for it",
+						ds_worker_database),
+				 errhint("Run CREATE EXTENSION durable_steps in that database.")));
+	if (ready && said_missing)
+		ereport(LOG, (errmsg("durable_steps: extension found; running steps")));
+	said_missing = !ready;
+	return ready;
+}
+
+static void
+release_session_locks(ClaimedStep *steps, int n)
+{
+	for (int i = 0; i < n; i++)
+		step_lock_release_session(steps[i].run_id, steps[i].step_id);
+}
+
+static void
+recover_pass(void)
+{
+	ClaimedStep *recovered;
+	int			n;
+
+	do
+	{
+		begin_transaction("durable_steps: recovering lost attempts");
+		n = recover_lost_attempts(batch_size, pass_cxt, &recovered);
+		commit_transaction();
+		release_session_locks(recovered, n);
+		MemoryContextReset(pass_cxt);
+	} while (n >= batch_size);
+}
+
+static void
+run_claimed_attempt(const ClaimedStep *claim)
+{
+	StepRecord	rec;
+
+	if (!store_lookup_step(claim->run_id, claim->step_id, true, &rec) ||
+		strcmp(rec.status, "running") != 0 || rec.attempts != claim->attempt)
+		return;					/* purged or settled meanwhile: nothing to run */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(rec.owner)))
+	{
+		/* never run as anybody else: the step fails closed */
+		fail_started_attempt(&rec, ERRCODE_UNDEFINED_OBJECT, "the role that created the step no longer exists",
+							 psprintf("Role OID %u was dropped.", rec.owner));
+		return;
+	}
+	run_next_attempt(&rec, false, true);
+}
+
+/* Run the claimed attempts, several to a transaction; release each lock once its outcome committed. */
+static void
+run_claimed(ClaimedStep *claims, int n)
+{
+	int			done = 0;
+
+	while (done < n)
+	{
+		int			first = done;
+		TimestampTz opened;
+
+		begin_transaction("durable_steps: running steps");
+		opened = GetCurrentTimestamp();
+		do
+		{
+			char		activity[256];
+
+			CHECK_FOR_INTERRUPTS();
+			snprintf(activity, sizeof(activity), "durable_steps: running %s/%s attempt %d",
+					 claims[done].run_id, claims[done].step_id, claims[done].attempt);
+			pgstat_report_activity(STATE_RUNNING, activity);
+			run_claimed_attempt(&claims[done]);
+			done++;
+		} while (done < n &&
+				 !TimestampDifferenceExceeds(opened, GetCurrentTimestamp(), SHARED_TRANSACTION_MS));
+		commit_transaction();
+		release_session_locks(&claims[first], done - first);
+	}
+}
+
+void
+ds_executor_main(Datum arg)
+{
+	WorkerShared *shared = worker_shared();
+	TimestampTz last_recovery = 0;
+
+	my_slot = DatumGetInt32(arg);
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGINT, StatementCancelHandler);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(ds_worker_database, NULL, 0);
+	pgstat_report_appname("durable_steps worker");
+
+	/* the worker's own statements resolve names in pg_catalog only; steps set their own path */
+	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
+
+	if (shared != NULL && my_slot >= 0 && my_slot < DS_MAX_WORKERS)
+	{
+		shared->executor_latch[my_slot] = MyLatch;
+		on_shmem_exit(release_slot, (Datum) 0);
+	}
+	pass_cxt = AllocSetContextCreate(TopMemoryContext, "durable_steps worker pass",
+									 ALLOCSET_DEFAULT_SIZES);
+	ereport(LOG, (errmsg("durable_steps: worker %d started in database \"%s\"", my_slot,
+						 ds_worker_database)));
+
+	for (;;)
+	{
+		long		sleep_ms = poll_interval_ms;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		if (extension_ready())
+		{
+			ClaimedStep *claims;
+			int			claimed;
+			int			skipped;
+			TimestampTz next_due;
+
+			if (TimestampDifferenceExceeds(last_recovery, GetCurrentTimestamp(), poll_interval_ms))
+			{
+				recover_pass();
+				last_recovery = GetCurrentTimestamp();
+			}
+
+			begin_transaction("durable_steps: claiming due steps");
+			claimed = claim_due_steps(batch_size, pass_cxt, &claims, &skipped);
+			commit_transaction();
+			if (claimed > 0)
+			{
+				run_claimed(claims, claimed);
+				MemoryContextReset(pass_cxt);
+				continue;
+			}
+			MemoryContextReset(pass_cxt);
+
+			if (retention_purge_due())
+			{
+				int			purged;
+
+				do
+				{
+					CHECK_FOR_INTERRUPTS();
+					begin_transaction("durable_steps: purging finished steps");
+					purged = retention_purge_batch();
+					commit_transaction();
+				} while (purged >= RETENTION_BATCH);
+				retention_purge_done();
+			}
+
+			begin_transaction("durable_steps: looking for the next due step");
+			next_due = next_due_time();
+			commit_transaction();
+			if (skipped > 0)
+				sleep_ms = 5;	/* held by a committing caller for a moment: look again soon */
+			else if (next_due != 0)
+			{
+				long		secs;
+				int			usecs;
+
+				TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
+				sleep_ms = Min(sleep_ms, secs * 1000 + (usecs + 999) / 1000);
+			}
+		}
+
+		if (sleep_ms > 0)
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}

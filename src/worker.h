@@ -1,0 +1,18 @@
+/*
+ * worker.h -- the background worker: a launcher and the executors it starts (SPEC §7).
+ */
+#ifndef DS_WORKER_H
+#define DS_WORKER_H
+
+#include "compat.h"
+
+extern char *ds_worker_database;
+extern int	ds_max_workers;
+
+extern void launcher_init_module(void);
+extern void executor_init_module(void);
+
+extern PGDLLEXPORT void ds_launcher_main(Datum arg);
+extern PGDLLEXPORT void ds_executor_main(Datum arg);
+
+#endif							/* DS_WORKER_H */

@@ -1,0 +1,129 @@
+/*
+ * worker_wakeup.c -- the executors' shared state and the commit-time wake-up.
+ *
+ * A transaction that leaves a step pending or retrying sets a flag; a resource-release callback
+ * that runs after the transaction's locks are released sets an executor's latch. Waking only
+ * after the locks are gone matters: the executor's claim must find the step's lock free, or it
+ * would skip the step and sleep until the polling backstop.
+ */
+#include "compat.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/resowner.h"
+
+#include "worker_wakeup.h"
+
+static WorkerShared *shared = NULL;
+static bool preloaded = false;
+static bool wake_pending = false;
+static bool callback_registered = false;
+static bool warned_not_preloaded = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void
+worker_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(WorkerShared)));
+}
+
+static void
+worker_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	shared = ShmemInitStruct("durable_steps workers", sizeof(WorkerShared), &found);
+	if (!found)
+	{
+		memset(shared, 0, sizeof(WorkerShared));
+		pg_atomic_init_u32(&shared->next_executor, 0);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+worker_shmem_init_module(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	preloaded = true;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = worker_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = worker_shmem_startup;
+}
+
+WorkerShared *
+worker_shared(void)
+{
+	return shared;
+}
+
+bool
+worker_library_preloaded(void)
+{
+	return preloaded;
+}
+
+static void
+wake_one_executor(void)
+{
+	uint32		start;
+
+	if (shared == NULL)
+		return;
+	start = pg_atomic_fetch_add_u32(&shared->next_executor, 1);
+	for (int i = 0; i < DS_MAX_WORKERS; i++)
+	{
+		Latch	   *latch = shared->executor_latch[(start + i) % DS_MAX_WORKERS];
+
+		/* a latch of an exited executor belongs to a PGPROC: a spurious wake-up is harmless */
+		if (latch != NULL)
+		{
+			SetLatch(latch);
+			return;
+		}
+	}
+}
+
+static void
+wake_after_locks_released(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+{
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+		return;
+	if (wake_pending && isCommit)
+		wake_one_executor();
+	wake_pending = false;
+}
+
+void
+worker_wake_at_commit(void)
+{
+	if (!preloaded)
+	{
+		if (!warned_not_preloaded)
+		{
+			warned_not_preloaded = true;
+			ereport(WARNING,
+					(errmsg("durable_steps is not in shared_preload_libraries: retries will not run until it is"),
+					 errhint("Add durable_steps to shared_preload_libraries and restart the server.")));
+		}
+		return;
+	}
+	if (!callback_registered)
+	{
+		RegisterResourceReleaseCallback(wake_after_locks_released, NULL);
+		callback_registered = true;
+	}
+	wake_pending = true;
+}

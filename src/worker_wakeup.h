@@ -1,0 +1,35 @@
+/*
+ * worker_wakeup.h -- shared state of the background workers, and waking them at commit.
+ */
+#ifndef DS_WORKER_WAKEUP_H
+#define DS_WORKER_WAKEUP_H
+
+#include "compat.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+
+#define DS_MAX_WORKERS 16
+
+typedef struct WorkerShared
+{
+	/* latches of the running executors; NULL when a slot is idle */
+	Latch	   *executor_latch[DS_MAX_WORKERS];
+	/* lets a committing backend wake the executors in turn */
+	pg_atomic_uint32 next_executor;
+} WorkerShared;
+
+/* Set up in _PG_init when loaded through shared_preload_libraries. */
+extern void worker_shmem_init_module(void);
+/* NULL when the library was not preloaded (no worker can exist). */
+extern WorkerShared *worker_shared(void);
+extern bool worker_library_preloaded(void);
+
+/*
+ * The current transaction made a step due (or due later): wake an executor once it has
+ * committed and released its locks, so that the executor sees the step and recomputes when to
+ * wake next. Warns once per backend when no worker can exist because the library is not
+ * preloaded.
+ */
+extern void worker_wake_at_commit(void);
+
+#endif							/* DS_WORKER_WAKEUP_H */
