@@ -49,6 +49,12 @@ retention_purge_done(void)
 	last_purge = GetCurrentTimestamp();
 }
 
+void
+retention_purge_done_reset(void)
+{
+	last_purge = 0;
+}
+
 static SPIPlanPtr
 kept(SPIPlanPtr *slot, const char *sql)
 {

@@ -15,6 +15,8 @@ extern bool retention_purge_due(void);
  */
 extern int	retention_purge_batch(void);
 extern void retention_purge_done(void);
+/* Make the next purge due now (after a configuration reload). */
+extern void retention_purge_done_reset(void);
 
 #define RETENTION_BATCH 1000
 

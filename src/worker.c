@@ -228,6 +228,8 @@ ds_executor_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			/* a changed retention applies at once, not at the next hourly-ish pass */
+			retention_purge_done_reset();
 		}
 
 		if (extension_ready())
