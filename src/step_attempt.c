@@ -124,7 +124,11 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 	body.input = rec->input;
 	body.timeout = rec->timeout;
 	body.run_as = by_worker ? rec->owner : InvalidOid;
-	body.search_path = by_worker ? rec->search_path : NULL;
+	/*
+	 * In the worker, pg_temp goes last: a temporary table made by one role's step must not shadow
+	 * the tables of the next step, which may belong to another role, in the same session.
+	 */
+	body.search_path = by_worker ? psprintf("%s, pg_temp", rec->search_path) : NULL;
 	body.overrides = &overrides;
 
 	execute_step_attempt(&body, attempt, rec->attempt_base + rec->max_attempts, &outcome);
