@@ -21,6 +21,12 @@ DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgre
 DS_PG_BINDIR=/usr/lib/postgresql/15/bin
 export PG_CONFIG="$DS_PG_BINDIR/pg_config"
 
+# One locale whatever the caller's environment: the temporary instances' initdb takes its encoding
+# from it (UTF8 under C.UTF-8, but SQL_ASCII under a bare C or unset locale, which changes how
+# psql aligns non-ASCII output and so the expected files). Debian 12 always has C.UTF-8.
+export LANG=C.UTF-8
+unset LC_ALL LC_CTYPE LC_COLLATE LC_MESSAGES LC_NUMERIC LC_MONETARY LC_TIME LANGUAGE
+
 ds_log() { printf '==> %s\n' "$*" >&2; }
 ds_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
