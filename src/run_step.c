@@ -248,6 +248,18 @@ ds_run_step(PG_FUNCTION_ARGS)
 
 	/* under the lock, a fresh snapshot sees whatever the previous holder committed */
 	found = store_lookup_step(run_id, step_id, true, &rec);
+	if (found && strcmp(rec.status, "running") == 0 && strcmp(rec.fingerprint, fingerprint) == 0)
+	{
+		/*
+		 * The worker's executor holds its lock for as long as an attempt is in flight; having
+		 * it ourselves means that executor is gone. Record its attempt as lost, as the worker
+		 * would, then answer by the state that leaves.
+		 */
+		check_access(&rec);
+		fail_started_attempt(&rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
+							 psprintf("The process running attempt %d ended before recording its outcome.",
+									  rec.attempts));
+	}
 	if (found)
 	{
 		if (answer_from_store(&rec, fingerprint))
