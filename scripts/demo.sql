@@ -14,6 +14,26 @@ CREATE TABLE orders (
     amount   numeric NOT NULL,
     status   text NOT NULL DEFAULT 'new'
 );
+\echo '    A helper for this demo only: wait (at most 30 s) until a step has made n attempts and is not'
+\echo '    running one. The background worker runs due attempts by itself; the demo waits for it.'
+CREATE FUNCTION demo_wait(p_run_id text, p_step_id text, n int) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    deadline timestamptz := clock_timestamp() + interval '30 seconds';
+BEGIN
+    LOOP
+        IF EXISTS (SELECT FROM ds_steps
+                    WHERE run_id = p_run_id AND step_id = p_step_id
+                      AND attempt >= n AND status <> 'running') THEN
+            RETURN format('attempt %s of %s/%s has run', n, p_run_id, p_step_id);
+        END IF;
+        IF clock_timestamp() > deadline THEN
+            RETURN 'no attempt after 30 s: is the background worker running?';
+        END IF;
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+END
+$$;
 
 \echo
 \echo '=== (a) A step that succeeds, then the same call again: the stored result is replayed ==='
@@ -69,17 +89,18 @@ SELECT status, attempt, replayed, next_attempt_at::timestamptz(0) AS next_attemp
   FROM ds_run_step('order:42', 'fraud-check', 'SELECT call_gateway(($1->>''id'')::int)',
                    input => '{"id": 42}',
                    policy => ds_retry_policy(max_attempts => 3, initial_delay => '2 seconds'));
-\echo '    Wait until it is due. (Normally the background worker runs due attempts; a call on a due'
-\echo '    step runs the attempt itself.) The gateway is still down: attempt 2 fails, next delay 4 s.'
-SELECT pg_sleep(2.2);
-SELECT status, attempt, error_message, (next_attempt_at - now())::interval(0) AS due_in
+\echo '    Nobody has to call again: when the attempt is due, the background worker runs it. The gateway'
+\echo '    is still down, so attempt 2 fails too and the next delay is 4 s. Asking again afterwards'
+\echo '    answers from the store (replayed = t). (Had no worker run it, this call would run it itself.)'
+SELECT demo_wait('order:42', 'fraud-check', 2);
+SELECT status, attempt, replayed, error_message, (next_attempt_at - now())::interval(0) AS due_in
   FROM ds_run_step('order:42', 'fraud-check', 'SELECT call_gateway(($1->>''id'')::int)',
                    input => '{"id": 42}',
                    policy => ds_retry_policy(max_attempts => 3, initial_delay => '2 seconds'));
-\echo '    The gateway comes back; attempt 3 succeeds.'
+\echo '    The gateway comes back; attempt 3, again run by the worker, succeeds.'
 UPDATE gateway SET up = true;
-SELECT pg_sleep(4.2);
-SELECT status, attempt, result
+SELECT demo_wait('order:42', 'fraud-check', 3);
+SELECT status, attempt, replayed, result
   FROM ds_run_step('order:42', 'fraud-check', 'SELECT call_gateway(($1->>''id'')::int)',
                    input => '{"id": 42}',
                    policy => ds_retry_policy(max_attempts => 3, initial_delay => '2 seconds'));
@@ -115,7 +136,9 @@ SELECT status, attempt, replayed, remediation
 SELECT status, attempt, max_attempts, next_attempt_at <= clock_timestamp() AS due_now
   FROM ds_retry_step('order:42', 'charge-card',
                      input => '{"order_id": 42, "last4": "1881", "expires": "2099-12-31"}');
-\echo '    ... and the next call with that input executes it: attempt 2 succeeds.'
+\echo '    ... so the worker runs it at once with the new card: attempt 2 succeeds. A call with the'
+\echo '    corrected input returns that result (or, had nothing run it yet, runs it).'
+SELECT demo_wait('order:42', 'charge-card', 2);
 SELECT status, attempt, replayed, result
   FROM ds_run_step('order:42', 'charge-card', 'SELECT charge_card($1)',
                    input => '{"order_id": 42, "last4": "1881", "expires": "2099-12-31"}');
@@ -164,7 +187,8 @@ SELECT status, result
 
 \echo
 \echo '=== (f) The history: every attempt, and the current state of every step ==='
-SELECT run_id, step_id, attempt, class, error_code, error_message, attempt_key,
+\echo '    executor: caller = ran inside the ds_run_step call, worker = ran by the background worker.'
+SELECT run_id, step_id, attempt, class, error_code, error_message, attempt_key, executor,
        started_at::time(3) AS started, duration
   FROM ds_attempts
  ORDER BY started_at, attempt;
