@@ -7,8 +7,8 @@
 #   ds_make_workdir       copy the source tree (tracked + untracked non-ignored files, no .git)
 #                         into a fresh temporary directory owned by the user that runs the tests
 #   ds_build_install DIR  `make` in DIR as that user, then `make install` as root
-#   ds_as_runner CMD...   run CMD as that user: `postgres` when we are root (initdb refuses
-#                         root), the current user otherwise
+#   ds_as_runner_in DIR CMD...  run CMD in DIR as that user: `postgres` when we are root (initdb
+#                         refuses root), the current user otherwise
 #
 # Nothing here builds in, or writes to, the source tree itself.
 
