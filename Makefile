@@ -31,7 +31,8 @@ REGRESS = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
 # pg_regress starts its own private instance with the library preloaded (test/regress.conf),
 # so `make installcheck` needs no running server; it must run as a non-root user (initdb).
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=durable_steps \
-	--temp-instance=test/tmp_instance --temp-config=test/regress.conf
+	--temp-instance=test/tmp_instance --temp-config=test/regress.conf \
+	--encoding=UTF8 --no-locale
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 

@@ -204,11 +204,15 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
     SELECT a.run_id, a.step_id, a.attempt, a.class, a.error_code, a.error_message,
            a.error_detail, a.claimed_at, a.started_at, a.finished_at,
            a.finished_at OPERATOR(pg_catalog.-) a.started_at AS duration,
-           a.run_id OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.step_id AS idempotency_key,
-           a.run_id OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.step_id
-               OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.attempt::text AS attempt_key,
+           k.idempotency_key,
+           k.idempotency_key OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.attempt::text AS attempt_key,
            a.executor, a.backend_pid, a.role::pg_catalog.regrole AS role
-      FROM durable_steps.attempts a
+      FROM durable_steps.attempts a,
+           -- the keys ds_idempotency_key() and ds_attempt_key() handed to the attempt
+           LATERAL (SELECT pg_catalog.replace(pg_catalog.replace(a.run_id, '\', '\\'), ':', '\:')
+                           OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||)
+                           pg_catalog.replace(pg_catalog.replace(a.step_id, '\', '\\'), ':', '\:')
+                           AS idempotency_key) k
      WHERE pg_catalog.pg_has_role(a.role, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
 

@@ -22,10 +22,12 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "key.h"
+
 PG_FUNCTION_INFO_V1(ds_key);
 
-static void
-append_escaped(StringInfo buf, const char *s, int len)
+void
+append_escaped_key_part(StringInfo buf, const char *s, int len)
 {
 	for (int i = 0; i < len; i++)
 	{
@@ -188,7 +190,7 @@ append_part(StringInfo buf, Datum value, Oid type, int position)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ds_key part %d is empty", position),
 				 errdetail("An empty part would make a key that names no business fact.")));
-	append_escaped(buf, rendered, len);
+	append_escaped_key_part(buf, rendered, len);
 }
 
 Datum

@@ -9,10 +9,12 @@
 
 #include "access/xact.h"
 #include "fmgr.h"
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
 #include "ds_errcodes.h"
+#include "key.h"
 #include "step_context.h"
 
 #define MAX_STEP_NESTING 64
@@ -98,21 +100,39 @@ current_context(const char *function)
 	return &stack[depth - 1];
 }
 
+/*
+ * <run_id>:<step_id>, each part escaped as ds_key() escapes it: run ('a:b', 'c') and run
+ * ('a', 'b:c') must not hand the same idempotency key to a provider.
+ */
+static void
+append_identity(StringInfo buf, const StepContext *ctx)
+{
+	append_escaped_key_part(buf, ctx->run_id, strlen(ctx->run_id));
+	appendStringInfoChar(buf, ':');
+	append_escaped_key_part(buf, ctx->step_id, strlen(ctx->step_id));
+}
+
 Datum
 ds_idempotency_key(PG_FUNCTION_ARGS)
 {
 	StepContext *ctx = current_context("ds_idempotency_key");
+	StringInfoData buf;
 
-	PG_RETURN_TEXT_P(cstring_to_text(psprintf("%s:%s", ctx->run_id, ctx->step_id)));
+	initStringInfo(&buf);
+	append_identity(&buf, ctx);
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(buf.data, buf.len));
 }
 
 Datum
 ds_attempt_key(PG_FUNCTION_ARGS)
 {
 	StepContext *ctx = current_context("ds_attempt_key");
+	StringInfoData buf;
 
-	PG_RETURN_TEXT_P(cstring_to_text(psprintf("%s:%s:%d", ctx->run_id, ctx->step_id,
-											  ctx->attempt)));
+	initStringInfo(&buf);
+	append_identity(&buf, ctx);
+	appendStringInfo(&buf, ":%d", ctx->attempt);
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(buf.data, buf.len));
 }
 
 Datum

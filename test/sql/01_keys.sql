@@ -77,5 +77,12 @@ SELECT result FROM ds_run_step('keys-1', 'context',
 SELECT run_id, step_id, result
   FROM ds_run_step(ds_key('order', 42), ds_key('charge', 'card:1'),
                    $$SELECT ds_idempotency_key()$$);
+-- identities that join to the same text still get distinct idempotency and attempt keys
+SELECT run_id, step_id, result
+  FROM ds_run_step('a:b', 'c', $$SELECT ds_idempotency_key() || ' ' || ds_attempt_key()$$);
+SELECT run_id, step_id, result
+  FROM ds_run_step('a', 'b:c', $$SELECT ds_idempotency_key() || ' ' || ds_attempt_key()$$);
+SELECT run_id, step_id, idempotency_key, attempt_key FROM ds_attempts
+ WHERE run_id IN ('a:b', 'a') ORDER BY run_id;
 RESET timezone;
 RESET datestyle;
