@@ -281,7 +281,12 @@ ds_executor_main(Datum arg)
 				int			usecs;
 
 				TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
-				sleep_ms = Min(sleep_ms, secs * 1000 + (usecs + 999) / 1000);
+				/*
+				 * A step that is due but was not claimed is locked by a transaction running it
+				 * (a synchronous caller); its commit wakes us if it leaves work. Never spin.
+				 */
+				sleep_ms = Max(Min(sleep_ms, secs * 1000 + (usecs + 999) / 1000),
+							   Min(poll_interval_ms, 25));
 			}
 		}
 
