@@ -285,8 +285,9 @@ ds_executor_main(Datum arg)
 				 * A step that is due but was not claimed is locked by a transaction running it
 				 * (a synchronous caller); its commit wakes us if it leaves work. Never spin.
 				 */
-				sleep_ms = Max(Min(sleep_ms, secs * 1000 + (usecs + 999) / 1000),
-							   Min(poll_interval_ms, 25));
+				long		until_due = secs * 1000 + (usecs + 999) / 1000;
+
+				sleep_ms = until_due > 0 ? Min(sleep_ms, until_due) : Min(sleep_ms, 25);
 			}
 		}
 
