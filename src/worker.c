@@ -279,14 +279,15 @@ ds_executor_main(Datum arg)
 			{
 				long		secs;
 				int			usecs;
+				long		until_due;
 
 				TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
+				until_due = secs * 1000 + (usecs + 999) / 1000;
+
 				/*
 				 * A step that is due but was not claimed is locked by a transaction running it
 				 * (a synchronous caller); its commit wakes us if it leaves work. Never spin.
 				 */
-				long		until_due = secs * 1000 + (usecs + 999) / 1000;
-
 				sleep_ms = until_due > 0 ? Min(sleep_ms, until_due) : Min(sleep_ms, 25);
 			}
 		}
