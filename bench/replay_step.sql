@@ -1,0 +1,7 @@
+-- Replay of a completed step: ds_run_step on step bench/s<n>, which succeeded before the run
+-- with the same SQL and input, so the call answers from durable_steps.steps (replayed = true)
+-- without running the body. Compare with replay_bare.sql.
+-- Run by bench/run_step_bench.sh with -D nrows=<rows>.
+\set id random(1, :nrows)
+SELECT ds_unwrap(ds_run_step('bench', 's' || :id::int, 'SELECT $1',
+                             jsonb_build_object('id', :id::int)));
