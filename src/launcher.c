@@ -40,6 +40,10 @@ launcher_init_module(void)
 {
 	BackgroundWorker worker;
 
+	/* postmaster settings can only be defined while the postmaster loads the library */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
 	DefineCustomStringVariable("durable_steps.database",
 							   "Database whose durable steps the background worker runs.",
 							   NULL,
@@ -59,7 +63,7 @@ launcher_init_module(void)
 							0,
 							NULL, NULL, NULL);
 
-	if (!process_shared_preload_libraries_in_progress || ds_max_workers == 0)
+	if (ds_max_workers == 0)
 		return;
 
 	memset(&worker, 0, sizeof(worker));

@@ -162,12 +162,15 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "running step query failed: %s", SPI_result_code_string(rc));
 	n_running = SPI_processed;
-	run_ids = palloc(sizeof(char *) * Max(n_running, 1));
-	step_ids = palloc(sizeof(char *) * Max(n_running, 1));
+	/* copied out of SPI's memory, which SPI_finish() releases */
+	run_ids = MemoryContextAlloc(cxt, sizeof(char *) * Max(n_running, 1));
+	step_ids = MemoryContextAlloc(cxt, sizeof(char *) * Max(n_running, 1));
 	for (uint64 i = 0; i < n_running; i++)
 	{
-		run_ids[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		step_ids[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		run_ids[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
+														   SPI_tuptable->tupdesc, 1));
+		step_ids[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 2));
 	}
 	SPI_finish();
 
