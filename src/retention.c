@@ -14,6 +14,7 @@
 
 #include "policy.h"
 #include "retention.h"
+#include "step_store.h"
 
 /* seconds; 0 keeps everything */
 static int	retention_seconds = 7 * 24 * 3600;
@@ -55,25 +56,10 @@ retention_purge_done_reset(void)
 	last_purge = 0;
 }
 
-static SPIPlanPtr
-kept(SPIPlanPtr *slot, const char *sql)
-{
-	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
-
-	if (*slot == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare(sql, 2, types);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare \"%s\"", sql);
-		*slot = plan;
-	}
-	return *slot;
-}
-
 int
 retention_purge_batch(void)
 {
+	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
 	Datum		args[2];
 	int			deleted = 0;
 	int			rc;
@@ -82,7 +68,7 @@ retention_purge_batch(void)
 	args[1] = Int32GetDatum(RETENTION_BATCH);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	rc = SPI_execute_plan(kept(&purge_steps_plan,
+	rc = SPI_execute_plan(prepare_kept(&purge_steps_plan,
 							   "WITH gone AS ("
 							   " DELETE FROM durable_steps.steps WHERE ctid IN ("
 							   "  SELECT ctid FROM durable_steps.steps"
@@ -92,19 +78,19 @@ retention_purge_batch(void)
 							   "attempts AS ("
 							   " DELETE FROM durable_steps.attempts a USING gone"
 							   " WHERE a.run_id = gone.run_id AND a.step_id = gone.step_id) "
-							   "SELECT count(*)::int4 FROM gone"),
+							   "SELECT count(*)::int4 FROM gone", 2, types),
 						  args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "purging steps failed: %s", SPI_result_code_string(rc));
 	deleted += DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 										   &(bool) {false}));
-	rc = SPI_execute_plan(kept(&purge_runs_plan,
+	rc = SPI_execute_plan(prepare_kept(&purge_runs_plan,
 							   "WITH gone AS ("
 							   " DELETE FROM durable_steps.runs WHERE ctid IN ("
 							   "  SELECT ctid FROM durable_steps.runs"
 							   "  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
 							   "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
-							   "SELECT count(*)::int4 FROM gone"),
+							   "SELECT count(*)::int4 FROM gone", 2, types),
 						  args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "purging runs failed: %s", SPI_result_code_string(rc));

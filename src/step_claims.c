@@ -25,20 +25,6 @@ static SPIPlanPtr mark_running_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr next_due_plan = NULL;
 
-static SPIPlanPtr
-kept_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types)
-{
-	if (*slot == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
-		*slot = plan;
-	}
-	return *slot;
-}
-
 static ArrayType *
 text_array(char **items, int n)
 {
@@ -67,7 +53,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	args[0] = Int32GetDatum(limit);
-	rc = SPI_execute_plan(kept_plan(&due_plan,
+	rc = SPI_execute_plan(prepare_kept(&due_plan,
 									"SELECT run_id, step_id FROM durable_steps.steps "
 									"WHERE status IN ('pending', 'retrying') "
 									"AND next_attempt_at <= clock_timestamp() "
@@ -105,7 +91,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 		args[1] = PointerGetDatum(text_array(step_ids, n_locked));
 		args[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 		args[3] = Int32GetDatum(MyProcPid);
-		rc = SPI_execute_plan(kept_plan(&mark_running_plan,
+		rc = SPI_execute_plan(prepare_kept(&mark_running_plan,
 										"WITH claimed AS ("
 										" UPDATE durable_steps.steps s SET status = 'running',"
 										"  attempts = s.attempts + 1, updated_at = $3,"
@@ -154,7 +140,7 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	args[0] = Int32GetDatum(limit);
-	rc = SPI_execute_plan(kept_plan(&running_plan,
+	rc = SPI_execute_plan(prepare_kept(&running_plan,
 									"SELECT run_id, step_id FROM durable_steps.steps "
 									"WHERE status = 'running' ORDER BY lease_expires_at "
 									"LIMIT $1 FOR UPDATE SKIP LOCKED", 1, types),
@@ -208,7 +194,7 @@ next_due_time(void)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	rc = SPI_execute_plan(kept_plan(&next_due_plan,
+	rc = SPI_execute_plan(prepare_kept(&next_due_plan,
 									"SELECT min(next_attempt_at) FROM durable_steps.steps "
 									"WHERE status IN ('pending', 'retrying')", 0, NULL),
 						  NULL, NULL, true, 1);

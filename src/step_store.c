@@ -94,7 +94,7 @@ store_end(StoreSession *s)
 	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
 }
 
-static SPIPlanPtr
+SPIPlanPtr
 prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
 {
 	if (*slot == NULL)
@@ -357,29 +357,20 @@ store_update_step(const StepRecord *rec)
 	store_end(&s);
 }
 
-void
-store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o,
-					 const char *executor)
-{
-	static Oid	types[12] = {
-		TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, OIDOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID
-	};
-	StoreSession s;
-	SPIPlanPtr	plan;
-	Datum		v[12];
-	char		n[12];
-	bool		failed = o->cls != ATTEMPT_COMPLETED;
-	int			rc;
+/*
+ * $1..$9 of both attempt statements: identity, number, class, error, finish and start times.
+ */
+#define ATTEMPT_NPARAMS 9
+static Oid	attempt_param_types[ATTEMPT_NPARAMS] = {
+	TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID
+};
 
-	store_begin(&s);
-	plan = prepare_kept(&attempt_plan,
-						"INSERT INTO durable_steps.attempts (run_id, step_id, attempt, class, "
-						"error_code, error_message, error_detail, executor, backend_pid, role, "
-						"claimed_at, started_at, finished_at) "
-						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12)",
-						12, types);
-	memset(n, ' ', sizeof(n));
+static void
+attempt_to_params(const StepRecord *rec, int attempt, const AttemptOutcome *o, Datum *v, char *n)
+{
+	bool		failed = o->cls != ATTEMPT_COMPLETED;
+
+	memset(n, ' ', ATTEMPT_NPARAMS);
 	v[0] = CStringGetTextDatum(rec->run_id);
 	v[1] = CStringGetTextDatum(rec->step_id);
 	v[2] = Int32GetDatum(attempt);
@@ -387,11 +378,37 @@ store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o
 	v[4] = text_or_null(failed ? unpack_sql_state(o->sqlerrcode) : NULL, &n[4]);
 	v[5] = text_or_null(failed ? o->message : NULL, &n[5]);
 	v[6] = text_or_null(failed ? o->detail : NULL, &n[6]);
-	v[7] = CStringGetTextDatum(executor);
-	v[8] = Int32GetDatum(MyProcPid);
-	v[9] = ObjectIdGetDatum(rec->owner);
-	v[10] = TimestampTzGetDatum(o->started_at);
-	v[11] = timestamptz_or_null(o->finished_at, &n[11]);
+	v[7] = timestamptz_or_null(o->finished_at, &n[7]);
+	v[8] = TimestampTzGetDatum(o->started_at);
+}
+
+void
+store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o,
+					 const char *executor)
+{
+	Oid			types[ATTEMPT_NPARAMS + 3];
+	StoreSession s;
+	SPIPlanPtr	plan;
+	Datum		v[ATTEMPT_NPARAMS + 3];
+	char		n[ATTEMPT_NPARAMS + 3];
+	int			rc;
+
+	memcpy(types, attempt_param_types, sizeof(attempt_param_types));
+	types[ATTEMPT_NPARAMS] = TEXTOID;
+	types[ATTEMPT_NPARAMS + 1] = INT4OID;
+	types[ATTEMPT_NPARAMS + 2] = OIDOID;
+	store_begin(&s);
+	plan = prepare_kept(&attempt_plan,
+						"INSERT INTO durable_steps.attempts (run_id, step_id, attempt, class, "
+						"error_code, error_message, error_detail, finished_at, started_at, "
+						"claimed_at, executor, backend_pid, role) "
+						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12)",
+						ATTEMPT_NPARAMS + 3, types);
+	attempt_to_params(rec, attempt, o, v, n);
+	v[ATTEMPT_NPARAMS] = CStringGetTextDatum(executor);
+	v[ATTEMPT_NPARAMS + 1] = Int32GetDatum(MyProcPid);
+	v[ATTEMPT_NPARAMS + 2] = ObjectIdGetDatum(rec->owner);
+	n[ATTEMPT_NPARAMS] = n[ATTEMPT_NPARAMS + 1] = n[ATTEMPT_NPARAMS + 2] = ' ';
 	rc = SPI_execute_plan(plan, v, n, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "attempt insert failed: %s", SPI_result_code_string(rc));
@@ -401,15 +418,10 @@ store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o
 void
 store_finish_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
-	static Oid	types[9] = {
-		TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID,
-		TIMESTAMPTZOID
-	};
 	StoreSession s;
 	SPIPlanPtr	plan;
-	Datum		v[9];
-	char		n[9];
-	bool		failed = o->cls != ATTEMPT_COMPLETED;
+	Datum		v[ATTEMPT_NPARAMS];
+	char		n[ATTEMPT_NPARAMS];
 	int			rc;
 
 	store_begin(&s);
@@ -417,17 +429,8 @@ store_finish_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o
 						"UPDATE durable_steps.attempts SET class = $4, error_code = $5, "
 						"error_message = $6, error_detail = $7, finished_at = $8, started_at = $9"
 						STEP_KEY_WHERE " AND attempt OPERATOR(pg_catalog.=) $3",
-						9, types);
-	memset(n, ' ', sizeof(n));
-	v[0] = CStringGetTextDatum(rec->run_id);
-	v[1] = CStringGetTextDatum(rec->step_id);
-	v[2] = Int32GetDatum(attempt);
-	v[3] = CStringGetTextDatum(attempt_class_name(o->cls));
-	v[4] = text_or_null(failed ? unpack_sql_state(o->sqlerrcode) : NULL, &n[4]);
-	v[5] = text_or_null(failed ? o->message : NULL, &n[5]);
-	v[6] = text_or_null(failed ? o->detail : NULL, &n[6]);
-	v[7] = TimestampTzGetDatum(o->finished_at);
-	v[8] = TimestampTzGetDatum(o->started_at);
+						ATTEMPT_NPARAMS, attempt_param_types);
+	attempt_to_params(rec, attempt, o, v, n);
 	rc = SPI_execute_plan(plan, v, n, false, 0);
 	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
 		elog(ERROR, "attempt %d of step %s/%s was not recorded as started", attempt,

@@ -5,6 +5,7 @@
 #define DS_STEP_STORE_H
 
 #include "compat.h"
+#include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
@@ -57,6 +58,9 @@ extern void store_finish_attempt(const StepRecord *rec, int attempt,
 								 const AttemptOutcome *outcome);
 /* The default policy of run `run_id`, or NULL when there is no such run or it sets none. */
 extern Jsonb *store_run_policy(const char *run_id);
+
+/* The saved plan in *slot, prepared (and kept for the backend's life) on first use. */
+extern SPIPlanPtr prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);
 
 /* Can the current user see and act on steps owned by `owner`? */
 extern bool store_may_access(Oid owner);
