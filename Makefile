@@ -14,6 +14,7 @@ OBJS = \
 	src/step_context.o \
 	src/step_exec.o \
 	src/step_lock.o \
+	src/step_probe.o \
 	src/step_store.o \
 	src/worker.o \
 	src/worker_wakeup.o

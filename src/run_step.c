@@ -9,6 +9,7 @@
 #include "compat.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "common/cryptohash.h"
 #include "common/sha2.h"
@@ -18,6 +19,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "classify.h"
@@ -26,6 +28,7 @@
 #include "step_attempt.h"
 #include "step_context.h"
 #include "step_lock.h"
+#include "step_probe.h"
 #include "step_store.h"
 #include "worker_wakeup.h"
 
@@ -115,6 +118,13 @@ step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec, bool replayed)
 #undef TEXT_OR_NULL
 	values[12] = BoolGetDatum(replayed);
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+}
+
+/* The statement's snapshot: rows committed since are found again under the lock. */
+static Snapshot
+statement_snapshot(void)
+{
+	return ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
 }
 
 static void
@@ -237,7 +247,9 @@ ds_run_step(PG_FUNCTION_ARGS)
 
 	fingerprint = step_fingerprint(sql, input);
 
-	if (store_lookup_step(run_id, step_id, false, &rec) && answer_from_store(&rec, fingerprint))
+	/* the common case, a replay: answered from the row without any lock */
+	if (probe_step(run_id, step_id, statement_snapshot(), &rec) &&
+		answer_from_store(&rec, fingerprint))
 		PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, true));
 
 	if (!step_lock_acquire(run_id, step_id, nowait))
@@ -246,8 +258,20 @@ ds_run_step(PG_FUNCTION_ARGS)
 				 errmsg("step %s/%s is in progress in another transaction", run_id, step_id),
 				 errhint("Retry after a moment, or call without nowait to wait for it.")));
 
-	/* under the lock, a fresh snapshot sees whatever the previous holder committed */
-	found = store_lookup_step(run_id, step_id, true, &rec);
+	/*
+	 * Under the lock, the latest snapshot sees whatever the previous holder committed. Most
+	 * often there is nothing: a new step, inserted without reading the row again.
+	 */
+	found = probe_step(run_id, step_id, GetLatestSnapshot(), &rec);
+	if (found && IsolationUsesXactSnapshot() &&
+		!probe_step(run_id, step_id, GetTransactionSnapshot(), &rec))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent creation of step %s/%s",
+						run_id, step_id),
+				 errhint("Retry the transaction.")));
+	if (found)
+		found = store_lock_step(run_id, step_id, &rec);
 	if (found && strcmp(rec.status, "running") == 0 && strcmp(rec.fingerprint, fingerprint) == 0)
 	{
 		/*
@@ -270,7 +294,7 @@ ds_run_step(PG_FUNCTION_ARGS)
 		RetryPolicy resolved;
 		TimestampTz now = GetCurrentTimestamp();
 
-		policy_resolve(store_run_policy(run_id), policy_arg, &resolved);
+		policy_resolve(probe_run_policy(run_id), policy_arg, &resolved);
 		memset(&rec, 0, sizeof(rec));
 		rec.run_id = run_id;
 		rec.step_id = step_id;
@@ -303,7 +327,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	StepRecord	rec;
 
 	(void) step_lock_acquire(run_id, step_id, false);
-	if (!store_lookup_step(run_id, step_id, true, &rec))
+	if (!store_lock_step(run_id, step_id, &rec))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
 				 errmsg("step %s/%s does not exist", run_id, step_id)));

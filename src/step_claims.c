@@ -171,7 +171,7 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 		(*recovered)[n].run_id = MemoryContextStrdup(cxt, run_ids[i]);
 		(*recovered)[n].step_id = MemoryContextStrdup(cxt, step_ids[i]);
 		n++;
-		if (!store_lookup_step(run_ids[i], step_ids[i], true, &rec) ||
+		if (!store_lock_step(run_ids[i], step_ids[i], &rec) ||
 			strcmp(rec.status, "running") != 0)
 			continue;
 		(*recovered)[n - 1].attempt = rec.attempts;

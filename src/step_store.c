@@ -19,6 +19,7 @@
 #include "utils/syscache.h"
 
 #include "policy.h"
+#include "step_probe.h"
 #include "step_store.h"
 
 #define STEP_COLUMNS \
@@ -39,12 +40,10 @@ static Oid	step_param_types[STEP_NPARAMS] = {
 	TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID
 };
 
-static SPIPlanPtr lookup_plan = NULL;
-static SPIPlanPtr lookup_for_update_plan = NULL;
+static SPIPlanPtr lock_plan = NULL;
 static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr update_plan = NULL;
 static SPIPlanPtr attempt_plan = NULL;
-static SPIPlanPtr run_policy_plan = NULL;
 static SPIPlanPtr finish_attempt_plan = NULL;
 
 typedef struct StoreSession
@@ -54,31 +53,10 @@ typedef struct StoreSession
 	MemoryContext caller_cxt;
 } StoreSession;
 
-static Oid
-tables_owner(void)
-{
-	Oid			nsp = get_namespace_oid("durable_steps", true);
-	Oid			relid = OidIsValid(nsp) ? get_relname_relid("steps", nsp) : InvalidOid;
-	HeapTuple	tuple;
-	Oid			owner;
-
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("extension \"durable_steps\" is not installed in this database"),
-				 errhint("Run CREATE EXTENSION durable_steps.")));
-	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-	return owner;
-}
-
 static void
 store_begin(StoreSession *s)
 {
-	Oid			owner = tables_owner();
+	Oid			owner = store_relations()->owner;
 
 	s->caller_cxt = CurrentMemoryContext;
 	GetUserIdAndSecContext(&s->save_userid, &s->save_sec_context);
@@ -184,7 +162,7 @@ get_timestamptz(HeapTuple tup, TupleDesc td, int col)
 }
 
 bool
-store_lookup_step(const char *run_id, const char *step_id, bool for_update, StepRecord *out)
+store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
 {
 	static Oid	key_types[2] = {TEXTOID, TEXTOID};
 	StoreSession s;
@@ -194,14 +172,9 @@ store_lookup_step(const char *run_id, const char *step_id, bool for_update, Step
 	bool		found = false;
 
 	store_begin(&s);
-	if (for_update)
-		plan = prepare_kept(&lookup_for_update_plan,
-							"SELECT " STEP_COLUMNS " FROM durable_steps.steps" STEP_KEY_WHERE
-							" FOR UPDATE", 2, key_types);
-	else
-		plan = prepare_kept(&lookup_plan,
-							"SELECT " STEP_COLUMNS " FROM durable_steps.steps" STEP_KEY_WHERE,
-							2, key_types);
+	plan = prepare_kept(&lock_plan,
+						"SELECT " STEP_COLUMNS " FROM durable_steps.steps" STEP_KEY_WHERE
+						" FOR UPDATE", 2, key_types);
 	values[0] = CStringGetTextDatum(run_id);
 	values[1] = CStringGetTextDatum(step_id);
 	rc = SPI_execute_plan(plan, values, NULL, false, 1);
@@ -436,28 +409,4 @@ store_finish_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o
 		elog(ERROR, "attempt %d of step %s/%s was not recorded as started", attempt,
 			 rec->run_id, rec->step_id);
 	store_end(&s);
-}
-
-Jsonb *
-store_run_policy(const char *run_id)
-{
-	static Oid	types[1] = {TEXTOID};
-	StoreSession s;
-	SPIPlanPtr	plan;
-	Datum		v[1];
-	Jsonb	   *policy = NULL;
-	int			rc;
-
-	store_begin(&s);
-	plan = prepare_kept(&run_policy_plan,
-						"SELECT policy FROM durable_steps.runs "
-						"WHERE run_id OPERATOR(pg_catalog.=) $1", 1, types);
-	v[0] = CStringGetTextDatum(run_id);
-	rc = SPI_execute_plan(plan, v, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "run lookup failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 1)
-		policy = get_varlena(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, s.caller_cxt);
-	store_end(&s);
-	return policy;
 }

@@ -46,9 +46,8 @@ typedef struct StepRecord
 	TimestampTz finished_at;	/* 0 = NULL */
 } StepRecord;
 
-/* Returns false when there is no such step. for_update locks the row for the transaction. */
-extern bool store_lookup_step(const char *run_id, const char *step_id, bool for_update,
-							  StepRecord *out);
+/* Read the whole step and lock its row for the transaction; false when there is no such step. */
+extern bool store_lock_step(const char *run_id, const char *step_id, StepRecord *out);
 extern void store_insert_step(const StepRecord *rec);
 extern void store_update_step(const StepRecord *rec);
 extern void store_insert_attempt(const StepRecord *rec, int attempt,
@@ -56,8 +55,6 @@ extern void store_insert_attempt(const StepRecord *rec, int attempt,
 /* Record the outcome of an attempt the worker committed as started. */
 extern void store_finish_attempt(const StepRecord *rec, int attempt,
 								 const AttemptOutcome *outcome);
-/* The default policy of run `run_id`, or NULL when there is no such run or it sets none. */
-extern Jsonb *store_run_policy(const char *run_id);
 
 /* The saved plan in *slot, prepared (and kept for the backend's life) on first use. */
 extern SPIPlanPtr prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);

@@ -149,7 +149,7 @@ run_claimed_attempt(const ClaimedStep *claim)
 {
 	StepRecord	rec;
 
-	if (!store_lookup_step(claim->run_id, claim->step_id, true, &rec) ||
+	if (!store_lock_step(claim->run_id, claim->step_id, &rec) ||
 		strcmp(rec.status, "running") != 0 || rec.attempts != claim->attempt)
 		return;					/* purged or settled meanwhile: nothing to run */
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(rec.owner)))

@@ -1,0 +1,215 @@
+/*
+ * step_probe.c -- a step's state read straight through durable_steps.steps_pkey.
+ *
+ * Replays are the hot path of ds_run_step: a completed step answers every later call. Going
+ * through SPI for that answer costs a plan-cache check, an executor start and a copy of every
+ * column; an index probe that deforms the one heap tuple and copies only the answer's columns
+ * costs a fraction of it. Writes and locked reads stay on SPI (step_store.c), where FOR UPDATE
+ * and constraint checking come for free.
+ *
+ * No permission checks apply here: the functions that call these act for the caller on rows
+ * they then check ownership of (store_may_access), exactly as the SPI path does as the owner.
+ */
+#include "compat.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "executor/tuptable.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "step_probe.h"
+
+/* attribute numbers of the columns an answer reads, in durable_steps.steps */
+typedef enum AnswerColumn
+{
+	COL_STATUS,
+	COL_FINGERPRINT,
+	COL_OWNER,
+	COL_RESULT,
+	COL_ATTEMPTS,
+	COL_ATTEMPT_BASE,
+	COL_MAX_ATTEMPTS,
+	COL_NEXT_ATTEMPT_AT,
+	COL_ERROR_CLASS,
+	COL_ERROR_CODE,
+	COL_ERROR_MESSAGE,
+	COL_ERROR_DETAIL,
+	COL_REMEDIATION,
+	COL_KIND,
+	N_ANSWER_COLUMNS
+} AnswerColumn;
+
+static const char *const answer_column_names[N_ANSWER_COLUMNS] = {
+	"status", "fingerprint", "owner", "result", "attempts", "attempt_base", "max_attempts",
+	"next_attempt_at", "error_class", "error_code", "error_message", "error_detail",
+	"remediation", "kind"
+};
+
+static bool relations_valid = false;
+static bool callback_registered = false;
+static StoreRelations relations;
+static AttrNumber answer_attnums[N_ANSWER_COLUMNS];
+static AttrNumber runs_policy_attnum;
+
+static void
+forget_relations(Datum arg, Oid relid)
+{
+	relations_valid = false;
+}
+
+const StoreRelations *
+store_relations(void)
+{
+	Oid			nsp;
+	HeapTuple	tuple;
+
+	if (relations_valid)
+		return &relations;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(forget_relations, (Datum) 0);
+		callback_registered = true;
+	}
+	nsp = get_namespace_oid("durable_steps", true);
+	relations.steps = OidIsValid(nsp) ? get_relname_relid("steps", nsp) : InvalidOid;
+	relations.steps_pkey = OidIsValid(nsp) ? get_relname_relid("steps_pkey", nsp) : InvalidOid;
+	relations.runs = OidIsValid(nsp) ? get_relname_relid("runs", nsp) : InvalidOid;
+	relations.runs_pkey = OidIsValid(nsp) ? get_relname_relid("runs_pkey", nsp) : InvalidOid;
+	if (!OidIsValid(relations.steps) || !OidIsValid(relations.steps_pkey) ||
+		!OidIsValid(relations.runs) || !OidIsValid(relations.runs_pkey))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("extension \"durable_steps\" is not installed in this database"),
+				 errhint("Run CREATE EXTENSION durable_steps.")));
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relations.steps));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relations.steps);
+	relations.owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	for (int i = 0; i < N_ANSWER_COLUMNS; i++)
+	{
+		answer_attnums[i] = get_attnum(relations.steps, answer_column_names[i]);
+		if (answer_attnums[i] == InvalidAttrNumber)
+			elog(ERROR, "durable_steps.steps has no column \"%s\"", answer_column_names[i]);
+	}
+	runs_policy_attnum = get_attnum(relations.runs, "policy");
+	relations_valid = true;
+	return &relations;
+}
+
+/*
+ * Find the row whose primary key equals `keys`, as `snapshot` sees it; on success the slot
+ * holds it with every attribute deformed. The caller drops the slot and closes the relations.
+ */
+static bool
+probe_primary_key(Relation rel, Relation index, const char *const *keys, int nkeys,
+				  Snapshot snapshot, TupleTableSlot *slot)
+{
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	bool		found;
+
+	Assert(nkeys <= 2);
+	for (int i = 0; i < nkeys; i++)
+		/* the index's own collation: a btree is searched in the order it was built in */
+		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber, InvalidOid,
+							   index->rd_indcollation[i], F_TEXTEQ,
+							   CStringGetTextDatum(keys[i]));
+	scan = index_beginscan(rel, index, snapshot, nkeys, 0);
+	index_rescan(scan, skey, nkeys, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found)
+		slot_getallattrs(slot);
+	index_endscan(scan);
+	return found;
+}
+
+static char *
+slot_text(TupleTableSlot *slot, AnswerColumn col)
+{
+	AttrNumber	att = answer_attnums[col];
+
+	return slot->tts_isnull[att - 1] ? NULL : TextDatumGetCString(slot->tts_values[att - 1]);
+}
+
+static Datum
+slot_datum(TupleTableSlot *slot, AnswerColumn col, bool *isnull)
+{
+	AttrNumber	att = answer_attnums[col];
+
+	*isnull = slot->tts_isnull[att - 1];
+	return slot->tts_values[att - 1];
+}
+
+bool
+probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecord *out)
+{
+	const StoreRelations *r = store_relations();
+	const char *keys[2] = {run_id, step_id};
+	Relation	rel = table_open(r->steps, AccessShareLock);
+	Relation	index = index_open(r->steps_pkey, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	bool		found = probe_primary_key(rel, index, keys, 2, snapshot, slot);
+
+	if (found)
+	{
+		bool		isnull;
+		Datum		d;
+
+		memset(out, 0, sizeof(*out));
+		out->run_id = pstrdup(run_id);
+		out->step_id = pstrdup(step_id);
+		out->status = slot_text(slot, COL_STATUS);
+		out->fingerprint = slot_text(slot, COL_FINGERPRINT);
+		out->kind = slot_text(slot, COL_KIND);
+		out->owner = DatumGetObjectId(slot_datum(slot, COL_OWNER, &isnull));
+		d = slot_datum(slot, COL_RESULT, &isnull);
+		out->result = isnull ? NULL : (Jsonb *) PG_DETOAST_DATUM_COPY(d);
+		out->attempts = DatumGetInt32(slot_datum(slot, COL_ATTEMPTS, &isnull));
+		out->attempt_base = DatumGetInt32(slot_datum(slot, COL_ATTEMPT_BASE, &isnull));
+		out->max_attempts = DatumGetInt32(slot_datum(slot, COL_MAX_ATTEMPTS, &isnull));
+		d = slot_datum(slot, COL_NEXT_ATTEMPT_AT, &isnull);
+		out->next_attempt_at = isnull ? 0 : DatumGetTimestampTz(d);
+		out->error_class = slot_text(slot, COL_ERROR_CLASS);
+		out->error_code = slot_text(slot, COL_ERROR_CODE);
+		out->error_message = slot_text(slot, COL_ERROR_MESSAGE);
+		out->error_detail = slot_text(slot, COL_ERROR_DETAIL);
+		out->remediation = slot_text(slot, COL_REMEDIATION);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	/* keep the locks to the end of the transaction, as a query would */
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+	return found;
+}
+
+Jsonb *
+probe_run_policy(const char *run_id)
+{
+	const StoreRelations *r = store_relations();
+	const char *keys[1] = {run_id};
+	Relation	rel = table_open(r->runs, AccessShareLock);
+	Relation	index = index_open(r->runs_pkey, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	Jsonb	   *policy = NULL;
+
+	if (probe_primary_key(rel, index, keys, 1, GetActiveSnapshot(), slot) &&
+		!slot->tts_isnull[runs_policy_attnum - 1])
+		policy = (Jsonb *) PG_DETOAST_DATUM_COPY(slot->tts_values[runs_policy_attnum - 1]);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+	return policy;
+}

@@ -1,0 +1,37 @@
+/*
+ * step_probe.h -- reading a step's state straight through its primary key.
+ */
+#ifndef DS_STEP_PROBE_H
+#define DS_STEP_PROBE_H
+
+#include "compat.h"
+#include "utils/jsonb.h"
+#include "utils/snapshot.h"
+
+#include "step_store.h"
+
+/* The extension's tables, looked up once per backend and forgotten on any relcache change. */
+typedef struct StoreRelations
+{
+	Oid			steps;
+	Oid			steps_pkey;
+	Oid			runs;
+	Oid			runs_pkey;
+	Oid			owner;			/* owner of durable_steps.steps: the internal statements' role */
+} StoreRelations;
+
+/* Raises "extension is not installed" when the tables are missing. */
+extern const StoreRelations *store_relations(void);
+
+/*
+ * Read what an answer needs (status, fingerprint, owner, result, attempt counters, next attempt
+ * time, error, remediation) of step (run_id, step_id) as `snapshot` sees it; the definition
+ * columns (sql, input, policy, ...) are left NULL. Returns false when there is no such row.
+ */
+extern bool probe_step(const char *run_id, const char *step_id, Snapshot snapshot,
+					   StepRecord *out);
+
+/* The default policy of run `run_id`, or NULL when there is no such run or it sets none. */
+extern Jsonb *probe_run_policy(const char *run_id);
+
+#endif							/* DS_STEP_PROBE_H */
