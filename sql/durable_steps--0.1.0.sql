@@ -35,13 +35,17 @@ CREATE TABLE durable_steps.runs (
     finished_at     timestamptz
 );
 
+-- The value sets of the text state columns below are written only by the extension's C code
+-- (step_attempt.c holds the rules) and are not CHECK constraints: PostgreSQL rebuilds a table's
+-- CHECK expressions for every statement that writes it, which measurably slowed every step.
+--
 -- One row per step identity. The row holds the step's whole definition (what the worker needs to
 -- run it later: SQL, input, resolved policy, timeout, classification overrides, owning role and
 -- the search_path it was created under) and its current state.
 CREATE TABLE durable_steps.steps (
     run_id          text NOT NULL,
     step_id         text NOT NULL,
-    kind            text NOT NULL DEFAULT 'sql' CHECK (kind IN ('sql', 'http')),
+    kind            text NOT NULL DEFAULT 'sql',            -- 'sql' | 'http'
     sql             text,
     input           jsonb,
     request         jsonb,
@@ -53,16 +57,15 @@ CREATE TABLE durable_steps.steps (
     attempt_base    integer NOT NULL DEFAULT 0,
     attempts        integer NOT NULL DEFAULT 0,
     timeout         interval,
-    on_timeout      text NOT NULL DEFAULT 'retry' CHECK (on_timeout IN ('retry', 'fail')),
+    on_timeout      text NOT NULL DEFAULT 'retry',          -- 'retry' | 'fail'
     retry_on        text[],
     fail_on         text[],
     owner           oid NOT NULL,
     search_path     text NOT NULL,
-    status          text NOT NULL
-                    CHECK (status IN ('pending', 'running', 'retrying', 'succeeded', 'failed',
-                                      'blocked', 'uncertain', 'cancelled')),
+    -- pending | running | retrying | succeeded | failed | blocked | uncertain | cancelled
+    status          text NOT NULL,
     result          jsonb,
-    error_class     text CHECK (error_class IN ('retryable', 'correctable', 'permanent', 'exhausted')),
+    error_class     text,                                   -- retryable | correctable | permanent | exhausted
     error_code      text,
     error_message   text,
     error_detail    text,
@@ -91,11 +94,11 @@ CREATE TABLE durable_steps.attempts (
     run_id          text NOT NULL,
     step_id         text NOT NULL,
     attempt         integer NOT NULL,
-    class           text CHECK (class IN ('completed', 'retryable', 'correctable', 'permanent')),
+    class           text,           -- completed | retryable | correctable | permanent; NULL while running
     error_code      text,
     error_message   text,
     error_detail    text,
-    executor        text NOT NULL CHECK (executor IN ('caller', 'worker')),
+    executor        text NOT NULL,  -- caller | worker
     backend_pid     integer NOT NULL,
     role            oid NOT NULL,
     -- when the attempt was committed as started (the worker's claim) and when its body began

@@ -95,9 +95,19 @@ step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec, bool replayed)
 	Datum		values[13];
 	bool		nulls[13];
 
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "ds_step_result must be a composite type");
-	tupdesc = BlessTupleDesc(tupdesc);
+	/* looked up once per call site: the type of ds_step_result does not change under us */
+	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
+	if (tupdesc == NULL)
+	{
+		MemoryContext oldcxt;
+
+		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "ds_step_result must be a composite type");
+		oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+		tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+		MemoryContextSwitchTo(oldcxt);
+		fcinfo->flinfo->fn_extra = tupdesc;
+	}
 	memset(nulls, 0, sizeof(nulls));
 	values[0] = CStringGetTextDatum(rec->run_id);
 	values[1] = CStringGetTextDatum(rec->step_id);

@@ -12,6 +12,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -21,6 +22,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timeout.h"
@@ -118,11 +120,70 @@ result_to_jsonb(SPITupleTable *tuptable, uint64 processed)
 	}
 }
 
+/*
+ * Bodies are parsed and planned once per backend: the same step SQL runs again and again (every
+ * order's "reserve-stock" step, every retry). Plans are kept by their SQL text; the plan cache
+ * re-plans them when the objects they use or the search_path change, and permissions are checked
+ * at every execution, so one plan serves every role. Kept plans are never freed, since a nested
+ * step may be running one: past MAX_BODY_PLANS texts (or on a hash collision) a body is planned
+ * for the one attempt only.
+ */
+#define MAX_BODY_PLANS 256
+
+typedef struct BodyPlan
+{
+	uint64		hash;			/* key: hash of the SQL text */
+	char	   *sql;			/* in TopMemoryContext, to tell hash collisions apart */
+	SPIPlanPtr	plan;
+} BodyPlan;
+
+static HTAB *body_plans = NULL;
+
+/* Called inside the body's SPI connection: a failure to prepare is the attempt's failure. */
+static SPIPlanPtr
+body_plan(const char *sql)
+{
+	Oid			argtypes[1] = {JSONBOID};
+	uint64		hash = hash_bytes_extended((const unsigned char *) sql, strlen(sql), 0);
+	BodyPlan   *entry;
+	bool		found;
+	SPIPlanPtr	plan;
+
+	if (body_plans == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(uint64);
+		ctl.entrysize = sizeof(BodyPlan);
+		body_plans = hash_create("durable_steps body plans", MAX_BODY_PLANS, &ctl,
+								 HASH_ELEM | HASH_BLOBS);
+	}
+	entry = hash_search(body_plans, &hash, HASH_FIND, NULL);
+	if (entry != NULL && strcmp(entry->sql, sql) == 0)
+		return entry->plan;
+
+	plan = SPI_prepare(sql, 1, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare step SQL: %s", SPI_result_code_string(SPI_result));
+	if (list_length(SPI_plan_get_plan_sources(plan)) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_SYNTAX_ERROR),
+				 errmsg("step SQL must be exactly one statement"),
+				 errdetail("It has %d.", list_length(SPI_plan_get_plan_sources(plan)))));
+	if (entry != NULL || hash_get_num_entries(body_plans) >= MAX_BODY_PLANS)
+		return plan;			/* freed with this attempt's SPI connection */
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	entry = hash_search(body_plans, &hash, HASH_ENTER, &found);
+	entry->sql = MemoryContextStrdup(TopMemoryContext, sql);
+	entry->plan = plan;
+	return plan;
+}
+
 /* Runs inside the subtransaction; any error here is the attempt's failure. */
 static Jsonb *
 run_body(const StepBody *body, MemoryContext result_cxt)
 {
-	Oid			argtypes[1] = {JSONBOID};
 	Datum		values[1];
 	char		nulls[1];
 	SPIPlanPtr	plan;
@@ -132,14 +193,7 @@ run_body(const StepBody *body, MemoryContext result_cxt)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	plan = SPI_prepare(body->sql, 1, argtypes);
-	if (plan == NULL)
-		elog(ERROR, "could not prepare step SQL: %s", SPI_result_code_string(SPI_result));
-	if (list_length(SPI_plan_get_plan_sources(plan)) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_SYNTAX_ERROR),
-				 errmsg("step SQL must be exactly one statement"),
-				 errdetail("It has %d.", list_length(SPI_plan_get_plan_sources(plan)))));
+	plan = body_plan(body->sql);
 	values[0] = body->input ? JsonbPGetDatum(body->input) : (Datum) 0;
 	nulls[0] = body->input ? ' ' : 'n';
 	/* two rows are enough to tell "more than one" */
