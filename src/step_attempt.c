@@ -135,9 +135,12 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 	apply_attempt_outcome(rec, attempt, &outcome);
 
 	if (is_new)
-		store_insert_step(rec);
-	else
-		store_update_step(rec);
+	{
+		Assert(!by_worker);
+		store_insert_step_with_attempt(rec, attempt, &outcome);
+		return;
+	}
+	store_update_step(rec);
 	if (by_worker)
 		store_finish_attempt(rec, attempt, &outcome);
 	else

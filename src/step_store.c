@@ -41,7 +41,7 @@ static Oid	step_param_types[STEP_NPARAMS] = {
 };
 
 static SPIPlanPtr lock_plan = NULL;
-static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr insert_with_attempt_plan = NULL;
 static SPIPlanPtr update_plan = NULL;
 static SPIPlanPtr attempt_plan = NULL;
 static SPIPlanPtr finish_attempt_plan = NULL;
@@ -281,29 +281,6 @@ record_to_params(const StepRecord *r, Datum *v, char *n)
 }
 
 void
-store_insert_step(const StepRecord *rec)
-{
-	StoreSession s;
-	SPIPlanPtr	plan;
-	Datum		values[STEP_NPARAMS];
-	char		nulls[STEP_NPARAMS];
-	int			rc;
-
-	store_begin(&s);
-	plan = prepare_kept(&insert_plan,
-						"INSERT INTO durable_steps.steps (run_id, step_id, " STEP_COLUMNS ") "
-						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, "
-						"$15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, "
-						"$29)",
-						STEP_NPARAMS, step_param_types);
-	record_to_params(rec, values, nulls);
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "step insert failed: %s", SPI_result_code_string(rc));
-	store_end(&s);
-}
-
-void
 store_update_step(const StepRecord *rec)
 {
 	StoreSession s;
@@ -385,6 +362,51 @@ store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o
 	rc = SPI_execute_plan(plan, v, n, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "attempt insert failed: %s", SPI_result_code_string(rc));
+	store_end(&s);
+}
+
+/*
+ * A synchronous caller's new step and its first attempt, in one statement: a fresh step is the
+ * hot path of ds_run_step, and every executor start saved there counts.
+ */
+void
+store_insert_step_with_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+{
+	Oid			types[STEP_NPARAMS + ATTEMPT_NPARAMS - 1];
+	Datum		v[STEP_NPARAMS + ATTEMPT_NPARAMS - 1];
+	char		n[STEP_NPARAMS + ATTEMPT_NPARAMS - 1];
+	Datum		av[ATTEMPT_NPARAMS];
+	char		an[ATTEMPT_NPARAMS];
+	StoreSession s;
+	SPIPlanPtr	plan;
+	int			rc;
+
+	/* $1..$29 as for the step insert; $30..$36 the attempt's $3..$9; $37 the backend pid */
+	memcpy(types, step_param_types, sizeof(step_param_types));
+	memcpy(types + STEP_NPARAMS, attempt_param_types + 2, sizeof(Oid) * (ATTEMPT_NPARAMS - 2));
+	types[STEP_NPARAMS + ATTEMPT_NPARAMS - 2] = INT4OID;
+	record_to_params(rec, v, n);
+	attempt_to_params(rec, attempt, o, av, an);
+	memcpy(v + STEP_NPARAMS, av + 2, sizeof(Datum) * (ATTEMPT_NPARAMS - 2));
+	memcpy(n + STEP_NPARAMS, an + 2, ATTEMPT_NPARAMS - 2);
+	v[STEP_NPARAMS + ATTEMPT_NPARAMS - 2] = Int32GetDatum(MyProcPid);
+	n[STEP_NPARAMS + ATTEMPT_NPARAMS - 2] = ' ';
+
+	store_begin(&s);
+	plan = prepare_kept(&insert_with_attempt_plan,
+						"WITH step AS (INSERT INTO durable_steps.steps (run_id, step_id, "
+						STEP_COLUMNS ") "
+						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, "
+						"$15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, "
+						"$29)) "
+						"INSERT INTO durable_steps.attempts (run_id, step_id, attempt, class, "
+						"error_code, error_message, error_detail, finished_at, started_at, "
+						"claimed_at, executor, backend_pid, role) "
+						"VALUES ($1, $2, $30, $31, $32, $33, $34, $35, $36, $36, 'caller', $37, $15)",
+						STEP_NPARAMS + ATTEMPT_NPARAMS - 1, types);
+	rc = SPI_execute_plan(plan, v, n, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "step insert failed: %s", SPI_result_code_string(rc));
 	store_end(&s);
 }
 

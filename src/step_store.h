@@ -48,8 +48,9 @@ typedef struct StepRecord
 
 /* Read the whole step and lock its row for the transaction; false when there is no such step. */
 extern bool store_lock_step(const char *run_id, const char *step_id, StepRecord *out);
-extern void store_insert_step(const StepRecord *rec);
 extern void store_update_step(const StepRecord *rec);
+extern void store_insert_step_with_attempt(const StepRecord *rec, int attempt,
+										   const AttemptOutcome *outcome);
 extern void store_insert_attempt(const StepRecord *rec, int attempt,
 								 const AttemptOutcome *outcome, const char *executor);
 /* Record the outcome of an attempt the worker committed as started. */
