@@ -14,6 +14,7 @@
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/numeric.h"
 
 #include "policy.h"
@@ -21,6 +22,8 @@
 static char *default_retry_policy_text = NULL;
 /* the setting, parsed once by its check hook */
 static RetryPolicy *default_retry_policy = NULL;
+/* policy_default_jsonb()'s answer for the current setting, in TopMemoryContext */
+static Jsonb *default_policy_jsonb = NULL;
 
 PG_FUNCTION_INFO_V1(ds_retry_policy);
 PG_FUNCTION_INFO_V1(ds_backoff_delay);
@@ -424,6 +427,25 @@ assign_default_retry_policy(const char *newval, void *extra)
 	RetryPolicy *p = (RetryPolicy *) extra;
 
 	default_retry_policy = (p != NULL && p->set != 0) ? p : NULL;
+	if (default_policy_jsonb != NULL)
+	{
+		pfree(default_policy_jsonb);
+		default_policy_jsonb = NULL;
+	}
+}
+
+Jsonb *
+policy_default_jsonb(RetryPolicy *out)
+{
+	policy_resolve(NULL, NULL, out);
+	if (default_policy_jsonb == NULL)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+
+		default_policy_jsonb = policy_to_jsonb(out);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	return default_policy_jsonb;
 }
 
 void

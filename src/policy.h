@@ -39,6 +39,11 @@ extern void policy_parse(Jsonb *policy, RetryPolicy *out);
 extern void policy_overlay(RetryPolicy *base, const RetryPolicy *upper);
 /* builtin < durable_steps.default_retry_policy < run policy < step policy; NULL layers skipped. */
 extern void policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out);
+/*
+ * The policy of a step with no policy of its own and no run default (built-ins under the
+ * setting), resolved into *out; its jsonb is built once per value of the setting.
+ */
+extern Jsonb *policy_default_jsonb(RetryPolicy *out);
 /* Normalized jsonb of the keys the policy sets (delays in milliseconds). */
 extern Jsonb *policy_to_jsonb(const RetryPolicy *policy);
 /* Delay after failed attempt n (1-based) of a resolved policy, jitter applied. */

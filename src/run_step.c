@@ -304,15 +304,22 @@ ds_run_step(PG_FUNCTION_ARGS)
 		RetryPolicy resolved;
 		TimestampTz now = GetCurrentTimestamp();
 
-		policy_resolve(probe_run_policy(run_id), policy_arg, &resolved);
+		Jsonb	   *run_policy = probe_run_policy(run_id);
+
 		memset(&rec, 0, sizeof(rec));
+		if (run_policy == NULL && policy_arg == NULL)
+			rec.policy = policy_default_jsonb(&resolved);
+		else
+		{
+			policy_resolve(run_policy, policy_arg, &resolved);
+			rec.policy = policy_to_jsonb(&resolved);
+		}
 		rec.run_id = run_id;
 		rec.step_id = step_id;
 		rec.kind = "sql";
 		rec.sql = sql;
 		rec.input = input;
 		rec.fingerprint = fingerprint;
-		rec.policy = policy_to_jsonb(&resolved);
 		rec.max_attempts = resolved.max_attempts;
 		rec.timeout = timeout;
 		rec.on_timeout = on_timeout;
