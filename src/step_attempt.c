@@ -140,11 +140,13 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 		store_insert_step_with_attempt(rec, attempt, &outcome);
 		return;
 	}
-	store_update_step(rec);
 	if (by_worker)
-		store_finish_attempt(rec, attempt, &outcome);
+		store_update_step_finish_attempt(rec, attempt, &outcome);
 	else
+	{
+		store_update_step(rec);
 		store_insert_attempt(rec, attempt, &outcome, "caller");
+	}
 }
 
 void
@@ -161,6 +163,5 @@ fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, const
 	outcome.detail = detail ? pstrdup(detail) : NULL;
 	outcome.started_at = outcome.finished_at = GetCurrentTimestamp();
 	apply_attempt_outcome(rec, rec->attempts, &outcome);
-	store_update_step(rec);
-	store_finish_attempt(rec, rec->attempts, &outcome);
+	store_update_step_finish_attempt(rec, rec->attempts, &outcome);
 }

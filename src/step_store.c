@@ -28,6 +28,15 @@
 	"error_code, error_message, error_detail, remediation, next_attempt_at, created_at, " \
 	"updated_at, finished_at, request, lease_expires_at"
 
+/* the SET list of both step updates: every column from $3 on, in STEP_COLUMNS order */
+#define STEP_UPDATE_SET \
+	"kind = $3, sql = $4, input = $5, fingerprint = $6, policy = $7, max_attempts = $8, " \
+	"attempt_base = $9, attempts = $10, timeout = $11, on_timeout = $12, retry_on = $13, " \
+	"fail_on = $14, owner = $15, search_path = $16, status = $17, result = $18, " \
+	"error_class = $19, error_code = $20, error_message = $21, error_detail = $22, " \
+	"remediation = $23, next_attempt_at = $24, created_at = $25, updated_at = $26, " \
+	"finished_at = $27, request = $28, lease_expires_at = $29"
+
 #define STEP_KEY_WHERE \
 	" WHERE run_id OPERATOR(pg_catalog.=) $1 AND step_id OPERATOR(pg_catalog.=) $2"
 
@@ -42,9 +51,9 @@ static Oid	step_param_types[STEP_NPARAMS] = {
 
 static SPIPlanPtr lock_plan = NULL;
 static SPIPlanPtr insert_with_attempt_plan = NULL;
+static SPIPlanPtr update_with_attempt_plan = NULL;
 static SPIPlanPtr update_plan = NULL;
 static SPIPlanPtr attempt_plan = NULL;
-static SPIPlanPtr finish_attempt_plan = NULL;
 
 typedef struct StoreSession
 {
@@ -291,14 +300,7 @@ store_update_step(const StepRecord *rec)
 
 	store_begin(&s);
 	plan = prepare_kept(&update_plan,
-						"UPDATE durable_steps.steps SET kind = $3, sql = $4, input = $5, "
-						"fingerprint = $6, policy = $7, max_attempts = $8, attempt_base = $9, "
-						"attempts = $10, timeout = $11, on_timeout = $12, retry_on = $13, "
-						"fail_on = $14, owner = $15, search_path = $16, status = $17, "
-						"result = $18, error_class = $19, error_code = $20, error_message = $21, "
-						"error_detail = $22, remediation = $23, next_attempt_at = $24, "
-						"created_at = $25, updated_at = $26, finished_at = $27, request = $28, "
-						"lease_expires_at = $29" STEP_KEY_WHERE,
+						"UPDATE durable_steps.steps SET " STEP_UPDATE_SET STEP_KEY_WHERE,
 						STEP_NPARAMS, step_param_types);
 	record_to_params(rec, values, nulls);
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
@@ -410,25 +412,43 @@ store_insert_step_with_attempt(const StepRecord *rec, int attempt, const Attempt
 	store_end(&s);
 }
 
+/*
+ * The worker's outcome of an attempt it committed as started: the step and the attempt row in
+ * one statement, for the same reason as store_insert_step_with_attempt.
+ */
 void
-store_finish_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+store_update_step_finish_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
+	Oid			types[STEP_NPARAMS + ATTEMPT_NPARAMS - 2];
+	Datum		v[STEP_NPARAMS + ATTEMPT_NPARAMS - 2];
+	char		n[STEP_NPARAMS + ATTEMPT_NPARAMS - 2];
+	Datum		av[ATTEMPT_NPARAMS];
+	char		an[ATTEMPT_NPARAMS];
 	StoreSession s;
 	SPIPlanPtr	plan;
-	Datum		v[ATTEMPT_NPARAMS];
-	char		n[ATTEMPT_NPARAMS];
 	int			rc;
 
+	/* $1..$29 as for the step update; $30..$36 the attempt's $3..$9 */
+	memcpy(types, step_param_types, sizeof(step_param_types));
+	memcpy(types + STEP_NPARAMS, attempt_param_types + 2, sizeof(Oid) * (ATTEMPT_NPARAMS - 2));
+	record_to_params(rec, v, n);
+	attempt_to_params(rec, attempt, o, av, an);
+	memcpy(v + STEP_NPARAMS, av + 2, sizeof(Datum) * (ATTEMPT_NPARAMS - 2));
+	memcpy(n + STEP_NPARAMS, an + 2, ATTEMPT_NPARAMS - 2);
+
 	store_begin(&s);
-	plan = prepare_kept(&finish_attempt_plan,
-						"UPDATE durable_steps.attempts SET class = $4, error_code = $5, "
-						"error_message = $6, error_detail = $7, finished_at = $8, started_at = $9"
-						STEP_KEY_WHERE " AND attempt OPERATOR(pg_catalog.=) $3",
-						ATTEMPT_NPARAMS, attempt_param_types);
-	attempt_to_params(rec, attempt, o, v, n);
+	plan = prepare_kept(&update_with_attempt_plan,
+						"WITH step AS (UPDATE durable_steps.steps SET " STEP_UPDATE_SET
+						STEP_KEY_WHERE " RETURNING 1) "
+						"UPDATE durable_steps.attempts SET class = $31, error_code = $32, "
+						"error_message = $33, error_detail = $34, finished_at = $35, "
+						"started_at = $36" STEP_KEY_WHERE
+						" AND attempt OPERATOR(pg_catalog.=) $30 AND EXISTS (SELECT FROM step)",
+						STEP_NPARAMS + ATTEMPT_NPARAMS - 2, types);
 	rc = SPI_execute_plan(plan, v, n, false, 0);
 	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
 		elog(ERROR, "attempt %d of step %s/%s was not recorded as started", attempt,
 			 rec->run_id, rec->step_id);
 	store_end(&s);
 }
+

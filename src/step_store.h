@@ -51,11 +51,10 @@ extern bool store_lock_step(const char *run_id, const char *step_id, StepRecord 
 extern void store_update_step(const StepRecord *rec);
 extern void store_insert_step_with_attempt(const StepRecord *rec, int attempt,
 										   const AttemptOutcome *outcome);
+extern void store_update_step_finish_attempt(const StepRecord *rec, int attempt,
+											 const AttemptOutcome *outcome);
 extern void store_insert_attempt(const StepRecord *rec, int attempt,
 								 const AttemptOutcome *outcome, const char *executor);
-/* Record the outcome of an attempt the worker committed as started. */
-extern void store_finish_attempt(const StepRecord *rec, int attempt,
-								 const AttemptOutcome *outcome);
 
 /* The saved plan in *slot, prepared (and kept for the backend's life) on first use. */
 extern SPIPlanPtr prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);
