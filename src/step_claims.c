@@ -47,11 +47,13 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 	int			n_claimed = 0;
 	uint64		n_due;
 	int			rc;
+	int			planning;
 
 	*skipped = 0;
 	*claims = NULL;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	planning = index_planning_begin();
 	args[0] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(prepare_kept(&due_plan,
 									"SELECT run_id, step_id FROM durable_steps.steps "
@@ -66,6 +68,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 	if (n_due == 0)
 	{
 		SPI_finish();
+		index_planning_end(planning);
 		return 0;
 	}
 	run_ids = palloc(sizeof(char *) * n_due);
@@ -92,21 +95,23 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 		args[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 		args[3] = Int32GetDatum(MyProcPid);
 		rc = SPI_execute_plan(prepare_kept(&mark_running_plan,
-										"WITH claimed AS ("
-										" UPDATE durable_steps.steps s SET status = 'running',"
-										"  attempts = s.attempts + 1, updated_at = $3,"
-										"  lease_expires_at = $3 + coalesce(s.timeout, interval '1 hour')"
-										" FROM unnest($1, $2) AS c(run_id, step_id)"
-										" WHERE s.run_id = c.run_id AND s.step_id = c.step_id"
-										"  AND s.status IN ('pending', 'retrying')"
-										" RETURNING s.run_id, s.step_id, s.attempts, s.owner) "
-										"INSERT INTO durable_steps.attempts (run_id, step_id, attempt,"
-										" executor, backend_pid, role, claimed_at, started_at) "
-										"SELECT run_id, step_id, attempts, 'worker', $4, owner, $3, $3 "
-										"FROM claimed RETURNING run_id, step_id, attempt",
-										4, mark_types),
+										   "WITH claimed AS ("
+										   " UPDATE durable_steps.steps s SET status = 'running',"
+										   "  attempts = s.attempts + 1, updated_at = $3,"
+										   "  lease_expires_at = $3 + coalesce(s.timeout, interval '1 hour')"
+										   " FROM unnest($1, $2) AS c(run_id, step_id)"
+										   " WHERE s.run_id = c.run_id AND s.step_id = c.step_id"
+										   "  AND s.status IN ('pending', 'retrying')"
+										   " RETURNING s.*), "
+										   "started AS ("
+										   " INSERT INTO durable_steps.attempts (run_id, step_id, attempt,"
+										   "  executor, backend_pid, role, claimed_at, started_at)"
+										   " SELECT run_id, step_id, attempts, 'worker', $4, owner, $3, $3"
+										   " FROM claimed) "
+										   "SELECT run_id, step_id, " STEP_COLUMNS " FROM claimed",
+										   4, mark_types),
 							  args, NULL, false, 0);
-		if (rc != SPI_OK_INSERT_RETURNING)
+		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
 		n_claimed = (int) SPI_processed;
 		*claims = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_claimed, 1));
@@ -114,14 +119,18 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 		{
 			HeapTuple	t = SPI_tuptable->vals[i];
 			TupleDesc	td = SPI_tuptable->tupdesc;
-			bool		isnull;
+			ClaimedStep *claim = &(*claims)[i];
 
-			(*claims)[i].run_id = MemoryContextStrdup(cxt, SPI_getvalue(t, td, 1));
-			(*claims)[i].step_id = MemoryContextStrdup(cxt, SPI_getvalue(t, td, 2));
-			(*claims)[i].attempt = DatumGetInt32(SPI_getbinval(t, td, 3, &isnull));
+			claim->run_id = MemoryContextStrdup(cxt, SPI_getvalue(t, td, 1));
+			claim->step_id = MemoryContextStrdup(cxt, SPI_getvalue(t, td, 2));
+			store_record_from_tuple(t, td, 2, cxt, &claim->rec);
+			claim->rec.run_id = claim->run_id;
+			claim->rec.step_id = claim->step_id;
+			claim->attempt = claim->rec.attempts;
 		}
 	}
 	SPI_finish();
+	index_planning_end(planning);
 	return n_claimed;
 }
 
@@ -133,12 +142,14 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 	int			n = 0;
 	int			rc;
 	uint64		n_running;
+	int			planning;
 	char	  **run_ids;
 	char	  **step_ids;
 
 	*recovered = NULL;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	planning = index_planning_begin();
 	args[0] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(prepare_kept(&running_plan,
 									"SELECT run_id, step_id FROM durable_steps.steps "
@@ -159,6 +170,7 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 															SPI_tuptable->tupdesc, 2));
 	}
 	SPI_finish();
+	index_planning_end(planning);
 
 	*recovered = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_running, 1));
 	for (uint64 i = 0; i < n_running; i++)
@@ -191,9 +203,11 @@ next_due_time(void)
 	TimestampTz next = 0;
 	bool		isnull;
 	int			rc;
+	int			planning;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	planning = index_planning_begin();
 	rc = SPI_execute_plan(prepare_kept(&next_due_plan,
 									"SELECT min(next_attempt_at) FROM durable_steps.steps "
 									"WHERE status IN ('pending', 'retrying')", 0, NULL),
@@ -208,5 +222,6 @@ next_due_time(void)
 			next = DatumGetTimestampTz(d);
 	}
 	SPI_finish();
+	index_planning_end(planning);
 	return next;
 }

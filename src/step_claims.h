@@ -7,18 +7,23 @@
 #include "compat.h"
 #include "utils/timestamp.h"
 
+#include "step_store.h"
+
 typedef struct ClaimedStep
 {
 	char	   *run_id;
 	char	   *step_id;
 	int			attempt;		/* the attempt number the claim committed as started */
+	StepRecord	rec;			/* the step as claimed (claims only; not lost attempts) */
 } ClaimedStep;
 
 /*
  * In the current transaction, claim up to `limit` due steps: lock their rows (skipping rows
  * others hold), take each step's session lock (skipping steps in flight elsewhere), mark them
  * running and record their attempts as started. The caller commits, runs each attempt, and
- * releases each step's session lock after the attempt's outcome commits.
+ * releases each step's session lock after the attempt's outcome commits. Each claim carries
+ * the whole step as it was claimed: while its session lock is held nobody else changes a
+ * running step, so the attempt needs no second read.
  * *skipped counts due steps passed over because someone else held them.
  */
 extern int	claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped);

@@ -15,6 +15,7 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
@@ -22,11 +23,6 @@
 #include "step_probe.h"
 #include "step_store.h"
 
-#define STEP_COLUMNS \
-	"kind, sql, input, fingerprint, policy, max_attempts, attempt_base, attempts, timeout, " \
-	"on_timeout, retry_on, fail_on, owner, search_path, status, result, error_class, " \
-	"error_code, error_message, error_detail, remediation, next_attempt_at, created_at, " \
-	"updated_at, finished_at, request, lease_expires_at"
 
 /* the SET list of both step updates: every column from $3 on, in STEP_COLUMNS order */
 #define STEP_UPDATE_SET \
@@ -57,10 +53,33 @@ static SPIPlanPtr attempt_plan = NULL;
 
 typedef struct StoreSession
 {
+	int			planning_level;	/* of index_planning_begin(); 0 when not used */
 	Oid			save_userid;
 	int			save_sec_context;
 	MemoryContext caller_cxt;
 } StoreSession;
+
+/*
+ * The internal statements find their rows by key and are planned once, often while the tables
+ * are still nearly empty, when a sequential scan is the cheapest plan -- and a kept plan keeps
+ * it while the tables grow to millions of rows. Planning them with sequential scans disabled
+ * makes every plan (and every re-plan the plan cache makes later) use the indexes.
+ */
+int
+index_planning_begin(void)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+void
+index_planning_end(int level)
+{
+	AtEOXact_GUC(true, level);
+}
 
 static void
 store_begin(StoreSession *s)
@@ -68,6 +87,7 @@ store_begin(StoreSession *s)
 	Oid			owner = store_relations()->owner;
 
 	s->caller_cxt = CurrentMemoryContext;
+	s->planning_level = 0;
 	GetUserIdAndSecContext(&s->save_userid, &s->save_sec_context);
 	SetUserIdAndSecContext(owner, s->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -78,6 +98,8 @@ static void
 store_end(StoreSession *s)
 {
 	SPI_finish();
+	if (s->planning_level > 0)
+		index_planning_end(s->planning_level);
 	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
 }
 
@@ -170,6 +192,42 @@ get_timestamptz(HeapTuple tup, TupleDesc td, int col)
 	return isnull ? 0 : DatumGetTimestampTz(d);
 }
 
+void
+store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
+						StepRecord *out)
+{
+	bool		isnull;
+
+	memset(out, 0, sizeof(*out));
+	out->kind = get_text(t, td, offset + 1, cxt);
+	out->sql = get_text(t, td, offset + 2, cxt);
+	out->input = get_varlena(t, td, offset + 3, cxt);
+	out->fingerprint = get_text(t, td, offset + 4, cxt);
+	out->policy = get_varlena(t, td, offset + 5, cxt);
+	out->max_attempts = get_int4(t, td, offset + 6);
+	out->attempt_base = get_int4(t, td, offset + 7);
+	out->attempts = get_int4(t, td, offset + 8);
+	out->timeout = get_interval_usecs(t, td, offset + 9);
+	out->on_timeout = get_text(t, td, offset + 10, cxt);
+	out->retry_on = get_varlena(t, td, offset + 11, cxt);
+	out->fail_on = get_varlena(t, td, offset + 12, cxt);
+	out->owner = DatumGetObjectId(SPI_getbinval(t, td, offset + 13, &isnull));
+	out->search_path = get_text(t, td, offset + 14, cxt);
+	out->status = get_text(t, td, offset + 15, cxt);
+	out->result = get_varlena(t, td, offset + 16, cxt);
+	out->error_class = get_text(t, td, offset + 17, cxt);
+	out->error_code = get_text(t, td, offset + 18, cxt);
+	out->error_message = get_text(t, td, offset + 19, cxt);
+	out->error_detail = get_text(t, td, offset + 20, cxt);
+	out->remediation = get_text(t, td, offset + 21, cxt);
+	out->next_attempt_at = get_timestamptz(t, td, offset + 22);
+	out->created_at = get_timestamptz(t, td, offset + 23);
+	out->updated_at = get_timestamptz(t, td, offset + 24);
+	out->finished_at = get_timestamptz(t, td, offset + 25);
+	out->request = get_varlena(t, td, offset + 26, cxt);
+	out->lease_expires_at = get_timestamptz(t, td, offset + 27);
+}
+
 bool
 store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
 {
@@ -181,6 +239,7 @@ store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
 	bool		found = false;
 
 	store_begin(&s);
+	s.planning_level = index_planning_begin();
 	plan = prepare_kept(&lock_plan,
 						"SELECT " STEP_COLUMNS " FROM durable_steps.steps" STEP_KEY_WHERE
 						" FOR UPDATE", 2, key_types);
@@ -191,42 +250,11 @@ store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
 		elog(ERROR, "step lookup failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 1)
 	{
-		HeapTuple	t = SPI_tuptable->vals[0];
-		TupleDesc	td = SPI_tuptable->tupdesc;
-		MemoryContext cxt = s.caller_cxt;
-		bool		isnull;
-
 		found = true;
-		memset(out, 0, sizeof(*out));
-		out->run_id = MemoryContextStrdup(cxt, run_id);
-		out->step_id = MemoryContextStrdup(cxt, step_id);
-		out->kind = get_text(t, td, 1, cxt);
-		out->sql = get_text(t, td, 2, cxt);
-		out->input = get_varlena(t, td, 3, cxt);
-		out->fingerprint = get_text(t, td, 4, cxt);
-		out->policy = get_varlena(t, td, 5, cxt);
-		out->max_attempts = get_int4(t, td, 6);
-		out->attempt_base = get_int4(t, td, 7);
-		out->attempts = get_int4(t, td, 8);
-		out->timeout = get_interval_usecs(t, td, 9);
-		out->on_timeout = get_text(t, td, 10, cxt);
-		out->retry_on = get_varlena(t, td, 11, cxt);
-		out->fail_on = get_varlena(t, td, 12, cxt);
-		out->owner = DatumGetObjectId(SPI_getbinval(t, td, 13, &isnull));
-		out->search_path = get_text(t, td, 14, cxt);
-		out->status = get_text(t, td, 15, cxt);
-		out->result = get_varlena(t, td, 16, cxt);
-		out->error_class = get_text(t, td, 17, cxt);
-		out->error_code = get_text(t, td, 18, cxt);
-		out->error_message = get_text(t, td, 19, cxt);
-		out->error_detail = get_text(t, td, 20, cxt);
-		out->remediation = get_text(t, td, 21, cxt);
-		out->next_attempt_at = get_timestamptz(t, td, 22);
-		out->created_at = get_timestamptz(t, td, 23);
-		out->updated_at = get_timestamptz(t, td, 24);
-		out->finished_at = get_timestamptz(t, td, 25);
-		out->request = get_varlena(t, td, 26, cxt);
-		out->lease_expires_at = get_timestamptz(t, td, 27);
+		store_record_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 0, s.caller_cxt,
+								out);
+		out->run_id = MemoryContextStrdup(s.caller_cxt, run_id);
+		out->step_id = MemoryContextStrdup(s.caller_cxt, step_id);
 	}
 	store_end(&s);
 	return found;
@@ -299,6 +327,7 @@ store_update_step(const StepRecord *rec)
 	int			rc;
 
 	store_begin(&s);
+	s.planning_level = index_planning_begin();
 	plan = prepare_kept(&update_plan,
 						"UPDATE durable_steps.steps SET " STEP_UPDATE_SET STEP_KEY_WHERE,
 						STEP_NPARAMS, step_param_types);
@@ -437,6 +466,7 @@ store_update_step_finish_attempt(const StepRecord *rec, int attempt, const Attem
 	memcpy(n + STEP_NPARAMS, an + 2, ATTEMPT_NPARAMS - 2);
 
 	store_begin(&s);
+	s.planning_level = index_planning_begin();
 	plan = prepare_kept(&update_with_attempt_plan,
 						"WITH step AS (UPDATE durable_steps.steps SET " STEP_UPDATE_SET
 						STEP_KEY_WHERE " RETURNING 1) "

@@ -5,6 +5,8 @@
 #define DS_STEP_STORE_H
 
 #include "compat.h"
+#include "access/htup.h"
+#include "access/tupdesc.h"
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/jsonb.h"
@@ -55,6 +57,19 @@ extern void store_update_step_finish_attempt(const StepRecord *rec, int attempt,
 											 const AttemptOutcome *outcome);
 extern void store_insert_attempt(const StepRecord *rec, int attempt,
 								 const AttemptOutcome *outcome, const char *executor);
+
+/* Fill *out (but run_id, step_id) from columns offset+1.. of a row in STEP_COLUMNS order. */
+extern void store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
+									StepRecord *out);
+/* Plan the statements run between these with sequential scans disabled (see step_store.c). */
+extern int	index_planning_begin(void);
+extern void index_planning_end(int level);
+
+#define STEP_COLUMNS \
+	"kind, sql, input, fingerprint, policy, max_attempts, attempt_base, attempts, timeout, " \
+	"on_timeout, retry_on, fail_on, owner, search_path, status, result, error_class, " \
+	"error_code, error_message, error_detail, remediation, next_attempt_at, created_at, " \
+	"updated_at, finished_at, request, lease_expires_at"
 
 /* The saved plan in *slot, prepared (and kept for the backend's life) on first use. */
 extern SPIPlanPtr prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);

@@ -145,21 +145,18 @@ recover_pass(void)
 }
 
 static void
-run_claimed_attempt(const ClaimedStep *claim)
+run_claimed_attempt(ClaimedStep *claim)
 {
-	StepRecord	rec;
+	StepRecord *rec = &claim->rec;
 
-	if (!store_lock_step(claim->run_id, claim->step_id, &rec) ||
-		strcmp(rec.status, "running") != 0 || rec.attempts != claim->attempt)
-		return;					/* purged or settled meanwhile: nothing to run */
-	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(rec.owner)))
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(rec->owner)))
 	{
 		/* never run as anybody else: the step fails closed */
-		fail_started_attempt(&rec, ERRCODE_UNDEFINED_OBJECT, "the role that created the step no longer exists",
-							 psprintf("Role OID %u was dropped.", rec.owner));
+		fail_started_attempt(rec, ERRCODE_UNDEFINED_OBJECT, "the role that created the step no longer exists",
+							 psprintf("Role OID %u was dropped.", rec->owner));
 		return;
 	}
-	run_next_attempt(&rec, false, true);
+	run_next_attempt(rec, false, true);
 }
 
 /* Run the claimed attempts, several to a transaction; release each lock once its outcome committed. */
@@ -221,16 +218,17 @@ ds_executor_main(Datum arg)
 
 	for (;;)
 	{
-		long		sleep_ms = poll_interval_ms;
+		long		sleep_ms;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			/* a changed retention applies at once, not at the next hourly-ish pass */
+			/* a changed retention applies at once, not at the next purge pass */
 			retention_purge_done_reset();
 		}
+		sleep_ms = poll_interval_ms;
 
 		if (extension_ready())
 		{
