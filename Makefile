@@ -4,6 +4,7 @@ MODULE_big = durable_steps
 OBJS = \
 	src/durable_steps.o \
 	src/classify.o \
+	src/direct_insert.o \
 	src/key.o \
 	src/launcher.o \
 	src/policy.o \

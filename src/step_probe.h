@@ -17,6 +17,7 @@ typedef struct StoreRelations
 	Oid			steps_pkey;
 	Oid			runs;
 	Oid			runs_pkey;
+	Oid			attempts;
 	Oid			owner;			/* owner of durable_steps.steps: the internal statements' role */
 } StoreRelations;
 

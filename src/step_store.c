@@ -19,6 +19,7 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
+#include "direct_insert.h"
 #include "policy.h"
 #include "step_probe.h"
 #include "step_store.h"
@@ -46,7 +47,6 @@ static Oid	step_param_types[STEP_NPARAMS] = {
 };
 
 static SPIPlanPtr lock_plan = NULL;
-static SPIPlanPtr insert_with_attempt_plan = NULL;
 static SPIPlanPtr update_with_attempt_plan = NULL;
 static SPIPlanPtr update_plan = NULL;
 static SPIPlanPtr attempt_plan = NULL;
@@ -396,49 +396,52 @@ store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o
 	store_end(&s);
 }
 
+/* The columns of $1..$29, in order: run_id, step_id, then STEP_COLUMNS. */
+static const char *const step_param_columns[STEP_NPARAMS] = {
+	"run_id", "step_id", "kind", "sql", "input", "fingerprint", "policy", "max_attempts",
+	"attempt_base", "attempts", "timeout", "on_timeout", "retry_on", "fail_on", "owner",
+	"search_path", "status", "result", "error_class", "error_code", "error_message",
+	"error_detail", "remediation", "next_attempt_at", "created_at", "updated_at", "finished_at",
+	"request", "lease_expires_at"
+};
+
+/* The columns of attempt_to_params' $1..$9, then the three a caller's attempt adds. */
+#define ATTEMPT_NCOLUMNS (ATTEMPT_NPARAMS + 4)
+static const char *const attempt_columns[ATTEMPT_NCOLUMNS] = {
+	"run_id", "step_id", "attempt", "class", "error_code", "error_message", "error_detail",
+	"finished_at", "started_at", "claimed_at", "executor", "backend_pid", "role"
+};
+
 /*
- * A synchronous caller's new step and its first attempt, in one statement: a fresh step is the
- * hot path of ds_run_step, and every executor start saved there counts.
+ * A synchronous caller's new step and its first attempt: the hot path of ds_run_step, so the
+ * two rows are inserted directly (direct_insert.c) rather than through SPI.
  */
 void
 store_insert_step_with_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
-	Oid			types[STEP_NPARAMS + ATTEMPT_NPARAMS - 1];
-	Datum		v[STEP_NPARAMS + ATTEMPT_NPARAMS - 1];
-	char		n[STEP_NPARAMS + ATTEMPT_NPARAMS - 1];
-	Datum		av[ATTEMPT_NPARAMS];
-	char		an[ATTEMPT_NPARAMS];
-	StoreSession s;
-	SPIPlanPtr	plan;
-	int			rc;
+	Datum		v[STEP_NPARAMS];
+	char		n[STEP_NPARAMS];
+	bool		isnull[STEP_NPARAMS];
+	Datum		av[ATTEMPT_NCOLUMNS];
+	char		an[ATTEMPT_NCOLUMNS];
+	bool		a_isnull[ATTEMPT_NCOLUMNS];
+	const StoreRelations *r = store_relations();
 
-	/* $1..$29 as for the step insert; $30..$36 the attempt's $3..$9; $37 the backend pid */
-	memcpy(types, step_param_types, sizeof(step_param_types));
-	memcpy(types + STEP_NPARAMS, attempt_param_types + 2, sizeof(Oid) * (ATTEMPT_NPARAMS - 2));
-	types[STEP_NPARAMS + ATTEMPT_NPARAMS - 2] = INT4OID;
 	record_to_params(rec, v, n);
-	attempt_to_params(rec, attempt, o, av, an);
-	memcpy(v + STEP_NPARAMS, av + 2, sizeof(Datum) * (ATTEMPT_NPARAMS - 2));
-	memcpy(n + STEP_NPARAMS, an + 2, ATTEMPT_NPARAMS - 2);
-	v[STEP_NPARAMS + ATTEMPT_NPARAMS - 2] = Int32GetDatum(MyProcPid);
-	n[STEP_NPARAMS + ATTEMPT_NPARAMS - 2] = ' ';
+	for (int i = 0; i < STEP_NPARAMS; i++)
+		isnull[i] = n[i] == 'n';
+	direct_insert_row(r->steps, step_param_columns, STEP_NPARAMS, v, isnull);
 
-	store_begin(&s);
-	plan = prepare_kept(&insert_with_attempt_plan,
-						"WITH step AS (INSERT INTO durable_steps.steps (run_id, step_id, "
-						STEP_COLUMNS ") "
-						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, "
-						"$15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, "
-						"$29)) "
-						"INSERT INTO durable_steps.attempts (run_id, step_id, attempt, class, "
-						"error_code, error_message, error_detail, finished_at, started_at, "
-						"claimed_at, executor, backend_pid, role) "
-						"VALUES ($1, $2, $30, $31, $32, $33, $34, $35, $36, $36, 'caller', $37, $15)",
-						STEP_NPARAMS + ATTEMPT_NPARAMS - 1, types);
-	rc = SPI_execute_plan(plan, v, n, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "step insert failed: %s", SPI_result_code_string(rc));
-	store_end(&s);
+	attempt_to_params(rec, attempt, o, av, an);
+	av[ATTEMPT_NPARAMS] = av[8];	/* claimed_at: a caller's attempt starts when claimed */
+	an[ATTEMPT_NPARAMS] = an[8];
+	av[ATTEMPT_NPARAMS + 1] = CStringGetTextDatum("caller");
+	av[ATTEMPT_NPARAMS + 2] = Int32GetDatum(MyProcPid);
+	av[ATTEMPT_NPARAMS + 3] = ObjectIdGetDatum(rec->owner);
+	an[ATTEMPT_NPARAMS + 1] = an[ATTEMPT_NPARAMS + 2] = an[ATTEMPT_NPARAMS + 3] = ' ';
+	for (int i = 0; i < ATTEMPT_NCOLUMNS; i++)
+		a_isnull[i] = an[i] == 'n';
+	direct_insert_row(r->attempts, attempt_columns, ATTEMPT_NCOLUMNS, av, a_isnull);
 }
 
 /*
