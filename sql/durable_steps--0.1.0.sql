@@ -17,12 +17,15 @@ $roles$;
 -- on them only through the ds_* functions (which check ownership) and read them through the views.
 CREATE SCHEMA durable_steps;
 
+-- Identities are compared byte for byte (COLLATE "C"): they are keys, not words, and the
+-- primary-key probe of every replay should not pay for locale-aware comparisons.
+--
 -- A run groups steps under one run_id and carries their default retry policy (SPEC §6).
 CREATE TABLE durable_steps.runs (
-    run_id          text PRIMARY KEY,
+    run_id          text COLLATE "C" PRIMARY KEY,
     workflow        text,
     input           jsonb NOT NULL DEFAULT '{}',
-    run_key         text UNIQUE,
+    run_key         text COLLATE "C" UNIQUE,
     policy          jsonb,
     status          text NOT NULL DEFAULT 'pending'
                     CHECK (status IN ('pending', 'running', 'waiting', 'blocked',
@@ -43,8 +46,8 @@ CREATE TABLE durable_steps.runs (
 -- run it later: SQL, input, resolved policy, timeout, classification overrides, owning role and
 -- the search_path it was created under) and its current state.
 CREATE TABLE durable_steps.steps (
-    run_id          text NOT NULL,
-    step_id         text NOT NULL,
+    run_id          text COLLATE "C" NOT NULL,
+    step_id         text COLLATE "C" NOT NULL,
     kind            text NOT NULL DEFAULT 'sql',            -- 'sql' | 'http'
     sql             text,
     input           jsonb,
@@ -94,8 +97,8 @@ CREATE INDEX steps_finished_idx ON durable_steps.steps USING brin (finished_at)
 -- One row per attempt, never updated after it finishes. The attempt key and the idempotency key
 -- are derived from (run_id, step_id, attempt) and shown by the ds_attempts view.
 CREATE TABLE durable_steps.attempts (
-    run_id          text NOT NULL,
-    step_id         text NOT NULL,
+    run_id          text COLLATE "C" NOT NULL,
+    step_id         text COLLATE "C" NOT NULL,
     attempt         integer NOT NULL,
     class           text,           -- completed | retryable | correctable | permanent; NULL while running
     error_code      text,
