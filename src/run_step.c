@@ -56,7 +56,8 @@ identity_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must not be empty", name)));
-	chars = pg_mbstrlen(s);
+	/* characters never outnumber bytes: count them only when the bytes could be too many */
+	chars = VARSIZE_ANY_EXHDR(t) > DS_MAX_IDENTITY_CHARS ? pg_mbstrlen(s) : 0;
 	if (chars > DS_MAX_IDENTITY_CHARS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -206,7 +207,7 @@ ds_run_step(PG_FUNCTION_ARGS)
 	char	   *run_id = identity_arg(fcinfo, 0, "run_id");
 	char	   *step_id = identity_arg(fcinfo, 1, "step_id");
 	char	   *sql;
-	Jsonb	   *input = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P_COPY(3);
+	Jsonb	   *input = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
 	Jsonb	   *policy_arg = PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4);
 	int64		timeout = timeout_arg(fcinfo, 5);
 	bool		nowait;
@@ -378,45 +379,52 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 
+/* attribute numbers in ds_step_result (sql/durable_steps--*.sql) */
+#define RESULT_ATT_RUN_ID 1
+#define RESULT_ATT_STEP_ID 2
+#define RESULT_ATT_STATUS 3
+#define RESULT_ATT_RESULT 4
+#define RESULT_ATT_ERROR_CODE 9
+#define RESULT_ATT_ERROR_MESSAGE 10
+
+static char *
+result_text(HeapTupleHeader row, AttrNumber att, const char *if_null)
+{
+	bool		isnull;
+	Datum		d = GetAttributeByNum(row, att, &isnull);
+
+	return isnull ? (char *) if_null : TextDatumGetCString(d);
+}
+
 /* ds_unwrap(ds_step_result) → jsonb: the result of a succeeded step, an error otherwise. */
 Datum
 ds_unwrap(PG_FUNCTION_ARGS)
 {
 	HeapTupleHeader row;
 	bool		isnull;
-	Datum		status;
-	char	   *status_text;
+	Datum		result;
+	char	   *status;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("step result must not be null")));
 	row = PG_GETARG_HEAPTUPLEHEADER(0);
-	status = GetAttributeByName(row, "status", &isnull);
-	status_text = isnull ? "unknown" : TextDatumGetCString(status);
-	if (strcmp(status_text, "succeeded") != 0)
+	status = result_text(row, RESULT_ATT_STATUS, "unknown");
+	if (strcmp(status, "succeeded") != 0)
 	{
-		Datum		run_id = GetAttributeByName(row, "run_id", &isnull);
-		char	   *run_text = isnull ? "?" : TextDatumGetCString(run_id);
-		Datum		step_id = GetAttributeByName(row, "step_id", &isnull);
-		char	   *step_text = isnull ? "?" : TextDatumGetCString(step_id);
-		Datum		code = GetAttributeByName(row, "error_code", &isnull);
-		char	   *code_text = isnull ? NULL : TextDatumGetCString(code);
-		Datum		message = GetAttributeByName(row, "error_message", &isnull);
-		char	   *message_text = isnull ? NULL : TextDatumGetCString(message);
+		char	   *code = result_text(row, RESULT_ATT_ERROR_CODE, NULL);
 
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_STEP_NOT_SUCCEEDED),
-				 errmsg("step %s/%s has not succeeded: it is %s", run_text, step_text,
-						status_text),
-				 code_text ? errdetail("Last error %s: %s", code_text,
-									   message_text ? message_text : "") : 0));
+				 errmsg("step %s/%s has not succeeded: it is %s",
+						result_text(row, RESULT_ATT_RUN_ID, "?"),
+						result_text(row, RESULT_ATT_STEP_ID, "?"), status),
+				 code ? errdetail("Last error %s: %s", code,
+								  result_text(row, RESULT_ATT_ERROR_MESSAGE, "")) : 0));
 	}
-	{
-		Datum		result = GetAttributeByName(row, "result", &isnull);
-
-		if (isnull)
-			PG_RETURN_NULL();
-		PG_RETURN_DATUM(result);
-	}
+	result = GetAttributeByNum(row, RESULT_ATT_RESULT, &isnull);
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(result);
 }
