@@ -17,6 +17,7 @@
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/snapmgr.h"
@@ -260,9 +261,12 @@ ds_run_step(PG_FUNCTION_ARGS)
 
 	/* the common case, a replay: answered from the row without any lock */
 	if (probe_step(run_id, step_id, statement_snapshot(), &rec) &&
-		answer_from_store(&rec, fingerprint))
+		strcmp(rec.fingerprint, fingerprint) == 0 && answer_from_store(&rec, fingerprint))
 		PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, true));
 
+	/* from here on the call may write: refuse where writing is not allowed, before anything */
+	PreventCommandIfReadOnly("ds_run_step()");
+	PreventCommandIfParallelMode("ds_run_step()");
 	if (!step_lock_acquire(run_id, step_id, nowait))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_IN_PROGRESS),
@@ -344,7 +348,12 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	char	   *step_id = identity_arg(fcinfo, 1, "step_id");
 	StepRecord	rec;
 
-	(void) step_lock_acquire(run_id, step_id, false);
+	PreventCommandIfReadOnly("ds_retry_step()");
+	PreventCommandIfParallelMode("ds_retry_step()");
+	if (!step_lock_acquire(run_id, step_id, false))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_IN_PROGRESS),
+				 errmsg("step %s/%s is in progress in this process", run_id, step_id)));
 	if (!store_lock_step(run_id, step_id, &rec))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_STEP_NOT_FOUND),

@@ -128,6 +128,14 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 			claim->rec.step_id = claim->step_id;
 			claim->attempt = claim->rec.attempts;
 		}
+		if (n_claimed < n_locked)
+		{
+			/* never expected (the rows are locked), but a lock must not outlive its claim */
+			for (int i = 0; i < n_locked; i++)
+				step_lock_release_session(run_ids[i], step_ids[i]);
+			for (int i = 0; i < n_claimed; i++)
+				(void) step_lock_try_session((*claims)[i].run_id, (*claims)[i].step_id);
+		}
 	}
 	SPI_finish();
 	index_planning_end(planning);

@@ -12,6 +12,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -201,6 +202,14 @@ run_body(const StepBody *body, MemoryContext result_cxt)
 	if (rc < 0)
 		elog(ERROR, "step SQL failed: %s", SPI_result_code_string(rc));
 	result = result_to_jsonb(SPI_tuptable, SPI_processed);
+	if (body->immediate_constraints)
+	{
+		ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
+
+		all_immediate->constraints = NIL;
+		all_immediate->deferred = false;
+		AfterTriggerSetState(all_immediate);
+	}
 	if (VARSIZE(result) > (Size) max_result_size)
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_RESULT_TOO_LARGE),

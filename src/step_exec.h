@@ -21,6 +21,12 @@ typedef struct StepBody
 	Oid			run_as;			/* role to run as; InvalidOid = the current user */
 	const char *search_path;	/* search_path to run under; NULL = the current one */
 	const ClassOverrides *overrides;
+	/*
+	 * Check deferred constraints at the end of the body, inside its subtransaction. The worker
+	 * runs several steps in one transaction: a deferred violation must fail its own step, not
+	 * that shared transaction's commit.
+	 */
+	bool		immediate_constraints;
 } StepBody;
 
 typedef struct AttemptOutcome

@@ -14,6 +14,7 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "utils/hsearch.h"
 
 #include "step_lock.h"
 
@@ -37,12 +38,37 @@ step_locktag(LOCKTAG *tag, const char *run_id, const char *step_id)
 						 DS_LOCKTAG_FIELD4);
 }
 
+/*
+ * The session locks this process holds (the worker's claimed steps). PostgreSQL's local lock
+ * table counts a session lock and a transaction lock of the same tag as one, so without this set
+ * a step body run by the worker that calls ds_run_step() on another step of the same claimed
+ * batch would "acquire" that step's lock and run it behind the worker's back.
+ */
+static HTAB *held_session_locks = NULL;
+
+static uint64
+locktag_key(const LOCKTAG *tag)
+{
+	return ((uint64) tag->locktag_field2 << 32) | tag->locktag_field3;
+}
+
+static bool
+held_by_this_process(const LOCKTAG *tag)
+{
+	uint64		key = locktag_key(tag);
+
+	return held_session_locks != NULL &&
+		hash_search(held_session_locks, &key, HASH_FIND, NULL) != NULL;
+}
+
 bool
 step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
 {
 	LOCKTAG		tag;
 
 	step_locktag(&tag, run_id, step_id);
+	if (held_by_this_process(&tag))
+		return false;			/* in flight in this very process: never wait for ourselves */
 	return LockAcquire(&tag, ExclusiveLock, false, nowait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
@@ -50,16 +76,35 @@ bool
 step_lock_try_session(const char *run_id, const char *step_id)
 {
 	LOCKTAG		tag;
+	uint64		key;
 
 	step_locktag(&tag, run_id, step_id);
-	return LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
+	if (held_by_this_process(&tag) ||
+		LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	if (held_session_locks == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(uint64);
+		ctl.entrysize = sizeof(uint64);
+		held_session_locks = hash_create("durable_steps session locks", 256, &ctl,
+										 HASH_ELEM | HASH_BLOBS);
+	}
+	key = locktag_key(&tag);
+	(void) hash_search(held_session_locks, &key, HASH_ENTER, NULL);
+	return true;
 }
 
 void
 step_lock_release_session(const char *run_id, const char *step_id)
 {
 	LOCKTAG		tag;
+	uint64		key;
 
 	step_locktag(&tag, run_id, step_id);
+	key = locktag_key(&tag);
+	if (held_session_locks != NULL)
+		(void) hash_search(held_session_locks, &key, HASH_REMOVE, NULL);
 	LockRelease(&tag, ExclusiveLock, true);
 }

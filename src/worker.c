@@ -63,11 +63,11 @@ executor_init_module(void)
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("durable_steps.batch_size",
 							"Most due steps one executor claims at a time.",
-							NULL,
+							"Each claimed step holds a lock until its attempt is recorded, so this also bounds the lock-table entries an executor uses.",
 							&batch_size,
 							100,
 							1,
-							10000,
+							1000,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);

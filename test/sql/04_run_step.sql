@@ -191,3 +191,12 @@ INSERT INTO rs_payments VALUES (2, 200);
 ROLLBACK;
 SELECT * FROM rs_ledger;
 SELECT run_id, step_id, status FROM ds_steps WHERE run_id LIKE 'payment:%' ORDER BY run_id;
+
+-- a read-only transaction may replay a stored step but not create one
+BEGIN READ ONLY;
+SELECT status, replayed FROM ds_run_step('results', 'one-int', 'SELECT 42');
+SELECT * FROM ds_run_step('read-only', 'new', 'SELECT 1');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT * FROM ds_retry_step('order:2', 'fail');
+ROLLBACK;
