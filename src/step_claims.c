@@ -108,7 +108,8 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 										   "  executor, backend_pid, role, claimed_at, started_at)"
 										   " SELECT run_id, step_id, attempts, 'worker', $4, owner, $3, $3"
 										   " FROM claimed) "
-										   "SELECT run_id, step_id, " STEP_COLUMNS " FROM claimed",
+										   "SELECT run_id, step_id, " STEP_COLUMNS " FROM claimed"
+										   " ORDER BY next_attempt_at",
 										   4, mark_types),
 							  args, NULL, false, 0);
 		if (rc != SPI_OK_SELECT)
