@@ -227,7 +227,7 @@ policy_parse(Jsonb *policy, RetryPolicy *out)
 		policy_field_error("max_delay", "must not be less than initial_delay");
 }
 
-void
+static void
 policy_overlay(RetryPolicy *base, const RetryPolicy *upper)
 {
 	if (upper->set & POLICY_MAX_ATTEMPTS)

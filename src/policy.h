@@ -35,8 +35,6 @@ extern void policy_init_module(void);
 
 /* Parse and validate a partial policy; raises 22023 naming the field on bad input. */
 extern void policy_parse(Jsonb *policy, RetryPolicy *out);
-/* Lay the keys `upper` sets over `base`. */
-extern void policy_overlay(RetryPolicy *base, const RetryPolicy *upper);
 /* builtin < durable_steps.default_retry_policy < run policy < step policy; NULL layers skipped. */
 extern void policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out);
 /*

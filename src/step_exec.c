@@ -61,7 +61,7 @@ arm_deadline(TimestampTz deadline)
 		disable_timeout(step_timeout_id, false);
 }
 
-Jsonb *
+static Jsonb *
 jsonb_null(void)
 {
 	JsonbValue	v;

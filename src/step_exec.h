@@ -53,6 +53,5 @@ extern void step_exec_init_module(void);
 extern void execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 								 AttemptOutcome *outcome);
 
-extern Jsonb *jsonb_null(void);
 
 #endif							/* DS_STEP_EXEC_H */

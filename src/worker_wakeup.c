@@ -69,12 +69,6 @@ worker_shared(void)
 	return shared;
 }
 
-bool
-worker_library_preloaded(void)
-{
-	return preloaded;
-}
-
 static void
 wake_one_executor(void)
 {

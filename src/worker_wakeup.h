@@ -22,7 +22,6 @@ typedef struct WorkerShared
 extern void worker_shmem_init_module(void);
 /* NULL when the library was not preloaded (no worker can exist). */
 extern WorkerShared *worker_shared(void);
-extern bool worker_library_preloaded(void);
 
 /*
  * The current transaction made a step due (or due later): wake an executor once it has
