@@ -234,6 +234,8 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	int			save_sec_context;
 
 	memset(outcome, 0, sizeof(*outcome));
+	/* pushed first: if it fails (nesting too deep) no timer is left armed */
+	step_context_push(body->run_id, body->step_id, attempt, max_attempts);
 	outcome->started_at = GetCurrentTimestamp();
 	if (body->timeout > 0)
 	{
@@ -246,7 +248,6 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 		}
 	}
 	retry_after_clear();
-	step_context_push(body->run_id, body->step_id, attempt, max_attempts);
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 
 	BeginInternalSubTransaction(NULL);
