@@ -11,8 +11,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
-#include "common/cryptohash.h"
-#include "common/sha2.h"
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
@@ -68,26 +67,30 @@ identity_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 	return s;
 }
 
-/* The step's definition: its SQL and its input. Policy and timeout are not part of it. */
+/*
+ * The step's definition: its SQL and its input (policy and timeout are not part of it), as 128
+ * bits of two independently seeded hashes. It tells definitions apart, which needs no
+ * cryptographic strength (a caller can only ever match steps of roles it acts for), and every
+ * call computes it, replays included.
+ */
 static char *
 step_fingerprint(const char *sql, Jsonb *input)
 {
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
-	uint8		digest[PG_SHA256_DIGEST_LENGTH];
-	char	   *hex = palloc(PG_SHA256_DIGEST_LENGTH * 2 + 1);
-	const char *input_text = input ? JsonbToCString(NULL, &input->root, VARSIZE(input)) : NULL;
+	size_t		sql_len = strlen(sql) + 1;	/* the NUL separates SQL from input */
+	uint64		a = hash_bytes_extended((const unsigned char *) sql, (int) sql_len,
+										UINT64CONST(0x6473716c66700001));
+	uint64		b = hash_bytes_extended((const unsigned char *) sql, (int) sql_len,
+										UINT64CONST(0x9e3779b97f4a7c15));
 
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) "sql", 4) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) sql, strlen(sql) + 1) < 0 ||
-		(input_text != NULL &&
-		 pg_cryptohash_update(ctx, (const uint8 *) input_text, strlen(input_text)) < 0) ||
-		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
-		elog(ERROR, "could not compute step fingerprint: %s", pg_cryptohash_error(ctx));
-	pg_cryptohash_free(ctx);
-	hex_encode((const char *) digest, PG_SHA256_DIGEST_LENGTH, hex);
-	hex[PG_SHA256_DIGEST_LENGTH * 2] = '\0';
-	return hex;
+	if (input != NULL)
+	{
+		char	   *text = JsonbToCString(NULL, &input->root, VARSIZE(input));
+		int			len = (int) strlen(text);
+
+		a = hash_bytes_extended((const unsigned char *) text, len, a);
+		b = hash_bytes_extended((const unsigned char *) text, len, b ^ UINT64CONST(0xc2b2ae3d27d4eb4f));
+	}
+	return psprintf("%016" INT64_MODIFIER "x%016" INT64_MODIFIER "x", a, b);
 }
 
 static Datum
