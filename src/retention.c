@@ -56,46 +56,47 @@ retention_purge_done_reset(void)
 	last_purge = 0;
 }
 
+/* Run one purge statement (it returns the count it deleted) with $1 = cutoff, $2 = batch. */
+static int
+purge(SPIPlanPtr *slot, const char *sql, Datum *args)
+{
+	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+	bool		isnull;
+	int			rc = SPI_execute_plan(prepare_kept(slot, sql, 2, types), args, NULL, false, 0);
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "purge failed: %s", SPI_result_code_string(rc));
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 int
 retention_purge_batch(void)
 {
-	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
 	Datum		args[2];
-	int			deleted = 0;
-	int			rc;
+	int			deleted;
 
 	args[0] = TimestampTzGetDatum(GetCurrentTimestamp() - (int64) retention_seconds * USECS_PER_SEC);
 	args[1] = Int32GetDatum(RETENTION_BATCH);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	rc = SPI_execute_plan(prepare_kept(&purge_steps_plan,
-							   "WITH gone AS ("
-							   " DELETE FROM durable_steps.steps WHERE ctid IN ("
-							   "  SELECT ctid FROM durable_steps.steps"
-							   "  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
-							   "  LIMIT $2 FOR UPDATE SKIP LOCKED)"
-							   " RETURNING run_id, step_id), "
-							   "attempts AS ("
-							   " DELETE FROM durable_steps.attempts a USING gone"
-							   " WHERE a.run_id = gone.run_id AND a.step_id = gone.step_id) "
-							   "SELECT count(*)::int4 FROM gone", 2, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "purging steps failed: %s", SPI_result_code_string(rc));
-	deleted += DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-										   &(bool) {false}));
-	rc = SPI_execute_plan(prepare_kept(&purge_runs_plan,
-							   "WITH gone AS ("
-							   " DELETE FROM durable_steps.runs WHERE ctid IN ("
-							   "  SELECT ctid FROM durable_steps.runs"
-							   "  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
-							   "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
-							   "SELECT count(*)::int4 FROM gone", 2, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "purging runs failed: %s", SPI_result_code_string(rc));
-	deleted += DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-										   &(bool) {false}));
+	deleted = purge(&purge_steps_plan,
+					"WITH gone AS ("
+					" DELETE FROM durable_steps.steps WHERE ctid IN ("
+					"  SELECT ctid FROM durable_steps.steps"
+					"  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
+					"  LIMIT $2 FOR UPDATE SKIP LOCKED)"
+					" RETURNING run_id, step_id), "
+					"attempts AS ("
+					" DELETE FROM durable_steps.attempts a USING gone"
+					" WHERE a.run_id = gone.run_id AND a.step_id = gone.step_id) "
+					"SELECT count(*)::int4 FROM gone", args);
+	deleted += purge(&purge_runs_plan,
+					 "WITH gone AS ("
+					 " DELETE FROM durable_steps.runs WHERE ctid IN ("
+					 "  SELECT ctid FROM durable_steps.runs"
+					 "  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
+					 "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+					 "SELECT count(*)::int4 FROM gone", args);
 	SPI_finish();
 	return deleted;
 }

@@ -148,7 +148,7 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 	else
 	{
 		store_update_step(rec);
-		store_insert_attempt(rec, attempt, &outcome, "caller");
+		store_insert_attempt(rec, attempt, &outcome);
 	}
 }
 

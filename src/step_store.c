@@ -364,8 +364,7 @@ attempt_to_params(const StepRecord *rec, int attempt, const AttemptOutcome *o, D
 }
 
 void
-store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o,
-					 const char *executor)
+store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
 	Oid			types[ATTEMPT_NPARAMS + 3];
 	StoreSession s;
@@ -386,7 +385,7 @@ store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o
 						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12)",
 						ATTEMPT_NPARAMS + 3, types);
 	attempt_to_params(rec, attempt, o, v, n);
-	v[ATTEMPT_NPARAMS] = CStringGetTextDatum(executor);
+	v[ATTEMPT_NPARAMS] = CStringGetTextDatum("caller");	/* the worker's are claimed, then updated */
 	v[ATTEMPT_NPARAMS + 1] = Int32GetDatum(MyProcPid);
 	v[ATTEMPT_NPARAMS + 2] = ObjectIdGetDatum(rec->owner);
 	n[ATTEMPT_NPARAMS] = n[ATTEMPT_NPARAMS + 1] = n[ATTEMPT_NPARAMS + 2] = ' ';
