@@ -4,7 +4,7 @@ MODULE_big = durable_steps
 OBJS = \
 	src/durable_steps.o \
 	src/classify.o \
-	src/direct_insert.o \
+	src/direct_write.o \
 	src/key.o \
 	src/launcher.o \
 	src/policy.o \

@@ -146,10 +146,7 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 	if (by_worker)
 		store_update_step_finish_attempt(rec, attempt, &outcome);
 	else
-	{
-		store_update_step(rec);
-		store_insert_attempt(rec, attempt, &outcome);
-	}
+		store_update_step_insert_attempt(rec, attempt, &outcome);
 }
 
 void

@@ -1,10 +1,11 @@
 /*
- * step_store.c -- persistence of steps and attempts through SPI.
+ * step_store.c -- persistence of steps and attempts.
  *
- * Callers have no privileges on the tables of schema durable_steps; the statements here run as
- * the tables' owner (the way referential-integrity checks run as the table owner), and every
- * name and operator in them is schema-qualified so that nothing in the caller's search_path can
- * take part in them. Plans are prepared once per backend and kept.
+ * Callers have no privileges on the tables of schema durable_steps. Row writes go through
+ * direct_write.c, which checks no privileges; the locked read runs through SPI as the tables'
+ * owner (the way referential-integrity checks run as the table owner), with every name and
+ * operator schema-qualified so that nothing in the caller's search_path can take part in it.
+ * Plans are prepared once per backend and kept.
  */
 #include "compat.h"
 
@@ -17,39 +18,22 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/fmgroids.h"
 #include "utils/syscache.h"
 
-#include "direct_insert.h"
+#include "direct_write.h"
 #include "policy.h"
 #include "step_probe.h"
 #include "step_store.h"
 
 
-/* the SET list of both step updates: every column from $3 on, in STEP_COLUMNS order */
-#define STEP_UPDATE_SET \
-	"kind = $3, sql = $4, input = $5, fingerprint = $6, policy = $7, max_attempts = $8, " \
-	"attempt_base = $9, attempts = $10, timeout = $11, on_timeout = $12, retry_on = $13, " \
-	"fail_on = $14, owner = $15, search_path = $16, status = $17, result = $18, " \
-	"error_class = $19, error_code = $20, error_message = $21, error_detail = $22, " \
-	"remediation = $23, next_attempt_at = $24, created_at = $25, updated_at = $26, " \
-	"finished_at = $27, request = $28, lease_expires_at = $29"
-
 #define STEP_KEY_WHERE \
 	" WHERE run_id OPERATOR(pg_catalog.=) $1 AND step_id OPERATOR(pg_catalog.=) $2"
 
-/* $1..$29: the parameters of both the insert and the update, in this order */
+/* run_id, step_id and STEP_COLUMNS: the values of a step row, in record_to_params */
 #define STEP_NPARAMS 29
-static Oid	step_param_types[STEP_NPARAMS] = {
-	TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, JSONBOID, INT4OID, INT4OID, INT4OID,
-	INTERVALOID, TEXTOID, TEXTARRAYOID, TEXTARRAYOID, OIDOID, TEXTOID, TEXTOID, JSONBOID,
-	TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, JSONBOID, TIMESTAMPTZOID
-};
 
 static SPIPlanPtr lock_plan = NULL;
-static SPIPlanPtr update_with_attempt_plan = NULL;
-static SPIPlanPtr update_plan = NULL;
-static SPIPlanPtr attempt_plan = NULL;
 
 typedef struct StoreSession
 {
@@ -317,34 +301,8 @@ record_to_params(const StepRecord *r, Datum *v, char *n)
 	v[28] = timestamptz_or_null(r->lease_expires_at, &n[28]);
 }
 
-void
-store_update_step(const StepRecord *rec)
-{
-	StoreSession s;
-	SPIPlanPtr	plan;
-	Datum		values[STEP_NPARAMS];
-	char		nulls[STEP_NPARAMS];
-	int			rc;
-
-	store_begin(&s);
-	s.planning_level = index_planning_begin();
-	plan = prepare_kept(&update_plan,
-						"UPDATE durable_steps.steps SET " STEP_UPDATE_SET STEP_KEY_WHERE,
-						STEP_NPARAMS, step_param_types);
-	record_to_params(rec, values, nulls);
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
-		elog(ERROR, "step update failed for %s/%s", rec->run_id, rec->step_id);
-	store_end(&s);
-}
-
-/*
- * $1..$9 of both attempt statements: identity, number, class, error, finish and start times.
- */
+/* attempt_to_params' values: identity, number, class, error, finish and start times */
 #define ATTEMPT_NPARAMS 9
-static Oid	attempt_param_types[ATTEMPT_NPARAMS] = {
-	TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID
-};
 
 static void
 attempt_to_params(const StepRecord *rec, int attempt, const AttemptOutcome *o, Datum *v, char *n)
@@ -363,38 +321,6 @@ attempt_to_params(const StepRecord *rec, int attempt, const AttemptOutcome *o, D
 	v[8] = TimestampTzGetDatum(o->started_at);
 }
 
-void
-store_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
-{
-	Oid			types[ATTEMPT_NPARAMS + 3];
-	StoreSession s;
-	SPIPlanPtr	plan;
-	Datum		v[ATTEMPT_NPARAMS + 3];
-	char		n[ATTEMPT_NPARAMS + 3];
-	int			rc;
-
-	memcpy(types, attempt_param_types, sizeof(attempt_param_types));
-	types[ATTEMPT_NPARAMS] = TEXTOID;
-	types[ATTEMPT_NPARAMS + 1] = INT4OID;
-	types[ATTEMPT_NPARAMS + 2] = OIDOID;
-	store_begin(&s);
-	plan = prepare_kept(&attempt_plan,
-						"INSERT INTO durable_steps.attempts (run_id, step_id, attempt, class, "
-						"error_code, error_message, error_detail, finished_at, started_at, "
-						"claimed_at, executor, backend_pid, role) "
-						"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12)",
-						ATTEMPT_NPARAMS + 3, types);
-	attempt_to_params(rec, attempt, o, v, n);
-	v[ATTEMPT_NPARAMS] = CStringGetTextDatum("caller");	/* the worker's are claimed, then updated */
-	v[ATTEMPT_NPARAMS + 1] = Int32GetDatum(MyProcPid);
-	v[ATTEMPT_NPARAMS + 2] = ObjectIdGetDatum(rec->owner);
-	n[ATTEMPT_NPARAMS] = n[ATTEMPT_NPARAMS + 1] = n[ATTEMPT_NPARAMS + 2] = ' ';
-	rc = SPI_execute_plan(plan, v, n, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "attempt insert failed: %s", SPI_result_code_string(rc));
-	store_end(&s);
-}
-
 /* The columns of $1..$29, in order: run_id, step_id, then STEP_COLUMNS. */
 static const char *const step_param_columns[STEP_NPARAMS] = {
 	"run_id", "step_id", "kind", "sql", "input", "fingerprint", "policy", "max_attempts",
@@ -411,25 +337,13 @@ static const char *const attempt_columns[ATTEMPT_NCOLUMNS] = {
 	"finished_at", "started_at", "claimed_at", "executor", "backend_pid", "role"
 };
 
-/*
- * A synchronous caller's new step and its first attempt: the hot path of ds_run_step, so the
- * two rows are inserted directly (direct_insert.c) rather than through SPI.
- */
-void
-store_insert_step_with_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+/* A finished attempt of a caller (ds_run_step runs attempts to their end in the caller). */
+static void
+insert_caller_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
-	Datum		v[STEP_NPARAMS];
-	char		n[STEP_NPARAMS];
-	bool		isnull[STEP_NPARAMS];
 	Datum		av[ATTEMPT_NCOLUMNS];
 	char		an[ATTEMPT_NCOLUMNS];
 	bool		a_isnull[ATTEMPT_NCOLUMNS];
-	const StoreRelations *r = store_relations();
-
-	record_to_params(rec, v, n);
-	for (int i = 0; i < STEP_NPARAMS; i++)
-		isnull[i] = n[i] == 'n';
-	direct_insert_row(r->steps, step_param_columns, STEP_NPARAMS, v, isnull);
 
 	attempt_to_params(rec, attempt, o, av, an);
 	av[ATTEMPT_NPARAMS] = av[8];	/* claimed_at: a caller's attempt starts when claimed */
@@ -440,47 +354,78 @@ store_insert_step_with_attempt(const StepRecord *rec, int attempt, const Attempt
 	an[ATTEMPT_NPARAMS + 1] = an[ATTEMPT_NPARAMS + 2] = an[ATTEMPT_NPARAMS + 3] = ' ';
 	for (int i = 0; i < ATTEMPT_NCOLUMNS; i++)
 		a_isnull[i] = an[i] == 'n';
-	direct_insert_row(r->attempts, attempt_columns, ATTEMPT_NCOLUMNS, av, a_isnull);
+	direct_insert_row(store_relations()->attempts, attempt_columns, ATTEMPT_NCOLUMNS, av,
+					  a_isnull);
+}
+
+/* A synchronous caller's new step and its first attempt: the hot path of ds_run_step. */
+void
+store_insert_step_with_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+{
+	Datum		v[STEP_NPARAMS];
+	char		n[STEP_NPARAMS];
+	bool		isnull[STEP_NPARAMS];
+
+	record_to_params(rec, v, n);
+	for (int i = 0; i < STEP_NPARAMS; i++)
+		isnull[i] = n[i] == 'n';
+	direct_insert_row(store_relations()->steps, step_param_columns, STEP_NPARAMS, v, isnull);
+	insert_caller_attempt(rec, attempt, o);
+}
+
+/* The attempt columns an outcome sets: class, error, finish and start times. */
+#define ATTEMPT_OUTCOME_FIRST 3
+#define ATTEMPT_OUTCOME_NCOLUMNS 6
+
+/* Every column but the key, from the record. */
+void
+store_update_step(const StepRecord *rec)
+{
+	Datum		v[STEP_NPARAMS];
+	char		n[STEP_NPARAMS];
+	bool		isnull[STEP_NPARAMS];
+	const StoreRelations *r = store_relations();
+	static const RegProcedure key_eq[2] = {F_TEXTEQ, F_TEXTEQ};
+
+	record_to_params(rec, v, n);
+	for (int i = 0; i < STEP_NPARAMS; i++)
+		isnull[i] = n[i] == 'n';
+	if (!direct_update_row(r->steps, r->steps_pkey, 2, v, key_eq, step_param_columns + 2,
+						   STEP_NPARAMS - 2, v + 2, isnull + 2))
+		elog(ERROR, "step %s/%s to update was not found", rec->run_id, rec->step_id);
 }
 
 /*
- * The worker's outcome of an attempt it committed as started: the step and the attempt row in
- * one statement, for the same reason as store_insert_step_with_attempt.
+ * A caller's later attempt of an existing step: the step row updated, a finished attempt row
+ * added.
+ */
+void
+store_update_step_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+{
+	store_update_step(rec);
+	insert_caller_attempt(rec, attempt, o);
+}
+
+/*
+ * The worker's outcome of an attempt it committed as started: the step row and the attempt row
+ * written when the attempt was claimed.
  */
 void
 store_update_step_finish_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
-	Oid			types[STEP_NPARAMS + ATTEMPT_NPARAMS - 2];
-	Datum		v[STEP_NPARAMS + ATTEMPT_NPARAMS - 2];
-	char		n[STEP_NPARAMS + ATTEMPT_NPARAMS - 2];
 	Datum		av[ATTEMPT_NPARAMS];
 	char		an[ATTEMPT_NPARAMS];
-	StoreSession s;
-	SPIPlanPtr	plan;
-	int			rc;
+	bool		a_isnull[ATTEMPT_NPARAMS];
+	const StoreRelations *r = store_relations();
+	static const RegProcedure key_eq[3] = {F_TEXTEQ, F_TEXTEQ, F_INT4EQ};
 
-	/* $1..$29 as for the step update; $30..$36 the attempt's $3..$9 */
-	memcpy(types, step_param_types, sizeof(step_param_types));
-	memcpy(types + STEP_NPARAMS, attempt_param_types + 2, sizeof(Oid) * (ATTEMPT_NPARAMS - 2));
-	record_to_params(rec, v, n);
+	store_update_step(rec);
 	attempt_to_params(rec, attempt, o, av, an);
-	memcpy(v + STEP_NPARAMS, av + 2, sizeof(Datum) * (ATTEMPT_NPARAMS - 2));
-	memcpy(n + STEP_NPARAMS, an + 2, ATTEMPT_NPARAMS - 2);
-
-	store_begin(&s);
-	s.planning_level = index_planning_begin();
-	plan = prepare_kept(&update_with_attempt_plan,
-						"WITH step AS (UPDATE durable_steps.steps SET " STEP_UPDATE_SET
-						STEP_KEY_WHERE " RETURNING 1) "
-						"UPDATE durable_steps.attempts SET class = $31, error_code = $32, "
-						"error_message = $33, error_detail = $34, finished_at = $35, "
-						"started_at = $36" STEP_KEY_WHERE
-						" AND attempt OPERATOR(pg_catalog.=) $30 AND EXISTS (SELECT FROM step)",
-						STEP_NPARAMS + ATTEMPT_NPARAMS - 2, types);
-	rc = SPI_execute_plan(plan, v, n, false, 0);
-	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
+	for (int i = 0; i < ATTEMPT_NPARAMS; i++)
+		a_isnull[i] = an[i] == 'n';
+	if (!direct_update_row(r->attempts, r->attempts_pkey, 3, av, key_eq,
+						   attempt_columns + ATTEMPT_OUTCOME_FIRST, ATTEMPT_OUTCOME_NCOLUMNS,
+						   av + ATTEMPT_OUTCOME_FIRST, a_isnull + ATTEMPT_OUTCOME_FIRST))
 		elog(ERROR, "attempt %d of step %s/%s was not recorded as started", attempt,
 			 rec->run_id, rec->step_id);
-	store_end(&s);
 }
-

@@ -55,9 +55,9 @@ extern void store_insert_step_with_attempt(const StepRecord *rec, int attempt,
 										   const AttemptOutcome *outcome);
 extern void store_update_step_finish_attempt(const StepRecord *rec, int attempt,
 											 const AttemptOutcome *outcome);
-/* A synchronous caller's attempt of an existing step. */
-extern void store_insert_attempt(const StepRecord *rec, int attempt,
-								 const AttemptOutcome *outcome);
+/* A synchronous caller's attempt of an existing step: the step updated, the attempt added. */
+extern void store_update_step_insert_attempt(const StepRecord *rec, int attempt,
+											 const AttemptOutcome *outcome);
 
 /* Fill *out (but run_id, step_id) from columns offset+1.. of a row in STEP_COLUMNS order. */
 extern void store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,

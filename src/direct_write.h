@@ -1,0 +1,31 @@
+/*
+ * direct_write.h -- inserting and updating one row without planning or starting a query.
+ *
+ * For the extension's own tables only: no privileges are checked. Both keep the table locked to
+ * the end of the transaction and make the row visible to the transaction's later commands.
+ */
+#ifndef DS_DIRECT_WRITE_H
+#define DS_DIRECT_WRITE_H
+
+#include "compat.h"
+
+/*
+ * Insert one row into `relid`: column colnames[i] gets values[i] (NULL where nulls[i]). Every
+ * column of the table must be named: no defaults are applied. Unique indexes are checked and
+ * partial index predicates evaluated. `colnames` must be a static array (its attribute numbers
+ * are cached by its address).
+ */
+extern void direct_insert_row(Oid relid, const char *const *colnames, int ncols,
+							  const Datum *values, const bool *nulls);
+
+/*
+ * Update the row of `relid` whose key in unique index `indexid` is keys[0..nkeys-1] (compared
+ * with the equality functions key_eq[]): colnames[i] gets values[i] (NULL where nulls[i]), the
+ * other columns keep their values. Returns false, changing nothing, when no such row is visible.
+ * The caller must hold the lock that serializes writers of that row. `colnames` as above.
+ */
+extern bool direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys,
+							  const RegProcedure *key_eq, const char *const *colnames, int ncols,
+							  const Datum *values, const bool *nulls);
+
+#endif							/* DS_DIRECT_WRITE_H */
