@@ -75,6 +75,9 @@ CREATE TABLE durable_steps.steps (
     remediation     text,
     next_attempt_at timestamptz,
     lease_expires_at timestamptz,
+    -- the executor process that claimed the attempt now running (status 'running'); with
+    -- updated_at (the claim's time) and attempts it is the running attempt's record
+    claimed_by      integer,
     created_at      timestamptz NOT NULL,
     updated_at      timestamptz NOT NULL,
     finished_at     timestamptz,
@@ -94,13 +97,15 @@ CREATE INDEX steps_lease_idx ON durable_steps.steps (lease_expires_at)
 CREATE INDEX steps_finished_idx ON durable_steps.steps USING brin (finished_at)
     WITH (autosummarize = on);
 
--- One row per attempt, never updated after it finishes. The attempt key and the idempotency key
--- are derived from (run_id, step_id, attempt) and shown by the ds_attempts view.
+-- One row per finished attempt, written once with its outcome and never updated. An attempt a
+-- worker has claimed and not finished lives in its step's row (status 'running'); the
+-- ds_attempts view shows both. The attempt key and the idempotency key are derived from
+-- (run_id, step_id, attempt) and shown by the ds_attempts view.
 CREATE TABLE durable_steps.attempts (
     run_id          text COLLATE "C" NOT NULL,
     step_id         text COLLATE "C" NOT NULL,
     attempt         integer NOT NULL,
-    class           text,           -- completed | retryable | correctable | permanent; NULL while running
+    class           text NOT NULL,  -- completed | retryable | correctable | permanent
     error_code      text,
     error_message   text,
     error_detail    text,
@@ -110,7 +115,7 @@ CREATE TABLE durable_steps.attempts (
     -- when the attempt was committed as started (the worker's claim) and when its body began
     claimed_at      timestamptz NOT NULL,
     started_at      timestamptz NOT NULL,
-    finished_at     timestamptz,
+    finished_at     timestamptz NOT NULL,
     PRIMARY KEY (run_id, step_id, attempt)
 );
 
@@ -216,7 +221,15 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
            k.idempotency_key,
            k.idempotency_key OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.attempt::text AS attempt_key,
            a.executor, a.backend_pid, a.role::pg_catalog.regrole AS role
-      FROM durable_steps.attempts a,
+      FROM (SELECT run_id, step_id, attempt, class, error_code, error_message, error_detail,
+                   claimed_at, started_at, finished_at, executor, backend_pid, role
+              FROM durable_steps.attempts
+            UNION ALL
+            -- the attempt a worker has claimed and is running: its step's row records it
+            SELECT run_id, step_id, attempts, NULL, NULL, NULL, NULL, updated_at, updated_at,
+                   NULL, 'worker', claimed_by, owner
+              FROM durable_steps.steps
+             WHERE status OPERATOR(pg_catalog.=) 'running') a,
            -- the keys ds_idempotency_key() and ds_attempt_key() handed to the attempt
            LATERAL (SELECT pg_catalog.replace(pg_catalog.replace(a.run_id, '\', '\\'), ':', '\:')
                            OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||)

@@ -2,10 +2,9 @@
  * direct_write.c -- the row writes of the step hot paths, without SPI.
  *
  * Every attempt writes rows: a fresh step inserts its step and attempt rows, and every later
- * outcome updates them. Through SPI each such statement pays for a plan-cache check, an executor
- * start with a projection of every column (and, for an update that also touches the attempt, a
- * CTE), and its shutdown: measured at about a sixth of a fresh step's cost and more than half of
- * the background worker's. The logical replication apply worker writes rows with
+ * outcome updates the step and adds an attempt. Through SPI each such statement pays for a
+ * plan-cache check, an executor start with a projection of every column, and its shutdown:
+ * measured at about a sixth of a fresh step's cost and half of the background worker's. The logical replication apply worker writes rows with
  * ExecSimpleRelationInsert / ExecSimpleRelationUpdate on a minimal executor state; so do we.
  * Those check NOT NULL and CHECK constraints, maintain every index (unique checks included, and
  * no new index entries for a HOT update) and fire row triggers, like the statements would.

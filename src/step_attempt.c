@@ -116,6 +116,8 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 	AttemptOutcome outcome;
 	/* the worker committed its attempt as started (and counted it) before running it */
 	int			attempt = by_worker ? rec->attempts : rec->attempts + 1;
+	/* a worker's claim wrote the step row last: its updated_at is the claim's time */
+	TimestampTz claimed_at = rec->updated_at;
 
 	overrides_from_record(rec, &overrides);
 	body.run_id = rec->run_id;
@@ -144,7 +146,7 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 		return;
 	}
 	if (by_worker)
-		store_update_step_finish_attempt(rec, attempt, &outcome);
+		store_finish_claimed_attempt(rec, attempt, claimed_at, &outcome);
 	else
 		store_update_step_insert_attempt(rec, attempt, &outcome);
 }
@@ -154,6 +156,7 @@ fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, const
 {
 	AttemptOutcome outcome;
 	ClassOverrides overrides;
+	TimestampTz claimed_at = rec->updated_at;	/* as in run_next_attempt */
 
 	overrides_from_record(rec, &overrides);
 	memset(&outcome, 0, sizeof(outcome));
@@ -163,5 +166,5 @@ fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, const
 	outcome.detail = detail ? pstrdup(detail) : NULL;
 	outcome.started_at = outcome.finished_at = GetCurrentTimestamp();
 	apply_attempt_outcome(rec, rec->attempts, &outcome);
-	store_update_step_finish_attempt(rec, rec->attempts, &outcome);
+	store_finish_claimed_attempt(rec, rec->attempts, claimed_at, &outcome);
 }

@@ -88,10 +88,8 @@ store_relations(void)
 	relations.runs = OidIsValid(nsp) ? get_relname_relid("runs", nsp) : InvalidOid;
 	relations.runs_pkey = OidIsValid(nsp) ? get_relname_relid("runs_pkey", nsp) : InvalidOid;
 	relations.attempts = OidIsValid(nsp) ? get_relname_relid("attempts", nsp) : InvalidOid;
-	relations.attempts_pkey = OidIsValid(nsp) ?
-		get_relname_relid("attempts_pkey", nsp) : InvalidOid;
 	if (!OidIsValid(relations.steps) || !OidIsValid(relations.steps_pkey) ||
-		!OidIsValid(relations.attempts) || !OidIsValid(relations.attempts_pkey) ||
+		!OidIsValid(relations.attempts) ||
 		!OidIsValid(relations.runs) || !OidIsValid(relations.runs_pkey))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),

@@ -18,7 +18,6 @@ typedef struct StoreRelations
 	Oid			runs;
 	Oid			runs_pkey;
 	Oid			attempts;
-	Oid			attempts_pkey;
 	Oid			owner;			/* owner of durable_steps.steps: the internal statements' role */
 } StoreRelations;
 

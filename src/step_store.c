@@ -31,7 +31,7 @@
 	" WHERE run_id OPERATOR(pg_catalog.=) $1 AND step_id OPERATOR(pg_catalog.=) $2"
 
 /* run_id, step_id and STEP_COLUMNS: the values of a step row, in record_to_params */
-#define STEP_NPARAMS 29
+#define STEP_NPARAMS 30
 
 static SPIPlanPtr lock_plan = NULL;
 
@@ -210,6 +210,7 @@ store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt
 	out->finished_at = get_timestamptz(t, td, offset + 25);
 	out->request = get_varlena(t, td, offset + 26, cxt);
 	out->lease_expires_at = get_timestamptz(t, td, offset + 27);
+	out->claimed_by = get_int4(t, td, offset + 28);
 }
 
 bool
@@ -299,6 +300,8 @@ record_to_params(const StepRecord *r, Datum *v, char *n)
 	v[26] = timestamptz_or_null(r->finished_at, &n[26]);
 	v[27] = pointer_or_null(r->request, &n[27]);
 	v[28] = timestamptz_or_null(r->lease_expires_at, &n[28]);
+	v[29] = Int32GetDatum(r->claimed_by);
+	n[29] = r->claimed_by != 0 ? ' ' : 'n';
 }
 
 /* attempt_to_params' values: identity, number, class, error, finish and start times */
@@ -321,13 +324,13 @@ attempt_to_params(const StepRecord *rec, int attempt, const AttemptOutcome *o, D
 	v[8] = TimestampTzGetDatum(o->started_at);
 }
 
-/* The columns of $1..$29, in order: run_id, step_id, then STEP_COLUMNS. */
+/* The columns of record_to_params' values, in order: run_id, step_id, then STEP_COLUMNS. */
 static const char *const step_param_columns[STEP_NPARAMS] = {
 	"run_id", "step_id", "kind", "sql", "input", "fingerprint", "policy", "max_attempts",
 	"attempt_base", "attempts", "timeout", "on_timeout", "retry_on", "fail_on", "owner",
 	"search_path", "status", "result", "error_class", "error_code", "error_message",
 	"error_detail", "remediation", "next_attempt_at", "created_at", "updated_at", "finished_at",
-	"request", "lease_expires_at"
+	"request", "lease_expires_at", "claimed_by"
 };
 
 /* The columns of attempt_to_params' $1..$9, then the three a caller's attempt adds. */
@@ -337,19 +340,23 @@ static const char *const attempt_columns[ATTEMPT_NCOLUMNS] = {
 	"finished_at", "started_at", "claimed_at", "executor", "backend_pid", "role"
 };
 
-/* A finished attempt of a caller (ds_run_step runs attempts to their end in the caller). */
+/*
+ * The one row of a finished attempt. A caller's attempt is claimed when it starts; a worker's
+ * was claimed (the step row committed as running) before it started.
+ */
 static void
-insert_caller_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o, bool by_worker,
+			   TimestampTz claimed_at)
 {
 	Datum		av[ATTEMPT_NCOLUMNS];
 	char		an[ATTEMPT_NCOLUMNS];
 	bool		a_isnull[ATTEMPT_NCOLUMNS];
 
 	attempt_to_params(rec, attempt, o, av, an);
-	av[ATTEMPT_NPARAMS] = av[8];	/* claimed_at: a caller's attempt starts when claimed */
-	an[ATTEMPT_NPARAMS] = an[8];
-	av[ATTEMPT_NPARAMS + 1] = CStringGetTextDatum("caller");
-	av[ATTEMPT_NPARAMS + 2] = Int32GetDatum(MyProcPid);
+	av[ATTEMPT_NPARAMS] = by_worker ? TimestampTzGetDatum(claimed_at) : av[8];
+	an[ATTEMPT_NPARAMS] = ' ';
+	av[ATTEMPT_NPARAMS + 1] = CStringGetTextDatum(by_worker ? "worker" : "caller");
+	av[ATTEMPT_NPARAMS + 2] = Int32GetDatum(by_worker ? rec->claimed_by : MyProcPid);
 	av[ATTEMPT_NPARAMS + 3] = ObjectIdGetDatum(rec->owner);
 	an[ATTEMPT_NPARAMS + 1] = an[ATTEMPT_NPARAMS + 2] = an[ATTEMPT_NPARAMS + 3] = ' ';
 	for (int i = 0; i < ATTEMPT_NCOLUMNS; i++)
@@ -370,12 +377,8 @@ store_insert_step_with_attempt(const StepRecord *rec, int attempt, const Attempt
 	for (int i = 0; i < STEP_NPARAMS; i++)
 		isnull[i] = n[i] == 'n';
 	direct_insert_row(store_relations()->steps, step_param_columns, STEP_NPARAMS, v, isnull);
-	insert_caller_attempt(rec, attempt, o);
+	insert_attempt(rec, attempt, o, false, 0);
 }
-
-/* The attempt columns an outcome sets: class, error, finish and start times. */
-#define ATTEMPT_OUTCOME_FIRST 3
-#define ATTEMPT_OUTCOME_NCOLUMNS 6
 
 /* Every column but the key, from the record. */
 void
@@ -403,29 +406,13 @@ void
 store_update_step_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
 	store_update_step(rec);
-	insert_caller_attempt(rec, attempt, o);
+	insert_attempt(rec, attempt, o, false, 0);
 }
 
-/*
- * The worker's outcome of an attempt it committed as started: the step row and the attempt row
- * written when the attempt was claimed.
- */
 void
-store_update_step_finish_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+store_finish_claimed_attempt(const StepRecord *rec, int attempt, TimestampTz claimed_at,
+							 const AttemptOutcome *o)
 {
-	Datum		av[ATTEMPT_NPARAMS];
-	char		an[ATTEMPT_NPARAMS];
-	bool		a_isnull[ATTEMPT_NPARAMS];
-	const StoreRelations *r = store_relations();
-	static const RegProcedure key_eq[3] = {F_TEXTEQ, F_TEXTEQ, F_INT4EQ};
-
 	store_update_step(rec);
-	attempt_to_params(rec, attempt, o, av, an);
-	for (int i = 0; i < ATTEMPT_NPARAMS; i++)
-		a_isnull[i] = an[i] == 'n';
-	if (!direct_update_row(r->attempts, r->attempts_pkey, 3, av, key_eq,
-						   attempt_columns + ATTEMPT_OUTCOME_FIRST, ATTEMPT_OUTCOME_NCOLUMNS,
-						   av + ATTEMPT_OUTCOME_FIRST, a_isnull + ATTEMPT_OUTCOME_FIRST))
-		elog(ERROR, "attempt %d of step %s/%s was not recorded as started", attempt,
-			 rec->run_id, rec->step_id);
+	insert_attempt(rec, attempt, o, true, claimed_at);
 }

@@ -46,6 +46,7 @@ typedef struct StepRecord
 	TimestampTz created_at;
 	TimestampTz updated_at;
 	TimestampTz finished_at;	/* 0 = NULL */
+	int			claimed_by;		/* pid of the executor that claimed the running attempt; 0 = NULL */
 } StepRecord;
 
 /* Read the whole step and lock its row for the transaction; false when there is no such step. */
@@ -53,8 +54,12 @@ extern bool store_lock_step(const char *run_id, const char *step_id, StepRecord 
 extern void store_update_step(const StepRecord *rec);
 extern void store_insert_step_with_attempt(const StepRecord *rec, int attempt,
 										   const AttemptOutcome *outcome);
-extern void store_update_step_finish_attempt(const StepRecord *rec, int attempt,
-											 const AttemptOutcome *outcome);
+/*
+ * The outcome of an attempt a worker claimed at `claimed_at` (the step row was then committed as
+ * running): the step updated, the attempt's one row added.
+ */
+extern void store_finish_claimed_attempt(const StepRecord *rec, int attempt, TimestampTz claimed_at,
+										 const AttemptOutcome *outcome);
 /* A synchronous caller's attempt of an existing step: the step updated, the attempt added. */
 extern void store_update_step_insert_attempt(const StepRecord *rec, int attempt,
 											 const AttemptOutcome *outcome);
@@ -70,7 +75,7 @@ extern void index_planning_end(int level);
 	"kind, sql, input, fingerprint, policy, max_attempts, attempt_base, attempts, timeout, " \
 	"on_timeout, retry_on, fail_on, owner, search_path, status, result, error_class, " \
 	"error_code, error_message, error_detail, remediation, next_attempt_at, created_at, " \
-	"updated_at, finished_at, request, lease_expires_at"
+	"updated_at, finished_at, request, lease_expires_at, claimed_by"
 
 /* The saved plan in *slot, prepared (and kept for the backend's life) on first use. */
 extern SPIPlanPtr prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);

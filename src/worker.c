@@ -3,8 +3,9 @@
  *
  * One pass of the loop:
  *   1. find attempts whose executor is gone and record them as lost (invocation_lost);
- *   2. claim a batch of due steps and COMMIT them as started (status running, attempt row
- *      written, each step's session lock held) -- an attempt is durable before it runs;
+ *   2. claim a batch of due steps and COMMIT them as started (status running, attempt number
+ *      counted, claiming process recorded, each step's session lock held) -- an attempt is
+ *      durable before it runs; its attempt row is written once, with its outcome;
  *   3. run the claimed attempts, each in its own subtransaction and as the step's owner, and
  *      commit their outcomes; several attempts share one transaction for throughput, for at most
  *      a few milliseconds, so that a failed commit loses nothing but time: the attempts stay
