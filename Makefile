@@ -20,6 +20,10 @@ OBJS = \
 	src/worker.o \
 	src/worker_wakeup.o
 
+# PGXS tracks no header dependencies: rebuild every object when any of our headers changes, so
+# that no object keeps an old layout of a shared struct
+$(OBJS): $(wildcard src/*.h)
+
 DATA = $(wildcard sql/durable_steps--*.sql)
 PGFILEDESC = "durable_steps - durable, retried, idempotent steps inside PostgreSQL"
 

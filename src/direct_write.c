@@ -21,6 +21,7 @@
 #include "executor/tuptable.h"
 #include "nodes/makefuncs.h"
 #include "nodes/parsenodes.h"
+#include "utils/fmgrprotos.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -164,9 +165,34 @@ direct_insert_row(Oid relid, const char *const *colnames, int ncols, const Datum
 	direct_write_end(&w);
 }
 
+/*
+ * Is the row at *tid, as `snapshot` sees it, the one with these keys? Then it is the row's
+ * current version: a unique key has one visible version.
+ */
+static bool
+fetch_by_tid(Relation rel, Relation index, ItemPointer tid, int nkeys, const Datum *keys,
+			 const RegProcedure *key_eq, Snapshot snapshot, TupleTableSlot *slot)
+{
+	if (!ItemPointerIsValid(tid) ||
+		!table_tuple_fetch_row_version(rel, tid, snapshot, slot))
+		return false;
+	for (int i = 0; i < nkeys; i++)
+	{
+		AttrNumber	att = index->rd_index->indkey.values[i];
+		bool		isnull;
+		Datum		d = slot_getattr(slot, att, &isnull);
+
+		if (isnull ||
+			!DatumGetBool(OidFunctionCall2Coll(key_eq[i], index->rd_indcollation[i], d, keys[i])))
+			return false;
+	}
+	return true;
+}
+
 bool
 direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const RegProcedure *key_eq,
-				  const char *const *colnames, int ncols, const Datum *values, const bool *nulls)
+				  ItemPointer tid, const char *const *colnames, int ncols, const Datum *values,
+				  const bool *nulls)
 {
 	DirectWrite w;
 	Relation	index;
@@ -177,6 +203,7 @@ direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const Re
 	IndexScanDesc scan;
 	const AttrNumber *attnums;
 	EPQState	epqstate;
+	Snapshot	snapshot = GetLatestSnapshot();
 	bool		found;
 
 	Assert(nkeys <= INDEX_MAX_KEYS);
@@ -196,10 +223,16 @@ direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const Re
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber, InvalidOid,
 							   index->rd_indcollation[i], key_eq[i], keys[i]);
 	oldslot = ExecInitExtraTupleSlot(w.estate, tupdesc, table_slot_callbacks(w.rel));
-	scan = index_beginscan(w.rel, index, GetLatestSnapshot(), nkeys, 0);
-	index_rescan(scan, skey, nkeys, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, oldslot);
-	index_endscan(scan);
+	/* where the caller last saw the row, if it knows: saves the index descent */
+	found = tid != NULL &&
+		fetch_by_tid(w.rel, index, tid, nkeys, keys, key_eq, snapshot, oldslot);
+	if (!found)
+	{
+		scan = index_beginscan(w.rel, index, snapshot, nkeys, 0);
+		index_rescan(scan, skey, nkeys, NULL, 0);
+		found = index_getnext_slot(scan, ForwardScanDirection, oldslot);
+		index_endscan(scan);
+	}
 	index_close(index, NoLock);
 
 	if (found)
@@ -220,6 +253,8 @@ direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const Re
 		EvalPlanQualInit(&epqstate, w.estate, NULL, NIL, -1);
 		ExecSimpleRelationUpdate(w.rri, w.estate, &epqstate, oldslot, newslot);
 		EvalPlanQualEnd(&epqstate);
+		if (tid != NULL)
+			*tid = newslot->tts_tid;	/* the new version's */
 	}
 	direct_write_end(&w);
 	return found;

@@ -23,9 +23,12 @@ extern void direct_insert_row(Oid relid, const char *const *colnames, int ncols,
  * with the equality functions key_eq[]): colnames[i] gets values[i] (NULL where nulls[i]), the
  * other columns keep their values. Returns false, changing nothing, when no such row is visible.
  * The caller must hold the lock that serializes writers of that row. `colnames` as above.
+ * `tid`, when not NULL, is where the caller last saw the row (an invalid pointer when it does
+ * not know): tried before the index, and set to the new version's place.
  */
 extern bool direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys,
-							  const RegProcedure *key_eq, const char *const *colnames, int ncols,
-							  const Datum *values, const bool *nulls);
+							  const RegProcedure *key_eq, ItemPointer tid,
+							  const char *const *colnames, int ncols, const Datum *values,
+							  const bool *nulls);
 
 #endif							/* DS_DIRECT_WRITE_H */

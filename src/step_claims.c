@@ -103,8 +103,8 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 										   " FROM unnest($1, $2) AS c(run_id, step_id)"
 										   " WHERE s.run_id = c.run_id AND s.step_id = c.step_id"
 										   "  AND s.status IN ('pending', 'retrying')"
-										   " RETURNING s.*) "
-										   "SELECT run_id, step_id, " STEP_COLUMNS " FROM claimed"
+										   " RETURNING s.*, s.ctid AS row_tid) "
+										   "SELECT run_id, step_id, " STEP_COLUMNS ", row_tid FROM claimed"
 										   " ORDER BY next_attempt_at",
 										   4, mark_types),
 							  args, NULL, false, 0);

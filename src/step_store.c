@@ -211,6 +211,14 @@ store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt
 	out->request = get_varlena(t, td, offset + 26, cxt);
 	out->lease_expires_at = get_timestamptz(t, td, offset + 27);
 	out->claimed_by = get_int4(t, td, offset + 28);
+	/* a ctid after the columns, when the statement selected it */
+	if (td->natts >= offset + 29 && SPI_gettypeid(td, offset + 29) == TIDOID)
+	{
+		Datum		d = SPI_getbinval(t, td, offset + 29, &isnull);
+
+		if (!isnull)
+			ItemPointerCopy((ItemPointer) DatumGetPointer(d), &out->tid);
+	}
 }
 
 bool
@@ -226,7 +234,7 @@ store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
 	store_begin(&s);
 	s.planning_level = index_planning_begin();
 	plan = prepare_kept(&lock_plan,
-						"SELECT " STEP_COLUMNS " FROM durable_steps.steps" STEP_KEY_WHERE
+						"SELECT " STEP_COLUMNS ", ctid FROM durable_steps.steps" STEP_KEY_WHERE
 						" FOR UPDATE", 2, key_types);
 	values[0] = CStringGetTextDatum(run_id);
 	values[1] = CStringGetTextDatum(step_id);
@@ -382,7 +390,7 @@ store_insert_step_with_attempt(const StepRecord *rec, int attempt, const Attempt
 
 /* Every column but the key, from the record. */
 void
-store_update_step(const StepRecord *rec)
+store_update_step(StepRecord *rec)
 {
 	Datum		v[STEP_NPARAMS];
 	char		n[STEP_NPARAMS];
@@ -393,8 +401,8 @@ store_update_step(const StepRecord *rec)
 	record_to_params(rec, v, n);
 	for (int i = 0; i < STEP_NPARAMS; i++)
 		isnull[i] = n[i] == 'n';
-	if (!direct_update_row(r->steps, r->steps_pkey, 2, v, key_eq, step_param_columns + 2,
-						   STEP_NPARAMS - 2, v + 2, isnull + 2))
+	if (!direct_update_row(r->steps, r->steps_pkey, 2, v, key_eq, &rec->tid,
+						   step_param_columns + 2, STEP_NPARAMS - 2, v + 2, isnull + 2))
 		elog(ERROR, "step %s/%s to update was not found", rec->run_id, rec->step_id);
 }
 
@@ -403,14 +411,14 @@ store_update_step(const StepRecord *rec)
  * added.
  */
 void
-store_update_step_insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+store_update_step_insert_attempt(StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
 	store_update_step(rec);
 	insert_attempt(rec, attempt, o, false, 0);
 }
 
 void
-store_finish_claimed_attempt(const StepRecord *rec, int attempt, TimestampTz claimed_at,
+store_finish_claimed_attempt(StepRecord *rec, int attempt, TimestampTz claimed_at,
 							 const AttemptOutcome *o)
 {
 	store_update_step(rec);

@@ -47,24 +47,29 @@ typedef struct StepRecord
 	TimestampTz updated_at;
 	TimestampTz finished_at;	/* 0 = NULL */
 	int			claimed_by;		/* pid of the executor that claimed the running attempt; 0 = NULL */
+	/* where this transaction last read or wrote the row; invalid when unknown (not a column) */
+	ItemPointerData tid;
 } StepRecord;
 
 /* Read the whole step and lock its row for the transaction; false when there is no such step. */
 extern bool store_lock_step(const char *run_id, const char *step_id, StepRecord *out);
-extern void store_update_step(const StepRecord *rec);
+extern void store_update_step(StepRecord *rec);
 extern void store_insert_step_with_attempt(const StepRecord *rec, int attempt,
 										   const AttemptOutcome *outcome);
 /*
  * The outcome of an attempt a worker claimed at `claimed_at` (the step row was then committed as
  * running): the step updated, the attempt's one row added.
  */
-extern void store_finish_claimed_attempt(const StepRecord *rec, int attempt, TimestampTz claimed_at,
+extern void store_finish_claimed_attempt(StepRecord *rec, int attempt, TimestampTz claimed_at,
 										 const AttemptOutcome *outcome);
 /* A synchronous caller's attempt of an existing step: the step updated, the attempt added. */
-extern void store_update_step_insert_attempt(const StepRecord *rec, int attempt,
+extern void store_update_step_insert_attempt(StepRecord *rec, int attempt,
 											 const AttemptOutcome *outcome);
 
-/* Fill *out (but run_id, step_id) from columns offset+1.. of a row in STEP_COLUMNS order. */
+/*
+ * Fill *out (but run_id, step_id) from columns offset+1.. of a row in STEP_COLUMNS order, and
+ * out->tid from a ctid column right after them, if there is one.
+ */
 extern void store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
 									StepRecord *out);
 /* Plan the statements run between these with sequential scans disabled (see step_store.c). */

@@ -18,6 +18,7 @@
 
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -25,6 +26,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -101,6 +103,36 @@ commit_transaction(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/*
+ * A transaction that works on the extension's tables. It first takes a shared lock on the
+ * extension itself: DROP EXTENSION takes that lock exclusively before it locks any table, so it
+ * waits for this transaction instead of deadlocking with it (the executor would otherwise hold
+ * one table while the DROP held another). Returns false, with no transaction open, when the
+ * extension is gone (a DROP committed meanwhile): the loop then waits for it again.
+ */
+static bool
+begin_work(const char *activity)
+{
+	Oid			ext;
+
+	begin_transaction(activity);
+	ext = get_extension_oid("durable_steps", true);
+	if (OidIsValid(ext))
+	{
+		LockDatabaseObject(ExtensionRelationId, ext, 0, AccessShareLock);
+		/* the lock's wait may have been for a DROP that committed: look again */
+		if (get_extension_oid("durable_steps", true) != ext)
+			ext = InvalidOid;
+	}
+	if (!OidIsValid(ext))
+	{
+		commit_transaction();
+		return false;
+	}
+	return true;
+}
+
+
 /* Is the extension installed here? A missing one is waited for, with one log line. */
 static bool
 extension_ready(void)
@@ -137,7 +169,8 @@ recover_pass(void)
 
 	do
 	{
-		begin_transaction("durable_steps: recovering lost attempts");
+		if (!begin_work("durable_steps: recovering lost attempts"))
+			return;
 		n = recover_lost_attempts(batch_size, pass_cxt, &recovered);
 		commit_transaction();
 		release_session_locks(recovered, n);
@@ -171,7 +204,12 @@ run_claimed(ClaimedStep *claims, int n)
 		int			first = done;
 		TimestampTz opened;
 
-		begin_transaction("durable_steps: running steps");
+		if (!begin_work("durable_steps: running steps"))
+		{
+			/* the tables went with the extension; nothing is left to record */
+			release_session_locks(&claims[done], n - done);
+			return;
+		}
 		opened = GetCurrentTimestamp();
 		do
 		{
@@ -244,7 +282,8 @@ ds_executor_main(Datum arg)
 				last_recovery = GetCurrentTimestamp();
 			}
 
-			begin_transaction("durable_steps: claiming due steps");
+			if (!begin_work("durable_steps: claiming due steps"))
+				continue;
 			claimed = claim_due_steps(batch_size, pass_cxt, &claims, &skipped);
 			commit_transaction();
 			if (claimed > 0)
@@ -262,14 +301,16 @@ ds_executor_main(Datum arg)
 				do
 				{
 					CHECK_FOR_INTERRUPTS();
-					begin_transaction("durable_steps: purging finished steps");
+					if (!begin_work("durable_steps: purging finished steps"))
+						break;
 					purged = retention_purge_batch();
 					commit_transaction();
 				} while (purged >= RETENTION_BATCH);
 				retention_purge_done();
 			}
 
-			begin_transaction("durable_steps: looking for the next due step");
+			if (!begin_work("durable_steps: looking for the next due step"))
+				continue;
 			next_due = next_due_time();
 			commit_transaction();
 			if (skipped > 0)

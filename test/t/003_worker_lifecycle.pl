@@ -363,6 +363,38 @@ SELECT string_agg(step_id || ':' || status || ':' ||
 		"$t: attempt 2 was run by the same executor");
 	is(count_matches(log_since($node, $off), qr/durable_steps: worker \d+ started|exited with exit code|terminated by signal/),
 		0, "$t: still no restart of the executor");
+
+	# DROP EXTENSION while the executors are busy: each of their transactions first takes a
+	# shared lock on the extension, so a DROP waits for them instead of deadlocking with a
+	# transaction that holds one of the tables. Steps keep coming due every 10 ms.
+	$off = log_offset($node);
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET durable_steps.poll_interval = '10ms'; SELECT pg_reload_conf();");
+	ok(poll_until($node, 'postgres', 'SHOW durable_steps.poll_interval', '10ms'),
+		"$t: poll_interval is 10ms for the busy round");
+	my $rounds = 12;
+	my $dropped = 0;
+	for my $round (1 .. $rounds)
+	{
+		$node->safe_psql(
+			'postgres', qq{
+SELECT count(*) FROM generate_series(1, 50) AS i,
+       LATERAL ds_run_step('busy$round', 's' || i,
+                           \$\$SELECT CASE WHEN ds_attempt_number() < 3 THEN ds_retry_after('again', '0 s')::text
+                                       ELSE 'ok' END\$\$) AS r});
+		my ($rc, $out, $err) = $node->psql('postgres',
+			'DROP EXTENSION durable_steps; CREATE EXTENSION durable_steps;');
+		$dropped++ if $rc == 0;
+		diag("round $round: $err") if $rc != 0;
+	}
+	is($dropped, $rounds, "$t: every DROP EXTENSION of a busy database succeeded");
+	my $busy_log = log_since($node, $off);
+	is(count_matches($busy_log, qr/deadlock detected/), 0, "$t: no deadlock was detected");
+	is(count_matches($busy_log, qr/terminated by signal/), 0, "$t: no process crashed");
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM RESET durable_steps.poll_interval; SELECT pg_reload_conf();");
+	ok(poll_until($node, 'postgres', 'SHOW durable_steps.poll_interval', '200ms'),
+		"$t: poll_interval is back to 200ms");
 }
 
 ############################################################################################
