@@ -25,6 +25,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
 #include "direct_write.h"
@@ -89,22 +90,54 @@ column_attnums(Relation rel, const char *const *colnames, int ncols)
 	return e->attnums;
 }
 
-/* A minimal executor state with `rel` as its one result relation, indexes open. */
+/*
+ * A minimal executor state with `rel` as its one result relation, indexes open, and the slots
+ * the writes use (made on first use).
+ */
 typedef struct DirectWrite
 {
+	Oid			relid;
 	Relation	rel;
 	EState	   *estate;
 	ResultRelInfo *rri;
+	TupleTableSlot *row_slot;	/* the row found (table slot) */
+	TupleTableSlot *new_slot;	/* the row written (virtual) */
+	bool		kept;			/* belongs to the open batch: reused, closed by the batch */
 } DirectWrite;
 
+/*
+ * A batch: while one is open, the writes made at its transaction level share one kept writer
+ * per relation instead of each setting one up and tearing it down (the executor state, the
+ * relation and index opens are a third of an update's cost). The background worker opens one
+ * per shared transaction. Writes from a subtransaction (a nested step) set up their own as
+ * usual: a kept writer belongs to the batch's resource owner, which a subtransaction's abort
+ * does not release.
+ */
+#define MAX_KEPT_WRITERS 4
+
+static struct
+{
+	bool		open;
+	int			nest_level;
+	ResourceOwner owner;
+	MemoryContext cxt;
+	int			n;
+	DirectWrite writers[MAX_KEPT_WRITERS];
+}			batch;
+
+static bool batch_callback_registered = false;
+
 static void
-direct_write_begin(DirectWrite *w, Oid relid)
+writer_open(DirectWrite *w, Oid relid)
 {
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
 
+	w->relid = relid;
 	w->rel = table_open(relid, RowExclusiveLock);
 	w->estate = CreateExecutorState();
 	w->rri = makeNode(ResultRelInfo);
+	w->row_slot = NULL;
+	w->new_slot = NULL;
 	rte->rtekind = RTE_RELATION;
 	rte->relid = relid;
 	rte->relkind = w->rel->rd_rel->relkind;
@@ -112,43 +145,163 @@ direct_write_begin(DirectWrite *w, Oid relid)
 	ExecInitRangeTable(w->estate, list_make1(rte));
 	InitResultRelInfo(w->rri, w->rel, 1, NULL, 0);
 	ExecOpenIndices(w->rri, false);
-	w->estate->es_output_cid = GetCurrentCommandId(true);
 }
 
 static void
-direct_write_end(DirectWrite *w)
+writer_close(DirectWrite *w)
 {
 	ExecCloseIndices(w->rri);
 	ExecResetTupleTable(w->estate->es_tupleTable, false);
 	FreeExecutorState(w->estate);
 	/* keep the lock to the end of the transaction, as a statement would */
 	table_close(w->rel, NoLock);
+}
+
+/* A transaction that ends with a batch open releases it with its resources. */
+static void
+batch_xact_callback(XactEvent event, void *arg)
+{
+	if (!batch.open)
+		return;
+	if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT)
+		direct_write_batch_end();
+	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	{
+		batch.open = false;
+		batch.n = 0;
+	}
+}
+
+void
+direct_write_batch_begin(void)
+{
+	if (!batch_callback_registered)
+	{
+		RegisterXactCallback(batch_xact_callback, NULL);
+		batch_callback_registered = true;
+	}
+	if (batch.open)
+		elog(ERROR, "a direct write batch is already open");
+	batch.open = true;
+	batch.nest_level = GetCurrentTransactionNestLevel();
+	batch.owner = CurrentResourceOwner;
+	batch.cxt = CurTransactionContext;
+	batch.n = 0;
+}
+
+void
+direct_write_batch_end(void)
+{
+	ResourceOwner save_owner = CurrentResourceOwner;
+
+	if (!batch.open)
+		return;
+	CurrentResourceOwner = batch.owner;
+	for (int i = 0; i < batch.n; i++)
+		writer_close(&batch.writers[i]);
+	CurrentResourceOwner = save_owner;
+	batch.open = false;
+	batch.n = 0;
+}
+
+static DirectWrite *
+direct_write_begin(DirectWrite *local, Oid relid)
+{
+	DirectWrite *w = local;
+
+	if (batch.open && GetCurrentTransactionNestLevel() == batch.nest_level &&
+		CurrentResourceOwner == batch.owner)
+	{
+		for (int i = 0; i < batch.n; i++)
+			if (batch.writers[i].relid == relid)
+				w = &batch.writers[i];
+		if (w == local && batch.n < MAX_KEPT_WRITERS)
+		{
+			MemoryContext old = MemoryContextSwitchTo(batch.cxt);
+
+			w = &batch.writers[batch.n++];
+			writer_open(w, relid);
+			w->kept = true;
+			MemoryContextSwitchTo(old);
+		}
+	}
+	if (w == local)
+	{
+		writer_open(w, relid);
+		w->kept = false;
+	}
+	/* each write is a command of its own, seen by the next (direct_write_end) */
+	w->estate->es_output_cid = GetCurrentCommandId(true);
+	return w;
+}
+
+static void
+direct_write_end(DirectWrite *w)
+{
+	if (w->kept)
+	{
+		ResetPerTupleExprContext(w->estate);
+		if (w->row_slot)
+			ExecClearTuple(w->row_slot);
+		if (w->new_slot)
+			ExecClearTuple(w->new_slot);
+	}
+	else
+		writer_close(w);
 	/* later commands of this transaction (the caller's next statement) see the row */
 	CommandCounterIncrement();
+}
+
+static TupleTableSlot *
+writer_new_slot(DirectWrite *w)
+{
+	if (w->new_slot == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(w->estate->es_query_cxt);
+
+		w->new_slot = ExecInitExtraTupleSlot(w->estate, RelationGetDescr(w->rel),
+											 &TTSOpsVirtual);
+		MemoryContextSwitchTo(old);
+	}
+	ExecClearTuple(w->new_slot);
+	return w->new_slot;
+}
+
+static TupleTableSlot *
+writer_row_slot(DirectWrite *w)
+{
+	if (w->row_slot == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(w->estate->es_query_cxt);
+
+		w->row_slot = ExecInitExtraTupleSlot(w->estate, RelationGetDescr(w->rel),
+											 table_slot_callbacks(w->rel));
+		MemoryContextSwitchTo(old);
+	}
+	ExecClearTuple(w->row_slot);
+	return w->row_slot;
 }
 
 void
 direct_insert_row(Oid relid, const char *const *colnames, int ncols, const Datum *values,
 				  const bool *nulls)
 {
-	DirectWrite w;
-	TupleDesc	tupdesc;
+	DirectWrite local;
+	DirectWrite *w = direct_write_begin(&local, relid);
+	TupleDesc	tupdesc = RelationGetDescr(w->rel);
 	TupleTableSlot *slot;
 	const AttrNumber *attnums;
 	int			live = 0;
 
-	direct_write_begin(&w, relid);
-	tupdesc = RelationGetDescr(w.rel);
 	for (int i = 0; i < tupdesc->natts; i++)
 		if (!TupleDescAttr(tupdesc, i)->attisdropped)
 			live++;
 	if (live != ncols)
 		elog(ERROR, "direct insert into \"%s\" names %d of its %d columns",
-			 RelationGetRelationName(w.rel), ncols, live);
-	attnums = column_attnums(w.rel, colnames, ncols);
+			 RelationGetRelationName(w->rel), ncols, live);
+	attnums = column_attnums(w->rel, colnames, ncols);
 
-	slot = ExecInitExtraTupleSlot(w.estate, tupdesc, &TTSOpsVirtual);
-	ExecClearTuple(slot);
+	slot = writer_new_slot(w);
 	for (int i = 0; i < tupdesc->natts; i++)
 	{
 		slot->tts_values[i] = (Datum) 0;
@@ -161,8 +314,8 @@ direct_insert_row(Oid relid, const char *const *colnames, int ncols, const Datum
 	}
 	ExecStoreVirtualTuple(slot);
 
-	ExecSimpleRelationInsert(w.rri, w.estate, slot);
-	direct_write_end(&w);
+	ExecSimpleRelationInsert(w->rri, w->estate, slot);
+	direct_write_end(w);
 }
 
 /*
@@ -194,7 +347,8 @@ direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const Re
 				  ItemPointer tid, const char *const *colnames, int ncols, const Datum *values,
 				  const bool *nulls)
 {
-	DirectWrite w;
+	DirectWrite local;
+	DirectWrite *w;
 	Relation	index;
 	TupleDesc	tupdesc;
 	TupleTableSlot *oldslot;
@@ -207,9 +361,9 @@ direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const Re
 	bool		found;
 
 	Assert(nkeys <= INDEX_MAX_KEYS);
-	direct_write_begin(&w, relid);
-	tupdesc = RelationGetDescr(w.rel);
-	attnums = column_attnums(w.rel, colnames, ncols);
+	w = direct_write_begin(&local, relid);
+	tupdesc = RelationGetDescr(w->rel);
+	attnums = column_attnums(w->rel, colnames, ncols);
 	index = index_open(indexid, AccessShareLock);
 
 	/*
@@ -222,13 +376,13 @@ direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const Re
 		/* the index's own collation: a btree is searched in the order it was built in */
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber, InvalidOid,
 							   index->rd_indcollation[i], key_eq[i], keys[i]);
-	oldslot = ExecInitExtraTupleSlot(w.estate, tupdesc, table_slot_callbacks(w.rel));
+	oldslot = writer_row_slot(w);
 	/* where the caller last saw the row, if it knows: saves the index descent */
 	found = tid != NULL &&
-		fetch_by_tid(w.rel, index, tid, nkeys, keys, key_eq, snapshot, oldslot);
+		fetch_by_tid(w->rel, index, tid, nkeys, keys, key_eq, snapshot, oldslot);
 	if (!found)
 	{
-		scan = index_beginscan(w.rel, index, snapshot, nkeys, 0);
+		scan = index_beginscan(w->rel, index, snapshot, nkeys, 0);
 		index_rescan(scan, skey, nkeys, NULL, 0);
 		found = index_getnext_slot(scan, ForwardScanDirection, oldslot);
 		index_endscan(scan);
@@ -238,8 +392,7 @@ direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const Re
 	if (found)
 	{
 		/* the new version: the old one's values with the named columns replaced */
-		newslot = ExecInitExtraTupleSlot(w.estate, tupdesc, &TTSOpsVirtual);
-		ExecClearTuple(newslot);
+		newslot = writer_new_slot(w);
 		slot_getallattrs(oldslot);
 		memcpy(newslot->tts_values, oldslot->tts_values, sizeof(Datum) * tupdesc->natts);
 		memcpy(newslot->tts_isnull, oldslot->tts_isnull, sizeof(bool) * tupdesc->natts);
@@ -250,12 +403,12 @@ direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const Re
 		}
 		ExecStoreVirtualTuple(newslot);
 
-		EvalPlanQualInit(&epqstate, w.estate, NULL, NIL, -1);
-		ExecSimpleRelationUpdate(w.rri, w.estate, &epqstate, oldslot, newslot);
+		EvalPlanQualInit(&epqstate, w->estate, NULL, NIL, -1);
+		ExecSimpleRelationUpdate(w->rri, w->estate, &epqstate, oldslot, newslot);
 		EvalPlanQualEnd(&epqstate);
 		if (tid != NULL)
 			*tid = newslot->tts_tid;	/* the new version's */
 	}
-	direct_write_end(&w);
+	direct_write_end(w);
 	return found;
 }

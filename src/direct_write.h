@@ -31,4 +31,12 @@ extern bool direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *ke
 							  const char *const *colnames, int ncols, const Datum *values,
 							  const bool *nulls);
 
+/*
+ * Between these, the writes made at the current transaction level reuse one executor state per
+ * relation. For a run of many writes in one transaction (the worker's shared transactions).
+ * The batch ends by itself when its transaction commits or aborts.
+ */
+extern void direct_write_batch_begin(void);
+extern void direct_write_batch_end(void);
+
 #endif							/* DS_DIRECT_WRITE_H */

@@ -35,6 +35,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "direct_write.h"
 #include "retention.h"
 #include "step_attempt.h"
 #include "step_claims.h"
@@ -210,6 +211,8 @@ run_claimed(ClaimedStep *claims, int n)
 			release_session_locks(&claims[done], n - done);
 			return;
 		}
+		/* the outcomes of this transaction's attempts share their writers' set-up */
+		direct_write_batch_begin();
 		opened = GetCurrentTimestamp();
 		do
 		{
@@ -223,6 +226,7 @@ run_claimed(ClaimedStep *claims, int n)
 			done++;
 		} while (done < n &&
 				 !TimestampDifferenceExceeds(opened, GetCurrentTimestamp(), SHARED_TRANSACTION_MS));
+		direct_write_batch_end();
 		commit_transaction();
 		release_session_locks(&claims[first], done - first);
 	}
