@@ -25,29 +25,21 @@ static SPIPlanPtr mark_running_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr next_due_plan = NULL;
 
-static ArrayType *
-text_array(char **items, int n)
-{
-	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-		d[i] = CStringGetTextDatum(items[i]);
-	return construct_array(d, n, TEXTOID, -1, false, TYPALIGN_INT);
-}
-
 int
 claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped)
 {
 	Oid			due_types[1] = {INT4OID};
-	Oid			mark_types[4] = {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZOID, INT4OID};
-	Datum		args[4];
+	Oid			mark_types[3] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID};
+	Datum		args[3];
 	char	  **run_ids;
 	char	  **step_ids;
+	Datum	   *tids;
 	int			n_locked = 0;
 	int			n_claimed = 0;
 	uint64		n_due;
 	int			rc;
 	int			planning;
+	bool		isnull;
 
 	*skipped = 0;
 	*claims = NULL;
@@ -56,7 +48,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 	planning = index_planning_begin();
 	args[0] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(prepare_kept(&due_plan,
-									"SELECT run_id, step_id FROM durable_steps.steps "
+									"SELECT run_id, step_id, ctid FROM durable_steps.steps "
 									"WHERE status IN ('pending', 'retrying') "
 									"AND next_attempt_at <= clock_timestamp() "
 									"ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
@@ -73,6 +65,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 	}
 	run_ids = palloc(sizeof(char *) * n_due);
 	step_ids = palloc(sizeof(char *) * n_due);
+	tids = palloc(sizeof(Datum) * n_due);
 	for (uint64 i = 0; i < n_due; i++)
 	{
 		char	   *run_id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
@@ -83,6 +76,8 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 		{
 			run_ids[n_locked] = run_id;
 			step_ids[n_locked] = step_id;
+			tids[n_locked] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3,
+										 &isnull);
 			n_locked++;
 		}
 		else
@@ -90,23 +85,23 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 	}
 	if (n_locked > 0)
 	{
-		args[0] = PointerGetDatum(text_array(run_ids, n_locked));
-		args[1] = PointerGetDatum(text_array(step_ids, n_locked));
-		args[2] = TimestampTzGetDatum(GetCurrentTimestamp());
-		args[3] = Int32GetDatum(MyProcPid);
+		/* the rows are locked: their places are where they stay until we update them */
+		args[0] = PointerGetDatum(construct_array(tids, n_locked, TIDOID,
+												  sizeof(ItemPointerData), false,
+												  TYPALIGN_SHORT));
+		args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+		args[2] = Int32GetDatum(MyProcPid);
 		rc = SPI_execute_plan(prepare_kept(&mark_running_plan,
 										   "WITH claimed AS ("
 										   " UPDATE durable_steps.steps s SET status = 'running',"
-										   "  attempts = s.attempts + 1, updated_at = $3,"
-										   "  lease_expires_at = $3 + coalesce(s.timeout, interval '1 hour'),"
-										   "  claimed_by = $4"
-										   " FROM unnest($1, $2) AS c(run_id, step_id)"
-										   " WHERE s.run_id = c.run_id AND s.step_id = c.step_id"
-										   "  AND s.status IN ('pending', 'retrying')"
+										   "  attempts = s.attempts + 1, updated_at = $2,"
+										   "  lease_expires_at = $2 + coalesce(s.timeout, interval '1 hour'),"
+										   "  claimed_by = $3"
+										   " WHERE s.ctid = ANY ($1) AND s.status IN ('pending', 'retrying')"
 										   " RETURNING s.*, s.ctid AS row_tid) "
 										   "SELECT run_id, step_id, " STEP_COLUMNS ", row_tid FROM claimed"
 										   " ORDER BY next_attempt_at",
-										   4, mark_types),
+										   3, mark_types),
 							  args, NULL, false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
