@@ -4,4 +4,4 @@
 -- with nothing around it: about the best a replay can do while it looks the row up with a query.
 -- Compare with replay_bare.sql (int key, other table) and replay_step.sql.
 \set id random(1, :nrows)
-SELECT status, result FROM durable_steps.steps WHERE run_id = 'bench' AND step_id = 's' || :id::int;
+SELECT status, result FROM durable_steps.steps WHERE run_id = 'bench' AND step_id = 's' || :id::text;
