@@ -8,6 +8,7 @@ OBJS = \
 	src/key.o \
 	src/launcher.o \
 	src/policy.o \
+	src/replay_cache.o \
 	src/retention.o \
 	src/run_step.o \
 	src/step_attempt.o \

@@ -25,6 +25,7 @@
 #include "classify.h"
 #include "ds_errcodes.h"
 #include "policy.h"
+#include "replay_cache.h"
 #include "step_attempt.h"
 #include "step_context.h"
 #include "step_lock.h"
@@ -262,8 +263,17 @@ ds_run_step(PG_FUNCTION_ARGS)
 
 	fingerprint = step_fingerprint(sql, input);
 
-	/* the common case, a replay: answered from the row without any lock */
-	if (probe_step(run_id, step_id, statement_snapshot(), &rec) &&
+	/*
+	 * The common case, a replay: answered from what this backend remembers of succeeded steps
+	 * (READ COMMITTED only: see replay_cache.c), or from the row without any lock.
+	 */
+	if (!IsolationUsesXactSnapshot() && replay_cache_lookup(run_id, step_id, &rec) &&
+		strcmp(rec.fingerprint, fingerprint) == 0)
+	{
+		check_access(&rec);
+		PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, true));
+	}
+	if (probe_step(run_id, step_id, statement_snapshot(), !IsolationUsesXactSnapshot(), &rec) &&
 		strcmp(rec.fingerprint, fingerprint) == 0 && answer_from_store(&rec, fingerprint))
 		PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, true));
 
@@ -280,9 +290,9 @@ ds_run_step(PG_FUNCTION_ARGS)
 	 * Under the lock, the latest snapshot sees whatever the previous holder committed. Most
 	 * often there is nothing: a new step, inserted without reading the row again.
 	 */
-	found = probe_step(run_id, step_id, GetLatestSnapshot(), &rec);
+	found = probe_step(run_id, step_id, GetLatestSnapshot(), false, &rec);
 	if (found && IsolationUsesXactSnapshot() &&
-		!probe_step(run_id, step_id, GetTransactionSnapshot(), &rec))
+		!probe_step(run_id, step_id, GetTransactionSnapshot(), false, &rec))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access due to concurrent creation of step %s/%s",

@@ -14,6 +14,8 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/transam.h"
+#include "access/xact.h"
 #include "access/relscan.h"
 #include "access/skey.h"
 #include "access/stratnum.h"
@@ -29,6 +31,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "replay_cache.h"
 #include "step_probe.h"
 
 /* attribute numbers of the columns an answer reads, in durable_steps.steps */
@@ -155,8 +158,30 @@ slot_datum(TupleTableSlot *slot, AnswerColumn col, bool *isnull)
 	return slot->tts_values[att - 1];
 }
 
+/*
+ * Was the row version in the slot committed by another transaction, with nobody deleting it
+ * (as far as its header tells now)?
+ */
+static bool
+row_is_settled(TupleTableSlot *slot)
+{
+	bool		should_free;
+	HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+	HeapTupleHeader h = tuple->t_data;
+	bool		settled;
+
+	settled = !TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(h)) &&
+		((h->t_infomask & HEAP_XMAX_INVALID) != 0 ||
+		 HEAP_XMAX_IS_LOCKED_ONLY(h->t_infomask) ||
+		 !TransactionIdIsValid(HeapTupleHeaderGetRawXmax(h)));
+	if (should_free)
+		heap_freetuple(tuple);
+	return settled;
+}
+
 bool
-probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecord *out)
+probe_step(const char *run_id, const char *step_id, Snapshot snapshot, bool remember,
+		   StepRecord *out)
 {
 	const StoreRelations *r = store_relations();
 	const char *keys[2] = {run_id, step_id};
@@ -189,6 +214,9 @@ probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecor
 		out->error_message = slot_text(slot, COL_ERROR_MESSAGE);
 		out->error_detail = slot_text(slot, COL_ERROR_DETAIL);
 		out->remediation = slot_text(slot, COL_REMEDIATION);
+		/* before anything that could process an invalidation: see replay_cache.c */
+		if (remember && strcmp(out->status, "succeeded") == 0 && row_is_settled(slot))
+			replay_cache_remember(r->steps, out);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	/* keep the locks to the end of the transaction, as a query would */

@@ -200,3 +200,48 @@ ROLLBACK;
 BEGIN READ ONLY;
 SELECT * FROM ds_retry_step('order:2', 'fail');
 ROLLBACK;
+
+-- Replays of succeeded steps are remembered per backend (src/replay_cache.c). A remembered answer
+-- must never outlive its row, outlast a rollback, hide a conflict or skip the owner check.
+CREATE SEQUENCE rs_cache_runs;
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
+-- read from the row, then remembered; both replay
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
+-- another definition under the same identity is still a conflict
+SELECT * FROM ds_run_step('cache', 'a', 'SELECT 2');
+-- a deleted step (as retention deletes it) takes its remembered answer with it: the body runs
+-- again
+DELETE FROM durable_steps.attempts WHERE run_id = 'cache' AND step_id = 'a';
+DELETE FROM durable_steps.steps WHERE run_id = 'cache' AND step_id = 'a';
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
+-- the statement trigger that makes every backend forget, on DELETE and on TRUNCATE (another
+-- backend forgetting is tested in test/t/001_concurrent_claims.pl)
+SELECT tgname, tgtype FROM pg_trigger WHERE tgrelid = 'durable_steps.steps'::regclass ORDER BY tgname;
+-- a step that succeeded in a transaction that rolled back was never remembered
+BEGIN;
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'b', 'SELECT nextval(''rs_cache_runs'')');
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'b', 'SELECT nextval(''rs_cache_runs'')');
+ROLLBACK;
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'b', 'SELECT nextval(''rs_cache_runs'')');
+-- nor was one rolled back to a savepoint
+BEGIN;
+SAVEPOINT s;
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'c', 'SELECT nextval(''rs_cache_runs'')');
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'c', 'SELECT nextval(''rs_cache_runs'')');
+ROLLBACK TO SAVEPOINT s;
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'c', 'SELECT nextval(''rs_cache_runs'')');
+COMMIT;
+SELECT step_id, attempt, class FROM ds_attempts WHERE run_id = 'cache' ORDER BY step_id, attempt;

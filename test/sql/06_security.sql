@@ -39,6 +39,11 @@ SELECT status, result, replayed
   FROM ds_run_step('sec', 'alice-step',
        $$INSERT INTO sec_alice_data VALUES (current_user) RETURNING who$$);
 RESET ROLE;
+-- the admin's replay left the answer remembered in this backend; it is still not bob's
+SET ROLE sec_bob;
+SELECT * FROM ds_run_step('sec', 'alice-step',
+       $$INSERT INTO sec_alice_data VALUES (current_user) RETURNING who$$);
+RESET ROLE;
 SELECT who FROM sec_alice_data;
 
 -- a hostile search_path cannot take part in the extension's own statements

@@ -383,6 +383,37 @@ SELECT count(*) FROM effects WHERE k = 't4s';\n" . step_sql('t4s') . "\nCOMMIT;"
 		'1', "$t: ... without another attempt");
 }
 
+# 6. A backend remembers the answers of succeeded steps it replays (src/replay_cache.c). Another
+#    session's DELETE or TRUNCATE of the step makes it forget at once: its next call runs the
+#    body again instead of replaying a step that no longer exists.
+{
+	my $t = 'replay cache';
+	my $effects = sub {
+		return $node->safe_psql('postgres', "SELECT count(*) FROM effects WHERE k = 'cache'");
+	};
+	my $call = step_sql('cache');
+	my $replayed = sub {
+		my ($out) = @_;
+		return (split /\|/, $out)[3];
+	};
+	is($replayed->($sa->query_ok($call)), 'f', "$t: the first call runs the body");
+	is($replayed->($sa->query_ok($call)), 't', "$t: the second call replays (and remembers)");
+	is($replayed->($sa->query_ok($call)), 't', "$t: the third call replays");
+	is($effects->(), '1', "$t: one effect");
+
+	$sb->query_ok("DELETE FROM durable_steps.attempts WHERE run_id = 'cache'; "
+		  . "DELETE FROM durable_steps.steps WHERE run_id = 'cache';");
+	is($replayed->($sa->query_ok($call)), 'f',
+		"$t: after another session deleted the step, the remembering session runs it again");
+	is($effects->(), '2', "$t: a second effect");
+	is($replayed->($sa->query_ok($call)), 't', "$t: which it then replays");
+
+	$sb->query_ok('TRUNCATE durable_steps.steps, durable_steps.attempts;');
+	is($replayed->($sa->query_ok($call)), 'f',
+		"$t: after another session truncated the steps, the remembering session runs it again");
+	is($effects->(), '3', "$t: a third effect");
+}
+
 $sa->quit;
 $sb->quit;
 $node->stop;
