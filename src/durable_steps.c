@@ -7,6 +7,7 @@
 #include "utils/guc.h"
 
 #include "policy.h"
+#include "replay_cache.h"
 #include "retention.h"
 #include "step_context.h"
 #include "step_exec.h"
@@ -21,6 +22,7 @@ void
 _PG_init(void)
 {
 	policy_init_module();
+	replay_cache_init_module();
 	step_exec_init_module();
 	step_context_init_module();
 	retention_init_module();

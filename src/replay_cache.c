@@ -24,14 +24,15 @@
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 
 #include "replay_cache.h"
 
-/* at most this many answers per backend; the cache starts over when it is full */
-#define REPLAY_CACHE_MAX_ENTRIES 8192
+/* durable_steps.replay_cache_entries: answers a backend keeps at most (0: none) */
+static int	max_entries = 16384;
 
 typedef struct ReplayEntry
 {
@@ -112,11 +113,28 @@ find(const char *run_id, const char *step_id, bool create)
 	return e;
 }
 
+void
+replay_cache_init_module(void)
+{
+	DefineCustomIntVariable("durable_steps.replay_cache_entries",
+							"Answers of succeeded steps each backend remembers for replays.",
+							"A replay of a remembered step needs no index lookup. 0 turns this off.",
+							&max_entries,
+							16384,
+							0,
+							1024 * 1024,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
+}
+
 bool
 replay_cache_lookup(const char *run_id, const char *step_id, StepRecord *out)
 {
 	ReplayEntry *e;
 
+	if (max_entries == 0)
+		return false;
 	/* see deletions committed since this backend last looked */
 	AcceptInvalidationMessages();
 	e = find(run_id, step_id, false);
@@ -146,13 +164,15 @@ replay_cache_remember(Oid steps_relid, const StepRecord *rec)
 		CacheRegisterRelcacheCallback(relcache_changed, (Datum) 0);
 		callback_registered = true;
 	}
-	if (strcmp(rec->status, "succeeded") != 0 || rec->next_attempt_at != 0 ||
+	if (max_entries == 0 || strcmp(rec->status, "succeeded") != 0 || rec->next_attempt_at != 0 ||
 		rec->error_class || rec->error_code || rec->error_message || rec->error_detail ||
 		rec->remediation)
 		return;
-	if (entries != NULL &&
-		(cached_relid != steps_relid || hash_get_num_entries(entries) >= REPLAY_CACHE_MAX_ENTRIES))
+	if (entries != NULL && cached_relid != steps_relid)
 		forget_all();
+	/* a full cache keeps what it has: starting over would make a larger working set thrash */
+	if (entries != NULL && hash_get_num_entries(entries) >= max_entries)
+		return;
 	e = find(rec->run_id, rec->step_id, true);
 	if (e->run_id != NULL)
 		return;					/* already known */

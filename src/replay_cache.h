@@ -8,6 +8,9 @@
 
 #include "step_store.h"
 
+/* Defines durable_steps.replay_cache_entries; called from _PG_init. */
+extern void replay_cache_init_module(void);
+
 /*
  * The remembered answer of succeeded step (run_id, step_id), copied into *out (status,
  * fingerprint, owner, result, attempt counters); false when there is none. Only for READ
