@@ -21,10 +21,6 @@ OBJS = \
 	src/worker.o \
 	src/worker_wakeup.o
 
-# PGXS tracks no header dependencies: rebuild every object when any of our headers changes, so
-# that no object keeps an old layout of a shared struct
-$(OBJS): $(wildcard src/*.h)
-
 DATA = $(wildcard sql/durable_steps--*.sql)
 PGFILEDESC = "durable_steps - durable, retried, idempotent steps inside PostgreSQL"
 
@@ -46,3 +42,8 @@ PROVE_TESTS = test/t/*.pl
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# PGXS tracks no header dependencies: rebuild every object when any of our headers changes, so
+# that no object keeps an old layout of a shared struct. (After the include, so that PGXS's
+# `all` stays the default goal.)
+$(OBJS): $(wildcard src/*.h)

@@ -13,7 +13,7 @@ s AS (INSERT INTO durable_steps.steps (run_id, step_id, kind, sql, input, finger
       SELECT 'floor-' || :client_id::int, n.n::text, 'sql',
              'INSERT INTO events (payload) VALUES ($1) RETURNING id',
              jsonb_build_object('client', :client_id::int, 'n', n.n),
-             '42857e6110ab2e0536b0f7233e414c73c314146e5e1c4b08c8f80fbdd192cf3d',
+             '42857e6110ab2e0536b0f7233e414c73',
              '{"jitter": 0, "backoff": "exponential", "max_delay": 600000, "multiplier": 2, "max_attempts": 5, "initial_delay": 1000}',
              5, 1, 'retry', 'bench'::regrole, '"$user", public', 'succeeded', to_jsonb(e.id),
              now(), now(), now()

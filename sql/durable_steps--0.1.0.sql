@@ -97,13 +97,15 @@ CREATE INDEX steps_lease_idx ON durable_steps.steps (lease_expires_at)
 CREATE INDEX steps_finished_idx ON durable_steps.steps USING brin (finished_at)
     WITH (autosummarize = on);
 
--- Backends remember the answers of succeeded steps (src/replay_cache.c); any DELETE or TRUNCATE
--- of steps makes every backend forget them when it commits.
+-- Backends remember the answers of succeeded steps (src/replay_cache.c); any SQL DELETE, UPDATE
+-- or TRUNCATE of steps makes every backend forget them. ENABLE ALWAYS: also under
+-- session_replication_role = replica.
 CREATE FUNCTION durable_steps.ds_forget_replays() RETURNS trigger
     AS 'MODULE_PATHNAME', 'ds_forget_replays' LANGUAGE C;
 REVOKE ALL ON FUNCTION durable_steps.ds_forget_replays() FROM PUBLIC;
-CREATE TRIGGER steps_forget_replays AFTER DELETE OR TRUNCATE ON durable_steps.steps
+CREATE TRIGGER steps_forget_replays AFTER DELETE OR UPDATE OR TRUNCATE ON durable_steps.steps
     FOR EACH STATEMENT EXECUTE FUNCTION durable_steps.ds_forget_replays();
+ALTER TABLE durable_steps.steps ENABLE ALWAYS TRIGGER steps_forget_replays;
 
 -- One row per finished attempt, written once with its outcome and never updated. An attempt a
 -- worker has claimed and not finished lives in its step's row (status 'running'); the

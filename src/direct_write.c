@@ -6,8 +6,11 @@
  * plan-cache check, an executor start with a projection of every column, and its shutdown:
  * measured at about a sixth of a fresh step's cost and half of the background worker's. The logical replication apply worker writes rows with
  * ExecSimpleRelationInsert / ExecSimpleRelationUpdate on a minimal executor state; so do we.
- * Those check NOT NULL and CHECK constraints, maintain every index (unique checks included, and
- * no new index entries for a HOT update) and fire row triggers, like the statements would.
+ * Those check NOT NULL and CHECK constraints and maintain every index (unique checks included,
+ * and no new index entries for a HOT update), like the statements would. Unlike statements they
+ * fire no statement triggers, and AFTER ROW triggers would need a query level around them that
+ * is not set up here: the extension's tables have neither (the statement trigger on steps is
+ * for SQL written by others, see replay_cache.c).
  */
 #include "compat.h"
 
@@ -48,12 +51,14 @@ typedef struct AttnumCacheEntry
 
 static AttnumCacheEntry attnum_cache[ATTNUM_CACHE_SIZE];
 static int	attnum_cache_used = 0;
+static uint64 attnum_cache_resets = 0;
 static bool attnum_callback_registered = false;
 
 static void
 forget_attnums(Datum arg, Oid relid)
 {
 	attnum_cache_used = 0;
+	attnum_cache_resets++;
 }
 
 static const AttrNumber *
@@ -74,14 +79,26 @@ column_attnums(Relation rel, const char *const *colnames, int ncols)
 	}
 	if (ncols > ATTNUM_CACHE_MAX_COLUMNS)
 		elog(ERROR, "a direct write names at most %d columns", ATTNUM_CACHE_MAX_COLUMNS);
-	if (attnum_cache_used == ATTNUM_CACHE_SIZE)
-		attnum_cache_used = 0;	/* more lists than the code has: start over */
-	e = &attnum_cache[attnum_cache_used];
-	for (int i = 0; i < ncols; i++)
+	for (;;)
 	{
-		e->attnums[i] = get_attnum(relid, colnames[i]);
-		if (e->attnums[i] == InvalidAttrNumber)
-			elog(ERROR, "\"%s\" has no column \"%s\"", RelationGetRelationName(rel), colnames[i]);
+		uint64		resets = attnum_cache_resets;
+		AttrNumber	attnums[ATTNUM_CACHE_MAX_COLUMNS];
+
+		/* get_attnum may process invalidations, which empty the cache: fill it only after */
+		for (int i = 0; i < ncols; i++)
+		{
+			attnums[i] = get_attnum(relid, colnames[i]);
+			if (attnums[i] == InvalidAttrNumber)
+				elog(ERROR, "\"%s\" has no column \"%s\"", RelationGetRelationName(rel),
+					 colnames[i]);
+		}
+		if (resets != attnum_cache_resets)
+			continue;
+		if (attnum_cache_used == ATTNUM_CACHE_SIZE)
+			attnum_cache_used = 0;	/* more lists than the code has: start over */
+		e = &attnum_cache[attnum_cache_used];
+		memcpy(e->attnums, attnums, sizeof(AttrNumber) * ncols);
+		break;
 	}
 	e->relid = relid;
 	e->colnames = colnames;

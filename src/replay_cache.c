@@ -6,51 +6,68 @@
  * backend keeps the answers of the succeeded steps it has read, and a replay that finds one
  * needs no index probe.
  *
- * An entry is correct for as long as its row exists unchanged:
- *  - Only rows some other transaction committed, with no deleter, are remembered. The check is
- *    made on the row as the probe found it, and the entry stored before anything can process
- *    an invalidation: a DELETE after the check commits after the store, so its invalidation
- *    (below) empties the cache afterwards, never before.
- *  - Every DELETE and TRUNCATE of durable_steps.steps (the statement trigger
- *    steps_forget_replays) invalidates the table's relcache entry when it commits; every
- *    backend empties its cache when it processes that, which a lookup makes it do first.
- *    DROP EXTENSION does the same.
- *  - Lookups are made only under READ COMMITTED, whose every statement would see a committed
- *    row anyway; a transaction-level snapshot may predate the step and must not see it.
- * The caller still checks the step's owner against the current role on every hit.
+ * An entry is correct for as long as its row exists unchanged. A generation counter in shared
+ * memory makes sure of that:
+ *  - Every SQL statement that deletes, updates or truncates durable_steps.steps bumps it, from
+ *    the statement trigger steps_forget_replays, before its transaction can commit (the
+ *    extension's own claim UPDATE, which never touches a succeeded row, is exempt). The
+ *    extension's direct row writes fire no statement trigger, and never write a succeeded row.
+ *  - An entry is tagged with the generation read before its row's header was checked; only rows
+ *    committed by another transaction, with no deleter or updater, are remembered. A lookup
+ *    first reads the generation and forgets everything when it has moved. A deletion that a
+ *    statement's snapshot can see committed after its bump, so that statement's lookup sees the
+ *    bump; a deletion that starts after the header check bumps after the entry was stored.
+ *  - Lookups are made only under READ COMMITTED; a transaction-level snapshot may predate the
+ *    step and must not see it.
+ *  - Without the shared memory (library not preloaded) there is no cache.
+ * Not covered: rows changed with the trigger disabled (ALTER TABLE ... DISABLE TRIGGER) or by
+ * logical replication apply, which fires no statement triggers. The caller still checks the
+ * step's owner against the current role on every hit.
  */
 #include "compat.h"
 
+#include "access/htup_details.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
+#include "port/atomics.h"
+#include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 
 #include "replay_cache.h"
+#include "worker_wakeup.h"
 
 /* durable_steps.replay_cache_entries: answers a backend keeps at most (0: none) */
 static int	max_entries = 16384;
 
+/* answers whose SQL, input and result together are larger than this are not remembered */
+#define REPLAY_CACHE_MAX_BYTES 8192
+
 typedef struct ReplayEntry
 {
 	uint64		hash;			/* key: hash of run_id and step_id */
-	char	   *run_id;
+	char	   *run_id;			/* set last: NULL while the entry is not complete */
 	char	   *step_id;
-	char	   *fingerprint;
 	Oid			owner;
-	Jsonb	   *result;
-	int			attempts;
-	int			attempt_base;
-	int			max_attempts;
+	/*
+	 * The definition the step was stored with, as a caller passed it: a call passing the same
+	 * bytes has the same fingerprint, so a hit needs neither the fingerprint nor the row.
+	 */
+	char	   *sql;
+	Jsonb	   *input;			/* NULL: none */
+	HeapTuple	answer;			/* the ds_step_result a replay returns */
 } ReplayEntry;
 
 static HTAB *entries = NULL;
 static MemoryContext cache_cxt = NULL;
 static Oid	cached_relid = InvalidOid;	/* durable_steps.steps when the entries were read */
+static uint64 cached_generation = 0;	/* the shared generation the entries belong to */
 static bool callback_registered = false;
+/* the local transaction in which the extension's own UPDATE runs (an error ends it) */
+static LocalTransactionId internal_update_lxid = InvalidLocalTransactionId;
 
 static void
 forget_all(void)
@@ -61,6 +78,7 @@ forget_all(void)
 	cached_relid = InvalidOid;
 }
 
+/* DROP EXTENSION and a new CREATE give the table a new OID: entries of the old one go */
 static void
 relcache_changed(Datum arg, Oid relid)
 {
@@ -103,7 +121,8 @@ find(const char *run_id, const char *step_id, bool create)
 		return NULL;
 	if (!found)
 		e->run_id = NULL;
-	else if (strcmp(e->run_id, run_id) != 0 || strcmp(e->step_id, step_id) != 0)
+	else if (e->run_id != NULL &&
+			 (strcmp(e->run_id, run_id) != 0 || strcmp(e->step_id, step_id) != 0))
 	{
 		/* two identities with one 64-bit hash: the newer one takes the slot */
 		if (!create)
@@ -129,80 +148,114 @@ replay_cache_init_module(void)
 }
 
 bool
-replay_cache_lookup(const char *run_id, const char *step_id, StepRecord *out)
+replay_cache_generation(uint64 *generation)
+{
+	WorkerShared *shared = worker_shared();
+
+	if (shared == NULL || max_entries == 0)
+		return false;
+	*generation = pg_atomic_read_u64(&shared->replay_generation);
+	/* what the caller reads next (a row's header) is read after the generation */
+	pg_read_barrier();
+	return true;
+}
+
+bool
+replay_cache_lookup(const char *run_id, const char *step_id, const char *sql, Jsonb *input,
+					Oid *owner, HeapTuple *answer)
 {
 	ReplayEntry *e;
+	uint64		generation;
 
-	if (max_entries == 0)
+	if (entries == NULL || !replay_cache_generation(&generation))
 		return false;
-	/* see deletions committed since this backend last looked */
+	if (generation != cached_generation)
+	{
+		/* steps were deleted or changed by SQL since these answers were read */
+		forget_all();
+		return false;
+	}
+	/* and DROP EXTENSION: relcache invalidations are processed here */
 	AcceptInvalidationMessages();
 	e = find(run_id, step_id, false);
-	if (e == NULL || e->run_id == NULL)
+	if (e == NULL || e->run_id == NULL || strcmp(e->sql, sql) != 0)
 		return false;
-	memset(out, 0, sizeof(*out));
-	out->run_id = pstrdup(run_id);
-	out->step_id = pstrdup(step_id);
-	out->status = "succeeded";
-	out->fingerprint = pstrdup(e->fingerprint);
-	out->owner = e->owner;
-	out->result = e->result ? (Jsonb *) pg_detoast_datum_copy((struct varlena *) e->result) : NULL;
-	out->attempts = e->attempts;
-	out->attempt_base = e->attempt_base;
-	out->max_attempts = e->max_attempts;
+	if ((input == NULL) != (e->input == NULL) ||
+		(input != NULL &&
+		 (VARSIZE(input) != VARSIZE(e->input) || memcmp(input, e->input, VARSIZE(input)) != 0)))
+		return false;			/* another definition, or the same one written differently */
+	*owner = e->owner;
+	*answer = heap_copytuple(e->answer);
 	return true;
 }
 
 void
-replay_cache_remember(Oid steps_relid, const StepRecord *rec)
+replay_cache_remember(Oid steps_relid, uint64 generation, const char *run_id,
+					  const char *step_id, Oid owner, const char *sql, Jsonb *input,
+					  HeapTupleHeader answer)
 {
 	ReplayEntry *e;
 	MemoryContext old;
+	size_t		bytes = strlen(sql) + (input ? VARSIZE(input) : 0) +
+		HeapTupleHeaderGetDatumLength(answer);
+	HeapTupleData tuple;
 
 	if (!callback_registered)
 	{
 		CacheRegisterRelcacheCallback(relcache_changed, (Datum) 0);
 		callback_registered = true;
 	}
-	if (max_entries == 0 || strcmp(rec->status, "succeeded") != 0 || rec->next_attempt_at != 0 ||
-		rec->error_class || rec->error_code || rec->error_message || rec->error_detail ||
-		rec->remediation)
+	if (max_entries == 0 || bytes > REPLAY_CACHE_MAX_BYTES)
 		return;
-	if (entries != NULL && cached_relid != steps_relid)
+	if (entries != NULL && (cached_relid != steps_relid || cached_generation != generation))
 		forget_all();
 	/* a full cache keeps what it has: starting over would make a larger working set thrash */
 	if (entries != NULL && hash_get_num_entries(entries) >= max_entries)
 		return;
-	e = find(rec->run_id, rec->step_id, true);
+	e = find(run_id, step_id, true);
 	if (e->run_id != NULL)
 		return;					/* already known */
 	cached_relid = steps_relid;
+	cached_generation = generation;
 	old = MemoryContextSwitchTo(cache_cxt);
-	e->run_id = pstrdup(rec->run_id);
-	e->step_id = pstrdup(rec->step_id);
-	e->fingerprint = pstrdup(rec->fingerprint);
-	e->owner = rec->owner;
-	e->result = rec->result ?
-		(Jsonb *) pg_detoast_datum_copy((struct varlena *) rec->result) : NULL;
-	e->attempts = rec->attempts;
-	e->attempt_base = rec->attempt_base;
-	e->max_attempts = rec->max_attempts;
+	e->step_id = pstrdup(step_id);
+	e->owner = owner;
+	e->sql = pstrdup(sql);
+	e->input = input ? (Jsonb *) pg_detoast_datum_copy((struct varlena *) input) : NULL;
+	tuple.t_len = HeapTupleHeaderGetDatumLength(answer);
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = answer;
+	e->answer = heap_copytuple(&tuple);
+	/* last: an allocation failure above leaves the entry unused, not half made */
+	e->run_id = pstrdup(run_id);
 	MemoryContextSwitchTo(old);
+}
+
+void
+replay_cache_internal_update(bool on)
+{
+	internal_update_lxid = on ? MyProc->lxid : InvalidLocalTransactionId;
 }
 
 PG_FUNCTION_INFO_V1(ds_forget_replays);
 
 /*
- * Statement trigger AFTER DELETE OR TRUNCATE ON durable_steps.steps: every backend's remembered
- * answers go when the deleting transaction commits.
+ * Statement trigger AFTER DELETE OR UPDATE OR TRUNCATE ON durable_steps.steps (ENABLE ALWAYS):
+ * bumps the generation before the statement's transaction can commit, so that every backend
+ * forgets its remembered answers.
  */
 Datum
 ds_forget_replays(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	WorkerShared *shared = worker_shared();
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "ds_forget_replays() must be called as a trigger");
-	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	if (shared != NULL &&
+		!(internal_update_lxid == MyProc->lxid && internal_update_lxid != InvalidLocalTransactionId &&
+		  TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event)))
+		pg_atomic_fetch_add_u64(&shared->replay_generation, 1);
 	PG_RETURN_POINTER(NULL);
 }

@@ -6,23 +6,42 @@
 
 #include "compat.h"
 
+#include "access/htup.h"
+#include "utils/jsonb.h"
+
 #include "step_store.h"
 
 /* Defines durable_steps.replay_cache_entries; called from _PG_init. */
 extern void replay_cache_init_module(void);
 
 /*
- * The remembered answer of succeeded step (run_id, step_id), copied into *out (status,
- * fingerprint, owner, result, attempt counters); false when there is none. Only for READ
- * COMMITTED callers; the caller checks the owner and the fingerprint.
+ * The remembered answer of succeeded step (run_id, step_id), if it was stored with exactly this
+ * sql and input: a copy of its ds_step_result tuple in *answer, and its owner in *owner. Only
+ * for READ COMMITTED callers; the caller checks the owner.
  */
-extern bool replay_cache_lookup(const char *run_id, const char *step_id, StepRecord *out);
+extern bool replay_cache_lookup(const char *run_id, const char *step_id, const char *sql,
+								Jsonb *input, Oid *owner, HeapTuple *answer);
 
 /*
- * Remember *rec, read from `steps_relid` just now, if it is a succeeded step. The caller must
- * have checked that the row version was committed by another transaction and has no deleter,
- * and must call this before anything that could process invalidation messages.
+ * The shared generation, read before a row's header is checked for replay_cache_remember;
+ * false when there is no cache (not preloaded, or turned off).
  */
-extern void replay_cache_remember(Oid steps_relid, const StepRecord *rec);
+extern bool replay_cache_generation(uint64 *generation);
+
+/*
+ * Remember the answer of a succeeded step read from `steps_relid` whose stored definition a call
+ * with this sql and input matched. The caller read `generation` (replay_cache_generation)
+ * before it checked that the row version was committed by another transaction and has no
+ * deleter or updater (probe_step does both).
+ */
+extern void replay_cache_remember(Oid steps_relid, uint64 generation, const char *run_id,
+								  const char *step_id, Oid owner, const char *sql, Jsonb *input,
+								  HeapTupleHeader answer);
+
+/*
+ * Around the extension's own UPDATE statements of durable_steps.steps (claims), which never
+ * touch a succeeded row: they do not make the backends forget.
+ */
+extern void replay_cache_internal_update(bool on);
 
 #endif							/* DS_REPLAY_CACHE_H */

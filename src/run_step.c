@@ -224,6 +224,11 @@ ds_run_step(PG_FUNCTION_ARGS)
 	ClassOverrides overrides;
 	StepRecord	rec;
 	bool		found;
+	bool		cacheable;
+	bool		settled = false;
+	uint64		generation = 0;
+	Oid			owner;
+	HeapTuple	answer;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -261,21 +266,31 @@ ds_run_step(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_DS_STEP_RECURSION),
 				 errmsg("step %s/%s calls itself", run_id, step_id)));
 
-	fingerprint = step_fingerprint(sql, input);
-
 	/*
 	 * The common case, a replay: answered from what this backend remembers of succeeded steps
 	 * (READ COMMITTED only: see replay_cache.c), or from the row without any lock.
 	 */
-	if (!IsolationUsesXactSnapshot() && replay_cache_lookup(run_id, step_id, &rec) &&
-		strcmp(rec.fingerprint, fingerprint) == 0)
+	cacheable = !IsolationUsesXactSnapshot();
+	if (cacheable && replay_cache_lookup(run_id, step_id, sql, input, &owner, &answer))
 	{
+		rec.run_id = run_id;
+		rec.step_id = step_id;
+		rec.owner = owner;
 		check_access(&rec);
-		PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, true));
+		PG_RETURN_DATUM(HeapTupleGetDatum(answer));
 	}
-	if (probe_step(run_id, step_id, statement_snapshot(), !IsolationUsesXactSnapshot(), &rec) &&
+	fingerprint = step_fingerprint(sql, input);
+	if (probe_step(run_id, step_id, statement_snapshot(), &rec, cacheable ? &settled : NULL,
+				   &generation) &&
 		strcmp(rec.fingerprint, fingerprint) == 0 && answer_from_store(&rec, fingerprint))
-		PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, true));
+	{
+		Datum		result = step_result_datum(fcinfo, &rec, true);
+
+		if (cacheable && settled)
+			replay_cache_remember(store_relations()->steps, generation, run_id, step_id,
+								  rec.owner, sql, input, DatumGetHeapTupleHeader(result));
+		PG_RETURN_DATUM(result);
+	}
 
 	/* from here on the call may write: refuse where writing is not allowed, before anything */
 	PreventCommandIfReadOnly("ds_run_step()");
@@ -290,9 +305,9 @@ ds_run_step(PG_FUNCTION_ARGS)
 	 * Under the lock, the latest snapshot sees whatever the previous holder committed. Most
 	 * often there is nothing: a new step, inserted without reading the row again.
 	 */
-	found = probe_step(run_id, step_id, GetLatestSnapshot(), false, &rec);
+	found = probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL, NULL);
 	if (found && IsolationUsesXactSnapshot() &&
-		!probe_step(run_id, step_id, GetTransactionSnapshot(), false, &rec))
+		!probe_step(run_id, step_id, GetTransactionSnapshot(), &rec, NULL, NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access due to concurrent creation of step %s/%s",

@@ -15,6 +15,7 @@
 #include "utils/memutils.h"
 
 #include "ds_errcodes.h"
+#include "replay_cache.h"
 #include "step_attempt.h"
 #include "step_claims.h"
 #include "step_lock.h"
@@ -91,6 +92,8 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 												  TYPALIGN_SHORT));
 		args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
 		args[2] = Int32GetDatum(MyProcPid);
+		/* claims never touch a succeeded row: no backend need forget its replays */
+		replay_cache_internal_update(true);
 		rc = SPI_execute_plan(prepare_kept(&mark_running_plan,
 										   "WITH claimed AS ("
 										   " UPDATE durable_steps.steps s SET status = 'running',"
@@ -103,6 +106,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 										   " ORDER BY next_attempt_at",
 										   3, mark_types),
 							  args, NULL, false, 0);
+		replay_cache_internal_update(false);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
 		n_claimed = (int) SPI_processed;

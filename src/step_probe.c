@@ -180,8 +180,8 @@ row_is_settled(TupleTableSlot *slot)
 }
 
 bool
-probe_step(const char *run_id, const char *step_id, Snapshot snapshot, bool remember,
-		   StepRecord *out)
+probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecord *out,
+		   bool *settled, uint64 *generation)
 {
 	const StoreRelations *r = store_relations();
 	const char *keys[2] = {run_id, step_id};
@@ -190,6 +190,8 @@ probe_step(const char *run_id, const char *step_id, Snapshot snapshot, bool reme
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 	bool		found = probe_primary_key(rel, index, keys, 2, snapshot, slot);
 
+	if (settled != NULL)
+		*settled = false;
 	if (found)
 	{
 		bool		isnull;
@@ -214,9 +216,10 @@ probe_step(const char *run_id, const char *step_id, Snapshot snapshot, bool reme
 		out->error_message = slot_text(slot, COL_ERROR_MESSAGE);
 		out->error_detail = slot_text(slot, COL_ERROR_DETAIL);
 		out->remediation = slot_text(slot, COL_REMEDIATION);
-		/* before anything that could process an invalidation: see replay_cache.c */
-		if (remember && strcmp(out->status, "succeeded") == 0 && row_is_settled(slot))
-			replay_cache_remember(r->steps, out);
+		/* the generation first, then the row's header: see replay_cache.c */
+		if (settled != NULL)
+			*settled = strcmp(out->status, "succeeded") == 0 &&
+				replay_cache_generation(generation) && row_is_settled(slot);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	/* keep the locks to the end of the transaction, as a query would */

@@ -28,11 +28,12 @@ extern const StoreRelations *store_relations(void);
  * Read what an answer needs (status, fingerprint, owner, result, attempt counters, next attempt
  * time, error, remediation) of step (run_id, step_id) as `snapshot` sees it; the definition
  * columns (sql, input, policy, ...) are left NULL. Returns false when there is no such row.
- * With `remember`, a succeeded step committed by another transaction goes into the replay
- * cache (replay_cache.c).
+ * With `settled` not NULL, *settled tells whether the found row may go into the replay cache
+ * (replay_cache.c): then it was committed by another transaction and nobody deletes or updates
+ * it, as of the replay cache generation it sets in *generation.
  */
 extern bool probe_step(const char *run_id, const char *step_id, Snapshot snapshot,
-					   bool remember, StepRecord *out);
+					   StepRecord *out, bool *settled, uint64 *generation);
 
 /* The default policy of run `run_id`, or NULL when there is no such run or it sets none. */
 extern Jsonb *probe_run_policy(const char *run_id);

@@ -47,6 +47,7 @@ worker_shmem_startup(void)
 	{
 		memset(shared, 0, sizeof(WorkerShared));
 		pg_atomic_init_u32(&shared->next_executor, 0);
+		pg_atomic_init_u64(&shared->replay_generation, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

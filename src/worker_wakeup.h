@@ -16,6 +16,8 @@ typedef struct WorkerShared
 	Latch	   *executor_latch[DS_MAX_WORKERS];
 	/* lets a committing backend wake the executors in turn */
 	pg_atomic_uint32 next_executor;
+	/* bumped by every DELETE, UPDATE or TRUNCATE of durable_steps.steps by SQL: replay_cache.c */
+	pg_atomic_uint64 replay_generation;
 } WorkerShared;
 
 /* Set up in _PG_init when loaded through shared_preload_libraries. */

@@ -221,9 +221,15 @@ SELECT status, result, replayed
   FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
--- the statement trigger that makes every backend forget, on DELETE and on TRUNCATE (another
--- backend forgetting is tested in test/t/001_concurrent_claims.pl)
-SELECT tgname, tgtype FROM pg_trigger WHERE tgrelid = 'durable_steps.steps'::regclass ORDER BY tgname;
+-- so does an UPDATE by SQL (not something to do to a succeeded step, but never ignored)
+UPDATE durable_steps.steps SET result = '"changed"' WHERE run_id = 'cache' AND step_id = 'a';
+SELECT status, result, replayed
+  FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
+-- the statement trigger that makes every backend forget, on DELETE, UPDATE and TRUNCATE, also
+-- under session_replication_role = replica (another backend forgetting is tested in
+-- test/t/001_concurrent_claims.pl)
+SELECT tgname, tgtype, tgenabled
+  FROM pg_trigger WHERE tgrelid = 'durable_steps.steps'::regclass ORDER BY tgname;
 -- a step that succeeded in a transaction that rolled back was never remembered
 BEGIN;
 SELECT status, result, replayed
