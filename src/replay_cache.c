@@ -18,7 +18,8 @@
  *    statement's snapshot can see committed after its bump, so that statement's lookup sees the
  *    bump; a deletion that starts after the header check bumps after the entry was stored.
  *  - Lookups are made only under READ COMMITTED; a transaction-level snapshot may predate the
- *    step and must not see it.
+ *    step and must not see it. Nor on a standby, where the primary's deletions arrive as WAL
+ *    and fire no trigger.
  *  - Without the shared memory (library not preloaded) there is no cache.
  * Not covered: rows changed with the trigger disabled (ALTER TABLE ... DISABLE TRIGGER) or by
  * logical replication apply, which fires no statement triggers. The caller still checks the

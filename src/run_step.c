@@ -10,6 +10,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
@@ -268,9 +269,10 @@ ds_run_step(PG_FUNCTION_ARGS)
 
 	/*
 	 * The common case, a replay: answered from what this backend remembers of succeeded steps
-	 * (READ COMMITTED only: see replay_cache.c), or from the row without any lock.
+	 * (see replay_cache.c: READ COMMITTED only, and not on a standby, where the primary's
+	 * deletions arrive as WAL and fire no trigger), or from the row without any lock.
 	 */
-	cacheable = !IsolationUsesXactSnapshot();
+	cacheable = !IsolationUsesXactSnapshot() && !RecoveryInProgress();
 	if (cacheable && replay_cache_lookup(run_id, step_id, sql, input, &owner, &answer))
 	{
 		rec.run_id = run_id;
