@@ -775,8 +775,9 @@ if [[ "$WHAT" == drain || "$WHAT" == all ]]; then
 		"$(pass_if "$DRAIN_RATIO >= $DRAIN_TARGET")"
 	if ((DRAIN_COLD_STEPS > 0)); then
 		COLD_RATIO="$(awk -v a="$COLD_RATE" -v b="$BEST_GW" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')"
-		verdict "drain, cold tables: durable_steps / best graphile" "${COLD_RATIO}x" ">= ${DRAIN_TARGET}x" \
-			"$(pass_if "$COLD_RATIO >= $DRAIN_TARGET")"
+		# a figure of this script's own, without a target: the issue's target is the drain above
+		printf '%-54s %12s %12s   %s\n' "drain, cold tables, batch $DRAIN_COLD_BATCH / best graphile" \
+			"${COLD_RATIO}x" "-" "(no target)"
 	fi
 fi
 if [[ "$WHAT" == latency || "$WHAT" == all ]]; then
