@@ -421,6 +421,8 @@ void
 store_finish_claimed_attempt(StepRecord *rec, int attempt, TimestampTz claimed_at,
 							 const AttemptOutcome *o)
 {
-	store_update_step(rec);
+	/* the attempt row keeps the claimant; the step row names one only while it is running */
 	insert_attempt(rec, attempt, o, true, claimed_at);
+	rec->claimed_by = 0;
+	store_update_step(rec);
 }

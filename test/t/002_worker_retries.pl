@@ -172,6 +172,10 @@ SELECT s.next_attempt_at = a.finished_at + interval '1 s'
 	is(ran_in_worker('w1', 'flaky', 2, 3), 't',
 		"$t: attempts 2 and 3 ran in a durable_steps worker process");
 	is( $node->safe_psql(
+			'postgres',
+			"SELECT claimed_by IS NULL FROM durable_steps.steps WHERE run_id = 'w1' AND step_id = 'flaky'"),
+		't', "$t: the finished step names no claiming executor");
+	is( $node->safe_psql(
 			'postgres', q{
 SELECT (SELECT count(*) FROM effects WHERE tag = 'w1') || '|' ||
        (SELECT s.result = to_jsonb(e.id) FROM ds_steps s, effects e
