@@ -70,21 +70,10 @@ for script in replay_bare replay_step replay_floor fresh_bare fresh_step fresh_f
 	[[ -f "$HERE/$script.sql" ]] || die "missing $HERE/$script.sql"
 done
 
-# initdb refuses root: as root, the cluster runs as an unprivileged account
-RUNAS=()
-if [[ "$(id -u)" == 0 ]]; then
-	OS_USER="${BENCH_OS_USER:-postgres}"
-	id "$OS_USER" >/dev/null 2>&1 || die "running as root needs an account '$OS_USER' (BENCH_OS_USER)"
-	RUNAS=(runuser -u "$OS_USER" --)
-fi
-as_cluster_owner() { ${RUNAS[@]+"${RUNAS[@]}"} "$@"; }
-
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/ds_bench.XXXXXX")"
-PGDATA_DIR="$WORK/data"
-LOG="$WORK/server.log"
-if ((${#RUNAS[@]})); then
-	chown "$OS_USER" "$WORK"
-fi
+BENCH_NAME=run_step_bench
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
+bench_workdir
 
 PGBENCH_PID=
 cleanup() {
@@ -94,14 +83,7 @@ cleanup() {
 		kill "$PGBENCH_PID" 2>/dev/null || true
 		wait "$PGBENCH_PID" 2>/dev/null || true
 	fi
-	if [[ -f "$PGDATA_DIR/postmaster.pid" ]]; then
-		as_cluster_owner "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m fast -w -t 60 stop >/dev/null 2>&1 ||
-			as_cluster_owner "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
-	fi
-	if ((rc != 0)) && [[ -f "$LOG" ]]; then
-		echo "run_step_bench: failed (status $rc); last lines of the server log:" >&2
-		tail -n 25 "$LOG" >&2 || true
-	fi
+	bench_stop "$rc"
 	rm -rf "$WORK"
 	exit "$rc"
 }
@@ -110,23 +92,12 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- the cluster ----------------------------------------------------------------------------
-as_cluster_owner "$BINDIR/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust -E UTF8 \
-	--locale="$LOCALE" >"$WORK/initdb.log" 2>&1 || { cat "$WORK/initdb.log" >&2; die "initdb failed"; }
+bench_initdb "$LOCALE"
 cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
-
-# run_step_bench.sh
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$WORK'
 shared_preload_libraries = 'durable_steps'
 durable_steps.database = '$DB'
-synchronous_commit = on
-fsync = on
-shared_buffers = 256MB
-max_connections = 50
 EOF
-as_cluster_owner "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -l "$LOG" -w -t 60 start >/dev/null ||
-	die "the server did not start"
+bench_start
 
 psql_admin() { "$BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$PORT" -U postgres "$@"; }
 psql_app() { "$BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$PORT" -U "$APP_ROLE" -d "$DB" "$@"; }

@@ -139,22 +139,10 @@ if [[ "$WHAT" == drain || "$WHAT" == all ]]; then
 	[[ "$GW_VERSION" == 0.17.3 ]] || note "graphile-worker is $GW_VERSION, not 0.17.3"
 fi
 
-# initdb refuses root: as root, the cluster runs as an unprivileged account
-RUNAS=()
-if [[ "$(id -u)" == 0 ]]; then
-	OS_USER="${BENCH_OS_USER:-postgres}"
-	id "$OS_USER" >/dev/null 2>&1 || die "running as root needs an account '$OS_USER' (BENCH_OS_USER)"
-	RUNAS=(runuser -u "$OS_USER" --)
-fi
-as_cluster_owner() { ${RUNAS[@]+"${RUNAS[@]}"} "$@"; }
-
-WORK="$(mktemp -d /tmp/ds_wbench.XXXXXX)"
-chmod 755 "$WORK"
-PGDATA_DIR="$WORK/data"
-LOG="$WORK/server.log"
-if ((${#RUNAS[@]})); then
-	chown "$OS_USER" "$WORK"
-fi
+BENCH_NAME=worker_bench
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
+bench_workdir
 NODE_PID=
 POLLER_PID=
 
@@ -168,14 +156,7 @@ cleanup() {
 	if [[ -n "$POLLER_PID" ]] && kill -0 "$POLLER_PID" 2>/dev/null; then
 		kill "$POLLER_PID" 2>/dev/null || true
 	fi
-	if [[ -f "$PGDATA_DIR/postmaster.pid" ]]; then
-		as_cluster_owner "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m fast -w -t 60 stop >/dev/null 2>&1 ||
-			as_cluster_owner "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m immediate -w -t 60 stop >/dev/null 2>&1 || true
-	fi
-	if ((rc != 0)) && [[ -f "$LOG" ]]; then
-		echo "worker_bench: failed (status $rc); last lines of the server log:" >&2
-		tail -n 25 "$LOG" >&2 || true
-	fi
+	bench_stop "$rc"
 	if [[ -n "$OUT" && -d "$WORK/out" ]]; then
 		{ mkdir -p "$OUT" && cp -r "$WORK/out/." "$OUT/" && cp "$LOG" "$OUT/server.log"; } 2>/dev/null || true
 	fi
@@ -190,22 +171,12 @@ mkdir -p "$WORK/out"
 # --- the cluster ----------------------------------------------------------------------------
 PRELOAD=durable_steps
 ((PROFILE == 1)) && PRELOAD="durable_steps,pg_stat_statements"
-as_cluster_owner "$BINDIR/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust -E UTF8 \
-	--locale=C >"$WORK/initdb.log" 2>&1 || { cat "$WORK/initdb.log" >&2; die "initdb failed"; }
+bench_initdb C
 cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
-
-# worker_bench.sh
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$WORK'
 shared_preload_libraries = '$PRELOAD'
 durable_steps.database = '$DB'
 durable_steps.max_workers = $DS_WORKERS
 max_worker_processes = 24
-synchronous_commit = on
-fsync = on
-shared_buffers = 256MB
-max_connections = 50
 max_wal_size = 4GB
 # VACUUM runs between the measured runs, never inside one (the same for both systems)
 autovacuum = off
@@ -215,15 +186,11 @@ if ((PROFILE == 1)); then
 	printf 'pg_stat_statements.track = all\npg_stat_statements.max = 1000\n' >>"$PGDATA_DIR/postgresql.conf"
 fi
 
-pg_start() {
-	as_cluster_owner "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -l "$LOG" -w -t 60 start >/dev/null ||
-		die "the server did not start"
-}
 pg_restart() {
 	as_cluster_owner "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -l "$LOG" -m fast -w -t 60 restart >/dev/null ||
 		die "the server did not restart"
 }
-pg_start
+bench_start
 
 psql_db() { "$BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$PORT" -U postgres -d "$DB" "$@"; }
 q() { psql_db -At -F ' ' -c "$1"; }
