@@ -145,13 +145,19 @@ statement_snapshot(void)
 }
 
 static void
-check_access(const StepRecord *rec)
+check_owner(Oid owner, const char *run_id, const char *step_id)
 {
-	if (!store_may_access(rec->owner))
+	if (!store_may_access(owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("step %s/%s belongs to another role", rec->run_id, rec->step_id),
+				 errmsg("step %s/%s belongs to another role", run_id, step_id),
 				 errhint("Members of durable_steps_admin may act on every step.")));
+}
+
+static void
+check_access(const StepRecord *rec)
+{
+	check_owner(rec->owner, rec->run_id, rec->step_id);
 }
 
 static bool
@@ -275,10 +281,7 @@ ds_run_step(PG_FUNCTION_ARGS)
 	cacheable = !IsolationUsesXactSnapshot() && !RecoveryInProgress();
 	if (cacheable && replay_cache_lookup(run_id, step_id, sql, input, &owner, &answer))
 	{
-		rec.run_id = run_id;
-		rec.step_id = step_id;
-		rec.owner = owner;
-		check_access(&rec);
+		check_owner(owner, run_id, step_id);
 		PG_RETURN_DATUM(HeapTupleGetDatum(answer));
 	}
 	fingerprint = step_fingerprint(sql, input);

@@ -211,14 +211,8 @@ store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt
 	out->request = get_varlena(t, td, offset + 26, cxt);
 	out->lease_expires_at = get_timestamptz(t, td, offset + 27);
 	out->claimed_by = get_int4(t, td, offset + 28);
-	/* a ctid after the columns, when the statement selected it */
-	if (td->natts >= offset + 29 && SPI_gettypeid(td, offset + 29) == TIDOID)
-	{
-		Datum		d = SPI_getbinval(t, td, offset + 29, &isnull);
-
-		if (!isnull)
-			ItemPointerCopy((ItemPointer) DatumGetPointer(d), &out->tid);
-	}
+	ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(t, td, offset + 29, &isnull)),
+					&out->tid);
 }
 
 bool

@@ -67,8 +67,8 @@ extern void store_update_step_insert_attempt(StepRecord *rec, int attempt,
 											 const AttemptOutcome *outcome);
 
 /*
- * Fill *out (but run_id, step_id) from columns offset+1.. of a row in STEP_COLUMNS order, and
- * out->tid from a ctid column right after them, if there is one.
+ * Fill *out (but run_id, step_id) from columns offset+1.. of a row in STEP_COLUMNS order
+ * followed by the row's ctid (out->tid).
  */
 extern void store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
 									StepRecord *out);
