@@ -26,6 +26,22 @@ static SPIPlanPtr mark_running_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr next_due_plan = NULL;
 
+/* SPI for the worker's statements, planned on the indexes (see index_planning_begin) */
+static int
+claims_spi_begin(void)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	return index_planning_begin();
+}
+
+static void
+claims_spi_end(int planning)
+{
+	SPI_finish();
+	index_planning_end(planning);
+}
+
 int
 claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped)
 {
@@ -44,9 +60,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 
 	*skipped = 0;
 	*claims = NULL;
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	planning = index_planning_begin();
+	planning = claims_spi_begin();
 	args[0] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(prepare_kept(&due_plan,
 									"SELECT run_id, step_id, ctid FROM durable_steps.steps "
@@ -60,8 +74,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 	n_due = SPI_processed;
 	if (n_due == 0)
 	{
-		SPI_finish();
-		index_planning_end(planning);
+		claims_spi_end(planning);
 		return 0;
 	}
 	run_ids = palloc(sizeof(char *) * n_due);
@@ -133,8 +146,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 				(void) step_lock_try_session((*claims)[i].run_id, (*claims)[i].step_id);
 		}
 	}
-	SPI_finish();
-	index_planning_end(planning);
+	claims_spi_end(planning);
 	return n_claimed;
 }
 
@@ -151,9 +163,7 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 	char	  **step_ids;
 
 	*recovered = NULL;
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	planning = index_planning_begin();
+	planning = claims_spi_begin();
 	args[0] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(prepare_kept(&running_plan,
 									"SELECT run_id, step_id FROM durable_steps.steps "
@@ -173,8 +183,7 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 		step_ids[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
 															SPI_tuptable->tupdesc, 2));
 	}
-	SPI_finish();
-	index_planning_end(planning);
+	claims_spi_end(planning);
 
 	*recovered = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_running, 1));
 	for (uint64 i = 0; i < n_running; i++)
@@ -209,9 +218,7 @@ next_due_time(void)
 	int			rc;
 	int			planning;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	planning = index_planning_begin();
+	planning = claims_spi_begin();
 	rc = SPI_execute_plan(prepare_kept(&next_due_plan,
 									"SELECT min(next_attempt_at) FROM durable_steps.steps "
 									"WHERE status IN ('pending', 'retrying')", 0, NULL),
@@ -225,7 +232,6 @@ next_due_time(void)
 		if (!isnull)
 			next = DatumGetTimestampTz(d);
 	}
-	SPI_finish();
-	index_planning_end(planning);
+	claims_spi_end(planning);
 	return next;
 }
