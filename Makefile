@@ -15,6 +15,7 @@ OBJS = \
 	src/step_claims.o \
 	src/step_context.o \
 	src/step_exec.o \
+	src/step_isolation.o \
 	src/step_lock.o \
 	src/step_probe.o \
 	src/step_store.o \

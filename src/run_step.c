@@ -18,6 +18,7 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "tcop/utility.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/snapmgr.h"
@@ -144,14 +145,21 @@ statement_snapshot(void)
 	return ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
 }
 
+/*
+ * A step is answered only to the role that created it (README, "Security model"): not to an
+ * admin, not to a superuser. Its stored result is what its owner's SQL did under its owner's
+ * search_path and privileges; handed to another role "as if it were its own", it would answer a
+ * question that role never asked. The identity is one namespace for every role (one identity,
+ * one idempotency key, whoever calls), so another role learns only that it is taken.
+ */
 static void
 check_owner(Oid owner, const char *run_id, const char *step_id)
 {
-	if (!store_may_access(owner))
+	if (owner != GetUserId())
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("step %s/%s belongs to another role", run_id, step_id),
-				 errhint("Members of durable_steps_admin may act on every step.")));
+				 errhint("Only the role that created a step can run or replay it; choose another run_id or step_id.")));
 }
 
 static void
@@ -373,6 +381,28 @@ ds_run_step(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 
+/*
+ * May the current user re-arm this step, which will then run as its owner? Its owner and the
+ * roles with its privileges may, with new input or without. A durable_steps_admin member may
+ * only have it run again as it was defined, and never a superuser's step: input chosen by
+ * another role, or the timing of a superuser's SQL, would be code run with privileges the
+ * admin does not have.
+ */
+static void
+check_rearm(const StepRecord *rec, bool new_input)
+{
+	if (has_privs_of_role(GetUserId(), rec->owner))
+		return;
+	if (new_input || superuser_arg(rec->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("step %s/%s belongs to role %s", rec->run_id, rec->step_id,
+						GetUserNameFromId(rec->owner, true) ? GetUserNameFromId(rec->owner, true) : "(dropped)"),
+				 new_input ?
+				 errdetail("Only roles with the privileges of a step's owner can give it new input.") :
+				 errdetail("Only superusers can re-arm a superuser's step.")));
+}
+
 /* ds_retry_step(run_id, step_id, input) → ds_step_result: re-arm a failed or blocked step. */
 Datum
 ds_retry_step(PG_FUNCTION_ARGS)
@@ -387,11 +417,12 @@ ds_retry_step(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_IN_PROGRESS),
 				 errmsg("step %s/%s is in progress in this process", run_id, step_id)));
-	if (!store_lock_step(run_id, step_id, &rec))
+	/* a step the caller may not see answers as one that does not exist: it tells nothing */
+	if (!store_lock_step(run_id, step_id, &rec) || !store_may_access(rec.owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
 				 errmsg("step %s/%s does not exist", run_id, step_id)));
-	check_access(&rec);
+	check_rearm(&rec, !PG_ARGISNULL(2));
 	if (strcmp(rec.status, "failed") != 0 && strcmp(rec.status, "blocked") != 0 &&
 		strcmp(rec.status, "uncertain") != 0)
 		ereport(ERROR,

@@ -125,7 +125,7 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 	body.sql = rec->sql;
 	body.input = rec->input;
 	body.timeout = rec->timeout;
-	body.run_as = by_worker ? rec->owner : InvalidOid;
+	body.isolate_as = by_worker ? rec->owner : InvalidOid;
 	/*
 	 * In the worker, pg_temp goes last: a temporary table made by one role's step must not shadow
 	 * the tables of the next step, which may belong to another role, in the same session.
@@ -133,7 +133,6 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 	body.search_path = !by_worker ? NULL :
 		strspn(rec->search_path, " \t\r\n") == strlen(rec->search_path) ? "pg_temp" :
 		psprintf("%s, pg_temp", rec->search_path);
-	body.immediate_constraints = by_worker;
 	body.overrides = &overrides;
 
 	execute_step_attempt(&body, attempt, rec->attempt_base + rec->max_attempts, &outcome);

@@ -15,9 +15,11 @@
 #include "utils/memutils.h"
 
 #include "ds_errcodes.h"
+#include "policy.h"
 #include "replay_cache.h"
 #include "step_attempt.h"
 #include "step_claims.h"
+#include "step_exec.h"
 #include "step_lock.h"
 #include "step_store.h"
 
@@ -46,8 +48,8 @@ int
 claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped)
 {
 	Oid			due_types[1] = {INT4OID};
-	Oid			mark_types[3] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID};
-	Datum		args[3];
+	Oid			mark_types[4] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID};
+	Datum		args[4];
 	char	  **run_ids;
 	char	  **step_ids;
 	Datum	   *tids;
@@ -105,19 +107,21 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 												  TYPALIGN_SHORT));
 		args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
 		args[2] = Int32GetDatum(MyProcPid);
+		/* no worker attempt runs longer than the ceiling, whatever its own timeout */
+		args[3] = IntervalPGetDatum(usecs_to_interval(ds_max_worker_attempt_usecs()));
 		/* claims never touch a succeeded row: no backend need forget its replays */
 		replay_cache_internal_update(true);
 		rc = SPI_execute_plan(prepare_kept(&mark_running_plan,
 										   "WITH claimed AS ("
 										   " UPDATE durable_steps.steps s SET status = 'running',"
 										   "  attempts = s.attempts + 1, updated_at = $2,"
-										   "  lease_expires_at = $2 + coalesce(s.timeout, interval '1 hour'),"
+										   "  lease_expires_at = $2 + least(coalesce(s.timeout, $4), $4),"
 										   "  claimed_by = $3"
 										   " WHERE s.ctid = ANY ($1) AND s.status IN ('pending', 'retrying')"
 										   " RETURNING s.*, s.ctid AS row_tid) "
 										   "SELECT run_id, step_id, " STEP_COLUMNS ", row_tid FROM claimed"
-										   " ORDER BY next_attempt_at",
-										   3, mark_types),
+										   " ORDER BY owner::pg_catalog.oid, next_attempt_at",
+										   4, mark_types),
 							  args, NULL, false, 0);
 		replay_cache_internal_update(false);
 		if (rc != SPI_OK_SELECT)

@@ -3,9 +3,11 @@
  *
  * The body runs the way PL/pgSQL runs an exception block: in an internal subtransaction, so that
  * a failure rolls back exactly the body's writes and leaves the caller's transaction usable for
- * recording the failure. The step's SETs are contained by a GUC nest level, the role and
- * search_path it runs under are switched explicitly and restored, and the step's timeout is a
- * timer of our own that cancels the body the way statement_timeout cancels a statement.
+ * recording the failure. The step's SETs are contained by a GUC nest level, a worker's attempt
+ * runs isolated as the step's owner (step_isolation.c), and the step's timeout is a timer of our
+ * own that cancels the body the way statement_timeout cancels a statement -- again every second
+ * while a body that caught the cancel goes on, and in the worker, past a grace period, by ending
+ * the executor (README, "Security model": no role holds an executor without bound).
  */
 #include "compat.h"
 
@@ -17,8 +19,10 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -32,33 +36,79 @@
 #include "ds_errcodes.h"
 #include "step_context.h"
 #include "step_exec.h"
+#include "step_isolation.h"
 
 static int	max_result_size = 1024 * 1024;
+static int	max_worker_attempt_time_s = 3600;
+
+/* How long a worker attempt may go on ignoring its cancellation before the executor ends. */
+#define SWALLOWED_CANCEL_GRACE_USECS (5 * USECS_PER_SEC)
+/* How often a deadline that has passed cancels the body again. */
+#define CANCEL_REPEAT_MS 1000
 
 /* The step timeout timer, registered on first use in each backend. */
 static TimeoutId step_timeout_id = MAX_TIMEOUTS;
 static volatile sig_atomic_t step_timeout_fired = false;
 /* Earliest deadline of the step bodies executing now (nested steps); 0 = none. */
 static TimestampTz active_deadline = 0;
+/* Deadline of the worker attempt running now; 0 = none (read by the signal handler). */
+static volatile TimestampTz worker_deadline = 0;
+static volatile sig_atomic_t worker_cancel_ignored = false;
 
 static void
 step_timeout_handler(void)
 {
 	step_timeout_fired = true;
+	if (worker_deadline != 0 &&
+		GetCurrentTimestamp() >= worker_deadline + SWALLOWED_CANCEL_GRACE_USECS)
+	{
+		/* the body caught every cancel: a FATAL is the one thing it cannot catch */
+		worker_cancel_ignored = true;
+		ProcDiePending = true;
+	}
 	QueryCancelPending = true;
 	InterruptPending = true;
 	SetLatch(MyLatch);
 }
 
+/* Cancel the bodies at `deadline`, and every second after it; 0 disarms. */
 static void
 arm_deadline(TimestampTz deadline)
 {
 	if (step_timeout_id == MAX_TIMEOUTS)
 		step_timeout_id = RegisterTimeout(USER_TIMEOUT, step_timeout_handler);
 	if (deadline != 0)
-		enable_timeout_at(step_timeout_id, deadline);
+		enable_timeout_every(step_timeout_id, deadline, CANCEL_REPEAT_MS);
 	else if (get_timeout_active(step_timeout_id))
 		disable_timeout(step_timeout_id, false);
+}
+
+/* Log, as the executor ends, that a body made it end by ignoring its cancellation. */
+static void
+log_ignored_cancel(int code, Datum arg)
+{
+	if (worker_cancel_ignored)
+		ereport(LOG,
+				(errmsg("durable_steps: a step body ignored its cancellation past durable_steps.max_worker_attempt_time; ending the executor"),
+				 errdetail("The attempt is recorded as lost and retried by its policy.")));
+}
+
+int64
+ds_max_worker_attempt_usecs(void)
+{
+	return (int64) max_worker_attempt_time_s * USECS_PER_SEC;
+}
+
+/* Cut an error text at DS_MAX_ERROR_TEXT bytes, on a character boundary. */
+static char *
+capped_error_text(char *text)
+{
+	int			len;
+
+	if (text == NULL || strlen(text) <= DS_MAX_ERROR_TEXT)
+		return text;
+	len = pg_mbcliplen(text, strlen(text), DS_MAX_ERROR_TEXT - 4);
+	return psprintf("%.*s ...", len, text);
 }
 
 static Jsonb *
@@ -181,9 +231,12 @@ body_plan(const char *sql)
 	return plan;
 }
 
-/* Runs inside the subtransaction; any error here is the attempt's failure. */
+/*
+ * Runs inside the subtransaction; any error here is the attempt's failure. `result_limit` is
+ * durable_steps.max_result_size as it was before the body could change it.
+ */
 static Jsonb *
-run_body(const StepBody *body, MemoryContext result_cxt)
+run_body(const StepBody *body, int result_limit, MemoryContext result_cxt)
 {
 	Datum		values[1];
 	char		nulls[1];
@@ -202,24 +255,48 @@ run_body(const StepBody *body, MemoryContext result_cxt)
 	if (rc < 0)
 		elog(ERROR, "step SQL failed: %s", SPI_result_code_string(rc));
 	result = result_to_jsonb(SPI_tuptable, SPI_processed);
-	if (body->immediate_constraints)
-	{
-		ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
-
-		all_immediate->constraints = NIL;
-		all_immediate->deferred = false;
-		AfterTriggerSetState(all_immediate);
-	}
-	if (VARSIZE(result) > (Size) max_result_size)
+	if (VARSIZE(result) > (Size) result_limit)
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_RESULT_TOO_LARGE),
 				 errmsg("step result is too large"),
 				 errdetail("The result has %u bytes; durable_steps.max_result_size is %d bytes.",
-						   (unsigned) VARSIZE(result), max_result_size)));
+						   (unsigned) VARSIZE(result), result_limit)));
 	copy = MemoryContextAlloc(result_cxt, VARSIZE(result));
 	memcpy(copy, result, VARSIZE(result));
 	SPI_finish();
 	return copy;
+}
+
+/* The attempt's deadline: its own timeout, and in the worker the ceiling; 0 = none. */
+static TimestampTz
+attempt_deadline(const StepBody *body, TimestampTz started_at, bool *by_ceiling)
+{
+	int64		limit = body->timeout;
+
+	*by_ceiling = false;
+	if (OidIsValid(body->isolate_as) &&
+		(limit == 0 || limit > ds_max_worker_attempt_usecs()))
+	{
+		limit = ds_max_worker_attempt_usecs();
+		*by_ceiling = true;
+	}
+	return limit > 0 ? started_at + limit : 0;
+}
+
+/* The recorded error of an attempt its own deadline cancelled. */
+static void
+describe_timeout(ErrorData *edata, int64 usecs, bool by_ceiling)
+{
+	char	   *span = DatumGetCString(DirectFunctionCall1(interval_out,
+														   IntervalPGetDatum(&(Interval)
+																			 {.time = usecs})));
+
+	edata->sqlerrcode = ERRCODE_DS_STEP_TIMEOUT;
+	edata->message = by_ceiling ?
+		psprintf("step attempt stopped after %s by durable_steps.max_worker_attempt_time", span) :
+		psprintf("step timed out after %s", span);
+	edata->detail = NULL;
+	edata->hint = NULL;
 }
 
 void
@@ -230,6 +307,10 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	ResourceOwner oldowner = CurrentResourceOwner;
 	TimestampTz outer_deadline = active_deadline;
 	volatile TimestampTz my_deadline = 0;
+	bool		by_ceiling;
+	bool		isolated = OidIsValid(body->isolate_as);
+	/* read before the body runs: a body cannot raise its own limit */
+	int			result_limit = max_result_size;
 	Oid			save_userid;
 	int			save_sec_context;
 
@@ -237,15 +318,23 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	/* pushed first: if it fails (nesting too deep) no timer is left armed */
 	step_context_push(body->run_id, body->step_id, attempt, max_attempts);
 	outcome->started_at = GetCurrentTimestamp();
-	if (body->timeout > 0)
+	my_deadline = attempt_deadline(body, outcome->started_at, &by_ceiling);
+	if (my_deadline != 0 && (outer_deadline == 0 || my_deadline < outer_deadline))
 	{
-		my_deadline = outcome->started_at + body->timeout;
-		if (outer_deadline == 0 || my_deadline < outer_deadline)
+		active_deadline = my_deadline;
+		step_timeout_fired = false;
+		arm_deadline(my_deadline);
+	}
+	if (isolated)
+	{
+		static bool exit_logger_registered = false;
+
+		if (!exit_logger_registered)
 		{
-			active_deadline = my_deadline;
-			step_timeout_fired = false;
-			arm_deadline(my_deadline);
+			on_proc_exit(log_ignored_cancel, (Datum) 0);
+			exit_logger_registered = true;
 		}
+		worker_deadline = my_deadline;
 	}
 	retry_after_clear();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
@@ -257,19 +346,20 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	{
 		int			guc_level = NewGUCNestLevel();
 
-		if (OidIsValid(body->run_as) && body->run_as != save_userid)
-			SetUserIdAndSecContext(body->run_as,
-								   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		if (isolated)
+			ds_isolation_enter(body->isolate_as, save_sec_context);
 		if (body->search_path != NULL)
 			(void) set_config_option("search_path", body->search_path,
 									 PGC_USERSET, PGC_S_SESSION,
 									 GUC_ACTION_SAVE, true, 0, false);
 
-		outcome->result = run_body(body, oldcxt);
+		outcome->result = run_body(body, result_limit, oldcxt);
+		if (isolated)
+			ds_isolation_reset_session();
 
 		/* every SET of the step, LOCAL or not, ends with the step: pop as an abort would */
-		AtEOXact_GUC(false, guc_level);
 		SetUserIdAndSecContext(save_userid, save_sec_context);
+		AtEOXact_GUC(false, guc_level);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
@@ -286,39 +376,39 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
+		if (isolated)
+			ds_isolation_reset_after_abort();
 
 		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && step_timeout_fired &&
 			my_deadline != 0 && GetCurrentTimestamp() >= my_deadline)
 		{
 			/* our own timer cancelled the body: that is the step's timeout */
 			step_timeout_fired = false;
-			edata->sqlerrcode = ERRCODE_DS_STEP_TIMEOUT;
-			edata->message = psprintf("step timed out after %s",
-									  DatumGetCString(DirectFunctionCall1(interval_out,
-																		  IntervalPGetDatum(&(Interval)
-																							{.time = body->timeout}))));
-			edata->detail = NULL;
-			edata->hint = NULL;
+			describe_timeout(edata, my_deadline - outcome->started_at, by_ceiling);
 		}
 		else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 		{
 			/* somebody cancelled the caller, or an outer step's timer fired: not ours to record */
 			active_deadline = outer_deadline;
 			arm_deadline(outer_deadline);
+			if (isolated)
+				worker_deadline = 0;
 			step_context_pop();
 			ReThrowError(edata);
 		}
 		outcome->cls = classify_sqlstate(edata->sqlerrcode, body->overrides);
 		outcome->sqlerrcode = edata->sqlerrcode;
-		outcome->message = edata->message;
-		outcome->detail = edata->detail;
-		outcome->hint = edata->hint;
+		outcome->message = capped_error_text(edata->message);
+		outcome->detail = capped_error_text(edata->detail);
+		outcome->hint = capped_error_text(edata->hint);
 		if (edata->sqlerrcode == ERRCODE_DS_RETRY_AFTER)
 			outcome->has_retry_after = retry_after_get(&outcome->retry_after);
 	}
 	PG_END_TRY();
 
 	step_context_pop();
+	if (isolated)
+		worker_deadline = 0;
 	if (active_deadline != outer_deadline)
 	{
 		active_deadline = outer_deadline;
@@ -343,7 +433,17 @@ step_exec_init_module(void)
 							1024 * 1024,
 							64,
 							256 * 1024 * 1024,
-							PGC_USERSET,
+							PGC_SUSET,
 							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("durable_steps.max_worker_attempt_time",
+							"Longest time any attempt may run in the background worker.",
+							"Applies whatever timeout the step asks for; an attempt past it is stopped and recorded as timed out.",
+							&max_worker_attempt_time_s,
+							3600,
+							1,
+							24 * 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
 							NULL, NULL, NULL);
 }

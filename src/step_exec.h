@@ -18,15 +18,14 @@ typedef struct StepBody
 	const char *sql;
 	Jsonb	   *input;			/* bound to $1; NULL binds SQL NULL */
 	int64		timeout;		/* microseconds; 0 = none */
-	Oid			run_as;			/* role to run as; InvalidOid = the current user */
+	/*
+	 * The worker's attempts: the step's owner, whom the body runs as in isolation (see
+	 * step_isolation.c), and under durable_steps.max_worker_attempt_time. InvalidOid: a
+	 * caller's attempt, run as the caller in the caller's session.
+	 */
+	Oid			isolate_as;
 	const char *search_path;	/* search_path to run under; NULL = the current one */
 	const ClassOverrides *overrides;
-	/*
-	 * Check deferred constraints at the end of the body, inside its subtransaction. The worker
-	 * runs several steps in one transaction: a deferred violation must fail its own step, not
-	 * that shared transaction's commit.
-	 */
-	bool		immediate_constraints;
 } StepBody;
 
 typedef struct AttemptOutcome
@@ -44,6 +43,12 @@ typedef struct AttemptOutcome
 } AttemptOutcome;
 
 extern void step_exec_init_module(void);
+
+/* durable_steps.max_worker_attempt_time, in microseconds: no worker attempt runs longer. */
+extern int64 ds_max_worker_attempt_usecs(void);
+
+/* Longest error message, detail or hint an attempt records, in bytes. */
+#define DS_MAX_ERROR_TEXT 8192
 
 /*
  * Run attempt `attempt` of the body. Errors of the body are caught, rolled back with its

@@ -108,3 +108,24 @@ step_lock_release_session(const char *run_id, const char *step_id)
 		(void) hash_search(held_session_locks, &key, HASH_REMOVE, NULL);
 	LockRelease(&tag, ExclusiveLock, true);
 }
+
+void
+step_lock_pin(const char *run_id, const char *step_id)
+{
+	LOCKTAG		tag;
+
+	step_locktag(&tag, run_id, step_id);
+	/* held already, so granted locally: never waits */
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+}
+
+void
+step_lock_release_all_session(void)
+{
+	LockReleaseSession(USER_LOCKMETHOD);
+	if (held_session_locks != NULL)
+	{
+		hash_destroy(held_session_locks);
+		held_session_locks = NULL;
+	}
+}

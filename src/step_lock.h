@@ -21,4 +21,17 @@ extern bool step_lock_acquire(const char *run_id, const char *step_id, bool nowa
 extern bool step_lock_try_session(const char *run_id, const char *step_id);
 extern void step_lock_release_session(const char *run_id, const char *step_id);
 
+/*
+ * Also hold an identity this process holds for its session until the end of the transaction.
+ * While pinned, letting go of the session lock does not let go of the identity.
+ */
+extern void step_lock_pin(const char *run_id, const char *step_id);
+
+/*
+ * Let go of every session-level advisory lock of this process: the claims' (pin those that must
+ * stay, and take them again with step_lock_try_session, which cannot fail while pinned) and any
+ * a step body took with pg_advisory_lock() -- which must not outlive its attempt.
+ */
+extern void step_lock_release_all_session(void);
+
 #endif							/* DS_STEP_LOCK_H */

@@ -39,6 +39,7 @@
 #include "retention.h"
 #include "step_attempt.h"
 #include "step_claims.h"
+#include "step_isolation.h"
 #include "step_lock.h"
 #include "step_store.h"
 #include "worker.h"
@@ -194,7 +195,12 @@ run_claimed_attempt(ClaimedStep *claim)
 	run_next_attempt(rec, false, true);
 }
 
-/* Run the claimed attempts, several to a transaction; release each lock once its outcome committed. */
+/*
+ * Run the claimed attempts, several to a transaction, each transaction one owner's (claims come
+ * sorted by owner): whatever a body leaves to its transaction -- uncommitted rows, open large
+ * objects, transaction locks -- is then seen by no other role's body. Each claim's lock is let
+ * go once its outcome committed; so are the session-level advisory locks bodies took.
+ */
 static void
 run_claimed(ClaimedStep *claims, int n)
 {
@@ -211,24 +217,32 @@ run_claimed(ClaimedStep *claims, int n)
 			release_session_locks(&claims[done], n - done);
 			return;
 		}
+		/* a body's pg_advisory_unlock_all() must not free a claim still in flight */
+		for (int i = first; i < n; i++)
+			step_lock_pin(claims[i].run_id, claims[i].step_id);
 		/* the outcomes of this transaction's attempts share their writers' set-up */
 		direct_write_batch_begin();
 		opened = GetCurrentTimestamp();
 		do
 		{
-			char		activity[256];
-
 			CHECK_FOR_INTERRUPTS();
-			snprintf(activity, sizeof(activity), "durable_steps: running %s/%s attempt %d",
-					 claims[done].run_id, claims[done].step_id, claims[done].attempt);
-			pgstat_report_activity(STATE_RUNNING, activity);
+			/* pgstat clips the text on a character boundary */
+			pgstat_report_activity(STATE_RUNNING,
+								   psprintf("durable_steps: running %s/%s attempt %d",
+											claims[done].run_id, claims[done].step_id,
+											claims[done].attempt));
 			run_claimed_attempt(&claims[done]);
 			done++;
-		} while (done < n &&
+		} while (done < n && claims[done].rec.owner == claims[first].rec.owner &&
 				 !TimestampDifferenceExceeds(opened, GetCurrentTimestamp(), SHARED_TRANSACTION_MS));
 		direct_write_batch_end();
+		/* the claims run now go with the commit; those still to run are held for the session */
+		step_lock_release_all_session();
+		for (int i = done; i < n; i++)
+			if (!step_lock_try_session(claims[i].run_id, claims[i].step_id))
+				elog(ERROR, "could not keep the lock of claimed step %s/%s",
+					 claims[i].run_id, claims[i].step_id);
 		commit_transaction();
-		release_session_locks(&claims[first], done - first);
 	}
 }
 
@@ -248,6 +262,9 @@ ds_executor_main(Datum arg)
 
 	/* the worker's own statements resolve names in pg_catalog only; steps set their own path */
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
+	begin_transaction("durable_steps: starting");
+	ds_isolation_init_session();
+	commit_transaction();
 
 	if (shared != NULL && my_slot >= 0 && my_slot < DS_MAX_WORKERS)
 	{

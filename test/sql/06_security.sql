@@ -23,23 +23,43 @@ SELECT run_id, step_id, status, owner FROM ds_steps ORDER BY step_id;
 SELECT step_id, attempt, role FROM ds_attempts ORDER BY step_id;
 RESET ROLE;
 
+-- errors by SQLSTATE, for the cases where which error it is matters
+CREATE FUNCTION sec_try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE q;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+
 -- another role sees none of them, and may not act on them
 SET ROLE sec_bob;
 SELECT count(*) AS bob_sees FROM ds_steps WHERE run_id = 'sec';
 SELECT count(*) AS bob_sees_attempts FROM ds_attempts WHERE run_id = 'sec';
 SELECT * FROM ds_run_step('sec', 'alice-step',
        $$INSERT INTO sec_alice_data VALUES (current_user) RETURNING who$$);
-SELECT * FROM ds_retry_step('sec', 'alice-peeks');
+-- re-arming a step of another role answers exactly as a step that does not exist
+SELECT sec_try($$SELECT ds_retry_step('sec', 'alice-peeks')$$) AS other_roles_step;
+SELECT sec_try($$SELECT ds_retry_step('sec', 'no-such-step')$$) AS missing_step;
 RESET ROLE;
 
--- a member of durable_steps_admin sees and acts on every step
+-- a member of durable_steps_admin sees every step, but is never answered with another role's
+-- result as its own: its search_path and privileges are not the owner's
 SET ROLE sec_admin;
 SELECT count(*) AS admin_sees FROM ds_steps WHERE run_id = 'sec';
+SELECT sec_try($$SELECT ds_run_step('sec', 'alice-step',
+       'INSERT INTO sec_alice_data VALUES (current_user) RETURNING who')$$) AS admin_replay;
+RESET ROLE;
+-- nor is a superuser
+SELECT sec_try($$SELECT ds_run_step('sec', 'alice-step',
+       'INSERT INTO sec_alice_data VALUES (current_user) RETURNING who')$$) AS superuser_replay;
+-- the owner replays, and the answer is remembered in this backend; it is still not bob's
+SET ROLE sec_alice;
 SELECT status, result, replayed
   FROM ds_run_step('sec', 'alice-step',
        $$INSERT INTO sec_alice_data VALUES (current_user) RETURNING who$$);
 RESET ROLE;
--- the admin's replay left the answer remembered in this backend; it is still not bob's
 SET ROLE sec_bob;
 SELECT * FROM ds_run_step('sec', 'alice-step',
        $$INSERT INTO sec_alice_data VALUES (current_user) RETURNING who$$);
@@ -56,3 +76,33 @@ SELECT status, result, replayed FROM ds_run_step('sec', 'evil-path', 'SELECT 1')
 SELECT status, result, replayed FROM ds_run_step('sec', 'evil-path', 'SELECT 1');
 RESET search_path;
 SELECT count(*) AS evil_path_steps FROM ds_steps WHERE step_id = 'evil-path';
+
+-- re-arming: an admin may run a step again as its owner defined it, but not give it new input
+-- (which would then run with the owner's privileges), and not touch a superuser's step
+SET ROLE sec_admin;
+SELECT sec_try($$SELECT ds_retry_step('sec', 'alice-peeks', '{"x": 1}')$$) AS admin_new_input;
+SELECT status FROM ds_retry_step('sec', 'alice-peeks');
+RESET ROLE;
+SELECT status, error_class FROM ds_run_step('sec', 'super-fails', $$SELECT ds_non_retriable('no')$$);
+SET ROLE sec_admin;
+SELECT sec_try($$SELECT ds_retry_step('sec', 'super-fails')$$) AS admin_rearms_superuser_step;
+RESET ROLE;
+SELECT step_id, status, input FROM ds_steps WHERE step_id IN ('alice-peeks', 'super-fails')
+ ORDER BY step_id;
+
+-- limits a body cannot lift: only superusers set durable_steps.max_result_size, and the limit
+-- in force is the one read before the body ran
+SET ROLE sec_alice;
+SELECT sec_try($$SET durable_steps.max_result_size = '100MB'$$) AS alice_raises_limit;
+RESET ROLE;
+SET durable_steps.max_result_size = '1kB';
+SELECT status, error_code, error_message
+  FROM ds_run_step('sec', 'lifts-own-limit',
+       $$SELECT set_config('durable_steps.max_result_size', '100MB', true), repeat('x', 5000)$$);
+RESET durable_steps.max_result_size;
+-- error texts are stored cut to 8 kB, on a character boundary
+SELECT status, octet_length(error_message) AS message_bytes,
+       right(error_message, 6) AS message_end, error_detail IS NULL AS no_detail
+  FROM ds_run_step('sec', 'huge-error', $$SELECT ds_non_retriable(repeat('é', 100000))$$);
+SELECT octet_length(error_message) AS attempt_message_bytes
+  FROM ds_attempts WHERE step_id = 'huge-error';

@@ -1,0 +1,82 @@
+/*
+ * step_isolation.c -- running another role's step body inside the worker's superuser session.
+ *
+ * An executor is one long-lived session connected as the bootstrap superuser, and it runs the
+ * bodies of every role's steps. Switching the current user is not enough for that (README,
+ * "Security model"): code can be left behind to run later -- at the worker's commit, in the next
+ * role's attempt, or whenever the worker's own statements run -- with the worker's privileges,
+ * and session state (temporary objects, prepared statements, cursors, sequence values) would pass
+ * from one role's attempt to the next. So a worker attempt runs the way PostgreSQL runs table
+ * owners' code in VACUUM and REFRESH MATERIALIZED VIEW, and a little more:
+ *
+ *   - the session user becomes the step's owner (session_user, is_superuser and everything keyed
+ *     on them answer for the owner, not for the worker), and the current user too, inside a
+ *     security-restricted operation: no WITH HOLD cursor, temporary table, LISTEN, DISCARD,
+ *     SET ROLE or SET SESSION AUTHORIZATION, and no deferred trigger that would fire at commit;
+ *   - deferrable constraints are checked at the end of each statement (SET CONSTRAINTS ALL
+ *     IMMEDIATE), so that nothing of the body is left queued for the shared commit;
+ *   - after the body, still as its owner, its cursors and portals are closed, its prepared
+ *     statements deallocated, its temporary objects dropped and the sequence values it saw
+ *     forgotten, as DISCARD ALL would (session-level advisory locks: see step_lock.c).
+ *
+ * Every setting, the session user included, is undone by the attempt's GUC nest level.
+ */
+#include "compat.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "commands/prepare.h"
+#include "commands/sequence.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "nodes/parsenodes.h"
+#include "utils/guc.h"
+#include "utils/portal.h"
+
+#include "step_isolation.h"
+
+void
+ds_isolation_init_session(void)
+{
+	/*
+	 * A background worker's session_authorization is the boot value NULL, and popping a GUC
+	 * back to NULL does nothing. Give it the real value, so that the end of every attempt puts
+	 * the session user back to the worker's own.
+	 */
+	SetConfigOption("session_authorization", GetUserNameFromId(GetSessionUserId(), false),
+					PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+void
+ds_isolation_enter(Oid owner, int save_sec_context)
+{
+	ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
+
+	/* in the caller's GUC nest level: ends with the attempt, whatever way it ends */
+	(void) set_config_option("session_authorization", GetUserNameFromId(owner, false),
+							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	all_immediate->constraints = NIL;
+	all_immediate->deferred = false;
+	AfterTriggerSetState(all_immediate);
+}
+
+void
+ds_isolation_reset_session(void)
+{
+	/* the worker itself keeps no portal, prepared statement, temporary object or sequence */
+	PortalHashTableDeleteAll();
+	DropAllPreparedStatements();
+	ResetTempTableNamespace();
+	ResetSequenceCaches();
+}
+
+void
+ds_isolation_reset_after_abort(void)
+{
+	/* the abort closed the body's portals and dropped its temporary objects; not these */
+	DropAllPreparedStatements();
+	ResetSequenceCaches();
+}
