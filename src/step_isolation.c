@@ -11,13 +11,15 @@
  *
  *   - the session user becomes the step's owner (session_user, is_superuser and everything keyed
  *     on them answer for the owner, not for the worker), and the current user too, inside a
- *     security-restricted operation: no WITH HOLD cursor, temporary table, LISTEN, DISCARD,
- *     SET ROLE or SET SESSION AUTHORIZATION, and no deferred trigger that would fire at commit;
+ *     security-restricted operation: no WITH HOLD cursor, temporary table, LISTEN, PREPARE,
+ *     DISCARD, SET ROLE or SET SESSION AUTHORIZATION, and no deferred trigger that would fire
+ *     at commit;
  *   - deferrable constraints are checked at the end of each statement (SET CONSTRAINTS ALL
  *     IMMEDIATE), so that nothing of the body is left queued for the shared commit;
- *   - after the body, still as its owner, its cursors and portals are closed, its prepared
- *     statements deallocated, its temporary objects dropped and the sequence values it saw
- *     forgotten, as DISCARD ALL would (session-level advisory locks: see step_lock.c).
+ *   - after the body, still as its owner, its cursors and portals are closed, its temporary
+ *     objects (functions and types can still be made in pg_temp) dropped and the sequence values
+ *     it saw forgotten, as DISCARD ALL would; its session-level advisory locks go with the
+ *     shared transaction (worker.c, step_lock.c).
  *
  * Every setting, the session user included, is undone by the attempt's GUC nest level.
  */
@@ -25,7 +27,6 @@
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
-#include "commands/prepare.h"
 #include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
@@ -66,9 +67,8 @@ ds_isolation_enter(Oid owner, int save_sec_context)
 void
 ds_isolation_reset_session(void)
 {
-	/* the worker itself keeps no portal, prepared statement, temporary object or sequence */
+	/* the worker itself keeps no portal, temporary object or sequence value */
 	PortalHashTableDeleteAll();
-	DropAllPreparedStatements();
 	ResetTempTableNamespace();
 	ResetSequenceCaches();
 }
@@ -76,7 +76,6 @@ ds_isolation_reset_session(void)
 void
 ds_isolation_reset_after_abort(void)
 {
-	/* the abort closed the body's portals and dropped its temporary objects; not these */
-	DropAllPreparedStatements();
+	/* the abort closed the body's portals and dropped its temporary objects, not these */
 	ResetSequenceCaches();
 }

@@ -1,0 +1,232 @@
+# A hostile role against the worker's superuser session (README, "Security model"): nothing a
+# step body leaves behind runs later with the worker's privileges, no session state passes from
+# one role's attempt to another's, a body cannot tell it runs in a superuser's session, and no
+# body holds an executor past durable_steps.max_worker_attempt_time.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('isolation');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'durable_steps'
+durable_steps.database = 'postgres'
+durable_steps.poll_interval = '100ms'
+});
+$node->start;
+$node->safe_psql('postgres', q{
+CREATE EXTENSION durable_steps;
+CREATE ROLE mallory LOGIN;
+CREATE ROLE alice LOGIN;
+CREATE SCHEMA mallory AUTHORIZATION mallory;
+CREATE SCHEMA alice AUTHORIZATION alice;
+GRANT CREATE ON DATABASE postgres TO mallory;
+});
+
+# Attempt 1 runs in the caller and asks for a retry at once; attempt 2 runs `$body` in the worker.
+sub worker_step
+{
+	my ($role, $step, $body, $extra) = @_;
+	$extra //= '';
+	(my $quoted = $body) =~ s/'/''/g;
+	my $status = $node->safe_psql('postgres', qq{
+SET ROLE $role;
+SELECT status FROM ds_run_step('iso', '$step',
+  'SELECT CASE WHEN ds_attempt_number() = 1 THEN ds_retry_after(''to the worker'', ''0 s'')::text
+               ELSE ($quoted)::text END'$extra);
+});
+	is($status, 'retrying', "$step: attempt 1 handed the step to the worker");
+	ok($node->poll_query_until('postgres',
+			"SELECT status NOT IN ('retrying', 'running', 'pending') FROM ds_steps "
+			  . "WHERE run_id = 'iso' AND step_id = '$step'"),
+		"$step: the worker ran attempt 2");
+	return $node->safe_psql('postgres',
+		"SELECT status || '|' || coalesce(result #>> '{}', '') || '|' || coalesce(error_code, '') "
+		  . "FROM ds_steps WHERE run_id = 'iso' AND step_id = '$step'");
+}
+
+sub is_superuser
+{
+	return $node->safe_psql('postgres', "SELECT rolsuper FROM pg_roles WHERE rolname = '$_[0]'");
+}
+
+# mallory's payload: harmless as mallory, a privilege escalation if anything runs it as postgres
+$node->safe_psql('postgres', q{
+SET ROLE mallory;
+CREATE FUNCTION mallory.escalate() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+        ALTER ROLE mallory SUPERUSER;
+    END IF;
+    RETURN 1;
+END $$;
+});
+
+# 1. The issue's reproduction: a WITH HOLD cursor whose query would run at the worker's commit.
+#    The caller's attempt fails on a cursor of the same name (42P03, listed in retry_on).
+$node->safe_psql('postgres', q{
+SET ROLE mallory;
+BEGIN;
+DECLARE c CURSOR FOR SELECT 1;
+SELECT status FROM ds_run_step('iso', 'hold-cursor',
+  'DECLARE c CURSOR WITH HOLD FOR SELECT mallory.escalate()', retry_on => '{42P03}',
+  policy => ds_retry_policy(max_attempts => 2, initial_delay => '0 s'));
+COMMIT;
+});
+ok($node->poll_query_until('postgres',
+		"SELECT status = 'blocked' FROM ds_steps WHERE step_id = 'hold-cursor'"),
+	'hold-cursor: the worker ran attempt 2');
+is($node->safe_psql('postgres',
+		"SELECT error_code || ': ' || error_message FROM ds_steps WHERE step_id = 'hold-cursor'"),
+	'42501: cannot create a cursor WITH HOLD within security-restricted operation',
+	'hold-cursor: a WITH HOLD cursor is refused in a worker attempt');
+is(is_superuser('mallory'), 'f', 'hold-cursor: mallory is not a superuser');
+
+# 2. Deferred triggers: a deferrable constraint trigger would fire at the worker's commit.
+$node->safe_psql('postgres', q{
+SET ROLE mallory;
+CREATE TABLE mallory.trap (n int);
+CREATE FUNCTION mallory.trap_fires() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM mallory.escalate(); RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER trap AFTER INSERT ON mallory.trap DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION mallory.trap_fires();
+CREATE FUNCTION mallory.spring_trap() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO mallory.trap VALUES (1);
+    RETURN 1;
+END $$;
+CREATE FUNCTION mallory.defer_everything() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    SET CONSTRAINTS ALL DEFERRED;
+    INSERT INTO mallory.trap VALUES (2);
+    RETURN 2;
+END $$;
+});
+my $deferred = worker_step('mallory', 'deferred-trigger', 'SELECT mallory.spring_trap()');
+is($deferred, 'succeeded|1|', 'deferred-trigger: the step succeeded, its trigger fired at once');
+is(is_superuser('mallory'), 'f', 'deferred-trigger: the trigger ran as mallory');
+my $deferring = worker_step('mallory', 'set-constraints-deferred', 'SELECT mallory.defer_everything()');
+is($deferring, 'blocked||42501', 'set-constraints-deferred: a trigger deferred past the body is refused')
+  or note $deferring;
+is(is_superuser('mallory'), 'f', 'set-constraints-deferred: mallory is not a superuser');
+
+# 3. Commands that leave something for later are refused: temporary tables (ON COMMIT actions),
+#    LISTEN, PREPARE.
+$node->safe_psql('postgres', q{
+SET ROLE mallory;
+CREATE FUNCTION mallory.make_temp() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    CREATE TEMP TABLE loot (card text) ON COMMIT DROP;
+    RETURN 1;
+END $$;
+CREATE FUNCTION mallory.listen() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN LISTEN loot; RETURN 1; END $$;
+CREATE FUNCTION mallory.prepare() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN PREPARE mallory_ps AS SELECT 42; RETURN 1; END $$;
+});
+is(worker_step('mallory', 'temp-table', 'SELECT mallory.make_temp()'), 'blocked||42501',
+	'temp-table: a worker attempt cannot create a temporary table');
+is(worker_step('mallory', 'listen', 'SELECT mallory.listen()'), 'blocked||42501',
+	'listen: a worker attempt cannot LISTEN');
+is(worker_step('mallory', 'prepare', 'SELECT mallory.prepare()'), 'blocked||42501',
+	'prepare: a worker attempt cannot PREPARE');
+
+# 4. Session state does not pass from one role's attempt to the next (one executor runs both).
+$node->safe_psql('postgres', q{
+SET ROLE mallory;
+CREATE SEQUENCE mallory.seq;
+CREATE FUNCTION mallory.leave_state() RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    cur refcursor := 'mallory_cursor';
+BEGIN
+    OPEN cur FOR SELECT 1;
+    PERFORM nextval('mallory.seq');
+    PERFORM pg_advisory_lock(777);
+    PERFORM set_config('app.tenant', 'mallory', false);
+    RETURN 'left';
+END $$;
+});
+$node->safe_psql('postgres', q{
+SET ROLE alice;
+CREATE FUNCTION alice.look() RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    seen text;
+    last text;
+BEGIN
+    BEGIN
+        last := lastval()::text;
+    EXCEPTION WHEN object_not_in_prerequisite_state THEN
+        last := 'none';
+    END;
+    SELECT session_user || ',' || current_user || ',' || current_setting('is_superuser')
+           || ',cursors=' || (SELECT count(*) FROM pg_cursors)
+           || ',lastval=' || last
+           || ',tenant=' || coalesce(nullif(current_setting('app.tenant', true), ''), 'unset')
+      INTO seen;
+    RETURN seen;
+END $$;
+});
+is(worker_step('mallory', 'leave-state', 'SELECT mallory.leave_state()'), 'succeeded|left|',
+	'leave-state: mallory\'s attempt left a cursor, a sequence value, a session advisory lock '
+	  . 'and a session setting behind');
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 777"),
+	'0', 'leave-state: the session advisory lock went with the attempt');
+is(worker_step('alice', 'look', 'SELECT alice.look()'),
+	'succeeded|alice,alice,off,cursors=0,lastval=none,tenant=unset|',
+	'look: alice\'s attempt runs as session user alice, not a superuser, and finds nothing of mallory\'s');
+is($node->safe_psql('postgres', q{
+SELECT string_agg(DISTINCT backend_pid::text, ',') = string_agg(DISTINCT backend_pid::text, ',')
+       AND count(DISTINCT backend_pid) = 1
+  FROM ds_attempts WHERE step_id IN ('leave-state', 'look') AND executor = 'worker'}),
+	't', 'look: both attempts ran in the same executor');
+
+# 5. A role cannot hold an executor without bound: the ceiling stops a step that asks for an hour.
+$node->append_conf('postgresql.conf', "durable_steps.max_worker_attempt_time = '2s'\n");
+$node->reload;
+my $ceiling = worker_step('mallory', 'long-sleep', 'SELECT pg_sleep(60)', q{, timeout => '1 hour'});
+is($ceiling, 'failed||DS004', 'long-sleep: the attempt was stopped and recorded as timed out');
+is($node->safe_psql('postgres',
+		"SELECT error_message FROM ds_attempts WHERE step_id = 'long-sleep' AND attempt = 2"),
+	'step attempt stopped after 00:00:02 by durable_steps.max_worker_attempt_time',
+	'long-sleep: the message names the ceiling');
+# A body that catches every cancellation is ended with its executor, and its attempt is lost.
+$node->safe_psql('postgres', q{
+SET ROLE mallory;
+CREATE FUNCTION mallory.never_stop() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    LOOP
+        BEGIN
+            PERFORM pg_sleep(60);
+        EXCEPTION WHEN query_canceled THEN
+            NULL;
+        END;
+    END LOOP;
+END $$;
+});
+my $stubborn = worker_step('mallory', 'never-stop', 'SELECT mallory.never_stop()',
+	q{, policy => ds_retry_policy(max_attempts => 2, initial_delay => '0 s')});
+is($stubborn, 'failed||DS007', 'never-stop: the executor ended and the attempt was recorded as lost');
+ok($node->log_contains('a step body ignored its cancellation past durable_steps.max_worker_attempt_time'),
+	'never-stop: the log says why the executor ended');
+is(worker_step('alice', 'after-stubborn', 'SELECT 7'), 'succeeded|7|',
+	'after-stubborn: a new executor runs the next step');
+
+# 6. pg_stat_activity shows a worker's long identities whole and valid (no character cut in two).
+my $long_run = 'é' x 200;
+$node->safe_psql('postgres', qq{
+SET ROLE alice;
+SELECT status FROM ds_run_step('$long_run', 'sleepy',
+  'SELECT CASE WHEN ds_attempt_number() = 1 THEN ds_retry_after(''later'', ''0 s'')::text
+               ELSE pg_sleep(1.5)::text END');
+});
+ok($node->poll_query_until('postgres', q{
+SELECT count(*) = 1 FROM pg_stat_activity
+ WHERE backend_type = 'durable_steps worker'
+   AND convert_from(convert_to(query, 'UTF8'), 'UTF8') LIKE '%/sleepy attempt 2'}),
+	'activity: the running attempt is shown whole, as valid UTF-8');
+
+$node->stop;
+done_testing();
