@@ -1,5 +1,5 @@
 /*
- * classify.c -- which class an attempt's error falls in (SPEC §4), and the helpers that let a
+ * classify.c -- which class an attempt's error falls in (README, "Outcome classes"), and the helpers that let a
  * step body choose its class explicitly.
  *
  * Order of decision: the explicit helpers (DS001-DS003) always mean what they say; then an exact

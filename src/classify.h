@@ -1,5 +1,5 @@
 /*
- * classify.h -- the outcome classes of an attempt and the SQLSTATE rules behind them (SPEC §4).
+ * classify.h -- the outcome classes of an attempt and the SQLSTATE rules behind them (README, "Outcome classes").
  */
 #ifndef DS_CLASSIFY_H
 #define DS_CLASSIFY_H

@@ -9,7 +9,7 @@
 
 #include "utils/elog.h"
 
-/* Raised by step bodies through the helpers, and classified (SPEC §4). */
+/* Raised by step bodies through the helpers, and classified (README, "Outcome classes"). */
 #define ERRCODE_DS_NON_RETRIABLE		MAKE_SQLSTATE('D','S','0','0','1')
 #define ERRCODE_DS_RETRY_AFTER			MAKE_SQLSTATE('D','S','0','0','2')
 #define ERRCODE_DS_BLOCKED				MAKE_SQLSTATE('D','S','0','0','3')

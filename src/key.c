@@ -1,5 +1,5 @@
 /*
- * key.c -- ds_key(VARIADIC "any"): canonical business keys from typed parts (SPEC §2).
+ * key.c -- ds_key(VARIADIC "any"): canonical business keys from typed parts (README, "Keys").
  *
  * Each supported value has exactly one rendering, independent of DateStyle, TimeZone,
  * extra_float_digits or the scale a numeric was typed with, so the same business fact always

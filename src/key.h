@@ -1,5 +1,5 @@
 /*
- * key.h -- canonical keys (SPEC §2).
+ * key.h -- canonical keys (README, "Keys").
  */
 #ifndef DS_KEY_H
 #define DS_KEY_H

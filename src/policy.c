@@ -1,5 +1,5 @@
 /*
- * policy.c -- retry policies (SPEC §3).
+ * policy.c -- retry policies (README, "Retry policy").
  *
  * A policy is jsonb. Every layer (the setting, a run's default, a step's own) may set any subset
  * of the keys; the layers are laid over the built-in defaults in order of precedence and the

@@ -1,5 +1,5 @@
 /*
- * policy.h -- retry policies (SPEC §3): validation, precedence and the backoff schedule.
+ * policy.h -- retry policies (README, "Retry policy"): validation, precedence and the backoff schedule.
  */
 #ifndef DS_POLICY_H
 #define DS_POLICY_H

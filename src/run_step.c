@@ -1,5 +1,5 @@
 /*
- * run_step.c -- ds_run_step, ds_retry_step and ds_unwrap: the synchronous durable step (SPEC §5).
+ * run_step.c -- ds_run_step, ds_retry_step and ds_unwrap: the synchronous durable step (README, "How a step behaves").
  *
  * A call first reads the step without any lock: a finished step, or one whose next attempt is
  * not yet due, is answered from its row at the cost of one index lookup. Only when there is work
@@ -119,7 +119,7 @@ step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec, bool replayed)
 	memset(nulls, 0, sizeof(nulls));
 	values[0] = CStringGetTextDatum(rec->run_id);
 	values[1] = CStringGetTextDatum(rec->step_id);
-	values[2] = CStringGetTextDatum(rec->status);
+	values[2] = CStringGetTextDatum(ds_step_status_name(rec->status));
 	values[3] = PointerGetDatum(rec->result);
 	nulls[3] = rec->result == NULL;
 	values[4] = Int32GetDatum(rec->attempts);
@@ -168,16 +168,8 @@ check_access(const StepRecord *rec)
 	check_owner(rec->owner, rec->run_id, rec->step_id);
 }
 
-static bool
-is_terminal(const char *status)
-{
-	return strcmp(status, "succeeded") == 0 || strcmp(status, "failed") == 0 ||
-		strcmp(status, "blocked") == 0 || strcmp(status, "uncertain") == 0 ||
-		strcmp(status, "cancelled") == 0;
-}
-
 /*
- * The rows of SPEC §5's table that do not run the body. Returns true when the stored state is
+ * The rows of the table in README, "How a step behaves", that do not run the body. Returns true when the stored state is
  * the answer; raises on a conflict; false means there is an attempt to run now.
  */
 static bool
@@ -190,13 +182,13 @@ answer_from_store(const StepRecord *rec, const char *fingerprint)
 				 errmsg("step %s/%s already exists with a different definition",
 						rec->run_id, rec->step_id),
 				 errdetail("The stored step (status %s) was created with other SQL or input.",
-						   rec->status),
-				 strcmp(rec->status, "blocked") == 0 ?
+						   ds_step_status_name(rec->status)),
+				 rec->status == STEP_BLOCKED ?
 				 errhint("Give a blocked step corrected input with ds_retry_step().") :
 				 errhint("Use a new step_id for a different step.")));
-	if (is_terminal(rec->status))
+	if (ds_step_status_is_settled(rec->status))
 		return true;
-	if ((strcmp(rec->status, "retrying") == 0 || strcmp(rec->status, "pending") == 0) &&
+	if ((rec->status == STEP_RETRYING || rec->status == STEP_PENDING) &&
 		rec->next_attempt_at > GetCurrentTimestamp())
 		return true;
 	return false;
@@ -328,7 +320,7 @@ ds_run_step(PG_FUNCTION_ARGS)
 				 errhint("Retry the transaction.")));
 	if (found)
 		found = store_lock_step(run_id, step_id, &rec);
-	if (found && strcmp(rec.status, "running") == 0 && strcmp(rec.fingerprint, fingerprint) == 0)
+	if (found && rec.status == STEP_RUNNING && strcmp(rec.fingerprint, fingerprint) == 0)
 	{
 		/*
 		 * The worker's executor holds its lock for as long as an attempt is in flight; having
@@ -373,7 +365,7 @@ ds_run_step(PG_FUNCTION_ARGS)
 		rec.fail_on = fail_on;
 		rec.owner = GetUserId();
 		rec.search_path = namespace_search_path;
-		rec.status = "running";
+		rec.status = STEP_RUNNING;
 		rec.created_at = now;
 		rec.updated_at = now;
 	}
@@ -423,11 +415,11 @@ ds_retry_step(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
 				 errmsg("step %s/%s does not exist", run_id, step_id)));
 	check_rearm(&rec, !PG_ARGISNULL(2));
-	if (strcmp(rec.status, "failed") != 0 && strcmp(rec.status, "blocked") != 0 &&
-		strcmp(rec.status, "uncertain") != 0)
+	if (rec.status != STEP_FAILED && rec.status != STEP_BLOCKED && rec.status != STEP_UNCERTAIN)
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
-				 errmsg("step %s/%s is %s and cannot be re-armed", run_id, step_id, rec.status),
+				 errmsg("step %s/%s is %s and cannot be re-armed", run_id, step_id,
+						ds_step_status_name(rec.status)),
 				 errdetail("Only failed, blocked and uncertain steps can be re-armed.")));
 	if (!PG_ARGISNULL(2))
 	{
@@ -440,7 +432,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	}
 	/* a fresh budget of attempts; attempt numbers go on from where they were */
 	rec.attempt_base = rec.attempts;
-	rec.status = "pending";
+	rec.status = STEP_PENDING;
 	rec.next_attempt_at = GetCurrentTimestamp();
 	rec.updated_at = rec.next_attempt_at;
 	rec.finished_at = 0;
@@ -484,7 +476,7 @@ ds_unwrap(PG_FUNCTION_ARGS)
 				 errmsg("step result must not be null")));
 	row = PG_GETARG_HEAPTUPLEHEADER(0);
 	status = result_text(row, RESULT_ATT_STATUS, "unknown");
-	if (strcmp(status, "succeeded") != 0)
+	if (strcmp(status, ds_step_status_name(STEP_SUCCEEDED)) != 0)
 	{
 		char	   *code = result_text(row, RESULT_ATT_ERROR_CODE, NULL);
 

@@ -54,7 +54,7 @@ apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcom
 	clear_error(rec);
 	if (outcome->cls == ATTEMPT_COMPLETED)
 	{
-		rec->status = "succeeded";
+		rec->status = STEP_SUCCEEDED;
 		rec->result = outcome->result;
 		rec->next_attempt_at = 0;
 		rec->finished_at = outcome->finished_at;
@@ -82,7 +82,7 @@ apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcom
 					policy_resolve(NULL, rec->policy, &policy);
 					delay = policy_backoff_delay(&policy, attempt - rec->attempt_base);
 				}
-				rec->status = "retrying";
+				rec->status = STEP_RETRYING;
 				rec->error_class = "retryable";
 				rec->next_attempt_at = outcome->finished_at + delay;
 				rec->finished_at = 0;
@@ -90,19 +90,19 @@ apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcom
 			}
 			else
 			{
-				rec->status = "failed";
+				rec->status = STEP_FAILED;
 				rec->error_class = "exhausted";
 			}
 			break;
 		case ATTEMPT_CORRECTABLE:
 			/* waits for a person, so it is not finished and retention keeps it */
-			rec->status = "blocked";
+			rec->status = STEP_BLOCKED;
 			rec->error_class = "correctable";
 			rec->remediation = outcome->hint ? outcome->hint : DEFAULT_REMEDIATION;
 			rec->finished_at = 0;
 			break;
 		default:
-			rec->status = "failed";
+			rec->status = STEP_FAILED;
 			rec->error_class = "permanent";
 			break;
 	}

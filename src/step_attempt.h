@@ -18,7 +18,7 @@
  */
 extern void run_next_attempt(StepRecord *rec, bool is_new, bool by_worker);
 
-/* The state rules of SPEC §4 for attempt `attempt`: status, result, error, next attempt time. */
+/* The state rules of README, "Outcome classes", for attempt `attempt`: status, result, error, next attempt time. */
 extern void apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome);
 
 /*

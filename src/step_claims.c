@@ -201,7 +201,7 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 		(*recovered)[n].step_id = MemoryContextStrdup(cxt, step_ids[i]);
 		n++;
 		if (!store_lock_step(run_ids[i], step_ids[i], &rec) ||
-			strcmp(rec.status, "running") != 0)
+			rec.status != STEP_RUNNING)
 			continue;
 		(*recovered)[n - 1].attempt = rec.attempts;
 		ereport(LOG,

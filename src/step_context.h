@@ -1,5 +1,5 @@
 /*
- * step_context.h -- the attempt context a running step body sees (SPEC §2, §5).
+ * step_context.h -- the attempt context a running step body sees (README, "Keys" and "How a step behaves").
  */
 #ifndef DS_STEP_CONTEXT_H
 #define DS_STEP_CONTEXT_H

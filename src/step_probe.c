@@ -200,7 +200,7 @@ probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecor
 		memset(out, 0, sizeof(*out));
 		out->run_id = pstrdup(run_id);
 		out->step_id = pstrdup(step_id);
-		out->status = slot_text(slot, COL_STATUS);
+		out->status = ds_step_status_from_name(slot_text(slot, COL_STATUS));
 		out->fingerprint = slot_text(slot, COL_FINGERPRINT);
 		out->kind = slot_text(slot, COL_KIND);
 		out->owner = DatumGetObjectId(slot_datum(slot, COL_OWNER, &isnull));
@@ -218,7 +218,7 @@ probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecor
 		out->remediation = slot_text(slot, COL_REMEDIATION);
 		/* the generation first, then the row's header: see replay_cache.c */
 		if (settled != NULL)
-			*settled = strcmp(out->status, "succeeded") == 0 &&
+			*settled = out->status == STEP_SUCCEEDED &&
 				replay_cache_generation(generation) && row_is_settled(slot);
 	}
 	ExecDropSingleTupleTableSlot(slot);

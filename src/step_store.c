@@ -104,6 +104,37 @@ prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
 	return *slot;
 }
 
+static const char *const step_status_names[] = {
+	[STEP_PENDING] = "pending",
+	[STEP_RUNNING] = "running",
+	[STEP_RETRYING] = "retrying",
+	[STEP_SUCCEEDED] = "succeeded",
+	[STEP_FAILED] = "failed",
+	[STEP_BLOCKED] = "blocked",
+	[STEP_UNCERTAIN] = "uncertain",
+	[STEP_CANCELLED] = "cancelled"
+};
+
+const char *
+ds_step_status_name(StepStatus status)
+{
+	Assert(status >= STEP_PENDING && status <= STEP_CANCELLED);
+	return step_status_names[status];
+}
+
+StepStatus
+ds_step_status_from_name(const char *name)
+{
+	for (int i = 0; i < lengthof(step_status_names); i++)
+		if (name != NULL && strcmp(step_status_names[i], name) == 0)
+			return (StepStatus) i;
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("durable_steps.steps holds an unknown step status \"%s\"",
+					name ? name : "(null)")));
+	pg_unreachable();
+}
+
 bool
 store_may_access(Oid owner)
 {
@@ -197,7 +228,7 @@ store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt
 	out->fail_on = get_varlena(t, td, offset + 12, cxt);
 	out->owner = DatumGetObjectId(SPI_getbinval(t, td, offset + 13, &isnull));
 	out->search_path = get_text(t, td, offset + 14, cxt);
-	out->status = get_text(t, td, offset + 15, cxt);
+	out->status = ds_step_status_from_name(get_text(t, td, offset + 15, cxt));
 	out->result = get_varlena(t, td, offset + 16, cxt);
 	out->error_class = get_text(t, td, offset + 17, cxt);
 	out->error_code = get_text(t, td, offset + 18, cxt);
@@ -289,7 +320,7 @@ record_to_params(const StepRecord *r, Datum *v, char *n)
 	v[13] = pointer_or_null(r->fail_on, &n[13]);
 	v[14] = ObjectIdGetDatum(r->owner);
 	v[15] = text_or_null(r->search_path, &n[15]);
-	v[16] = text_or_null(r->status, &n[16]);
+	v[16] = CStringGetTextDatum(ds_step_status_name(r->status));
 	v[17] = pointer_or_null(r->result, &n[17]);
 	v[18] = text_or_null(r->error_class, &n[18]);
 	v[19] = text_or_null(r->error_code, &n[19]);

@@ -14,6 +14,34 @@
 
 #include "step_exec.h"
 
+/*
+ * A step's status (README, "Step statuses"). The column holds its name; ds_step_status_name and
+ * ds_step_status_from_name are the one mapping between the two.
+ */
+typedef enum StepStatus
+{
+	STEP_PENDING,
+	STEP_RUNNING,
+	STEP_RETRYING,
+	STEP_SUCCEEDED,
+	STEP_FAILED,
+	STEP_BLOCKED,
+	STEP_UNCERTAIN,
+	STEP_CANCELLED
+} StepStatus;
+
+extern const char *ds_step_status_name(StepStatus status);
+/* The status named `name`; an unknown name is an error (a row written by hand). */
+extern StepStatus ds_step_status_from_name(const char *name);
+
+/* Finished for good or waiting for a person: no attempt will run unless someone re-arms it. */
+static inline bool
+ds_step_status_is_settled(StepStatus status)
+{
+	return status == STEP_SUCCEEDED || status == STEP_FAILED || status == STEP_BLOCKED ||
+		status == STEP_UNCERTAIN || status == STEP_CANCELLED;
+}
+
 /* A step row, as the C code sees it. NULL pointers stand for SQL NULLs. */
 typedef struct StepRecord
 {
@@ -34,7 +62,7 @@ typedef struct StepRecord
 	ArrayType  *fail_on;
 	Oid			owner;
 	char	   *search_path;
-	char	   *status;
+	StepStatus	status;
 	Jsonb	   *result;
 	char	   *error_class;
 	char	   *error_code;

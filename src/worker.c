@@ -1,5 +1,5 @@
 /*
- * worker.c -- an executor: claims due steps and runs their attempts (SPEC §7).
+ * worker.c -- an executor: claims due steps and runs their attempts (README, "The background worker").
  *
  * One pass of the loop:
  *   1. find attempts whose executor is gone and record them as lost (invocation_lost);

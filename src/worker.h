@@ -1,5 +1,5 @@
 /*
- * worker.h -- the background worker: a launcher and the executors it starts (SPEC §7).
+ * worker.h -- the background worker: a launcher and the executors it starts (README, "The background worker").
  */
 #ifndef DS_WORKER_H
 #define DS_WORKER_H
