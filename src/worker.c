@@ -246,13 +246,101 @@ run_claimed(ClaimedStep *claims, int n)
 	}
 }
 
-void
-ds_executor_main(Datum arg)
+/* Apply a reload of the configuration file, if one was asked for. */
+static void
+reload_settings_if_asked(void)
+{
+	if (!ConfigReloadPending)
+		return;
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+	/* a changed retention applies at once, not at the next purge pass */
+	retention_purge_done_reset();
+}
+
+/* Record the attempts of executors that are gone, at most once a poll interval. */
+static void
+recover_if_due(TimestampTz *last_recovery)
+{
+	if (!TimestampDifferenceExceeds(*last_recovery, GetCurrentTimestamp(), poll_interval_ms))
+		return;
+	recover_pass();
+	*last_recovery = GetCurrentTimestamp();
+}
+
+/*
+ * Claim a batch of due steps and run it. Returns whether anything was claimed (or the
+ * extension went away meanwhile: look again at once); *skipped counts due steps others held.
+ */
+static bool
+claim_and_run_batch(int *skipped)
+{
+	ClaimedStep *claims;
+	int			claimed;
+
+	*skipped = 0;
+	if (!begin_work("durable_steps: claiming due steps"))
+		return true;
+	claimed = claim_due_steps(batch_size, pass_cxt, &claims, skipped);
+	commit_transaction();
+	if (claimed > 0)
+		run_claimed(claims, claimed);
+	MemoryContextReset(pass_cxt);
+	return claimed > 0;
+}
+
+/* Purge what retention allows, in batches, when a purge is due. */
+static void
+purge_if_due(void)
+{
+	int			purged;
+
+	if (!retention_purge_due())
+		return;
+	do
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (!begin_work("durable_steps: purging finished steps"))
+			return;
+		purged = retention_purge_batch();
+		commit_transaction();
+	} while (purged >= RETENTION_BATCH);
+	retention_purge_done();
+}
+
+/* How long to sleep: until the next step is due, at most a poll interval. */
+static long
+time_until_next_due(int skipped)
+{
+	TimestampTz next_due;
+	long		secs;
+	int			usecs;
+	long		until_due;
+
+	if (skipped > 0)
+		return 5;				/* held by a committing caller for a moment: look again soon */
+	if (!begin_work("durable_steps: looking for the next due step"))
+		return 0;
+	next_due = next_due_time();
+	commit_transaction();
+	if (next_due == 0)
+		return poll_interval_ms;
+	TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
+	until_due = secs * 1000 + (usecs + 999) / 1000;
+
+	/*
+	 * A step that is due but was not claimed is locked by a transaction running it (a
+	 * synchronous caller); its commit wakes us if it leaves work. Never spin.
+	 */
+	return until_due > 0 ? Min(poll_interval_ms, until_due) : Min(poll_interval_ms, 25);
+}
+
+/* Connect, take the executor's slot and settle the session the steps will run in. */
+static void
+start_executor(void)
 {
 	WorkerShared *shared = worker_shared();
-	TimestampTz last_recovery = 0;
 
-	my_slot = DatumGetInt32(arg);
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGINT, StatementCancelHandler);
@@ -275,84 +363,30 @@ ds_executor_main(Datum arg)
 									 ALLOCSET_DEFAULT_SIZES);
 	ereport(LOG, (errmsg("durable_steps: worker %d started in database \"%s\"", my_slot,
 						 ds_worker_database)));
+}
 
+void
+ds_executor_main(Datum arg)
+{
+	TimestampTz last_recovery = 0;
+
+	my_slot = DatumGetInt32(arg);
+	start_executor();
 	for (;;)
 	{
-		long		sleep_ms;
+		long		sleep_ms = poll_interval_ms;
+		int			skipped;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-			/* a changed retention applies at once, not at the next purge pass */
-			retention_purge_done_reset();
-		}
-		sleep_ms = poll_interval_ms;
-
+		reload_settings_if_asked();
 		if (extension_ready())
 		{
-			ClaimedStep *claims;
-			int			claimed;
-			int			skipped;
-			TimestampTz next_due;
-
-			if (TimestampDifferenceExceeds(last_recovery, GetCurrentTimestamp(), poll_interval_ms))
-			{
-				recover_pass();
-				last_recovery = GetCurrentTimestamp();
-			}
-
-			if (!begin_work("durable_steps: claiming due steps"))
+			recover_if_due(&last_recovery);
+			if (claim_and_run_batch(&skipped))
 				continue;
-			claimed = claim_due_steps(batch_size, pass_cxt, &claims, &skipped);
-			commit_transaction();
-			if (claimed > 0)
-			{
-				run_claimed(claims, claimed);
-				MemoryContextReset(pass_cxt);
-				continue;
-			}
-			MemoryContextReset(pass_cxt);
-
-			if (retention_purge_due())
-			{
-				int			purged;
-
-				do
-				{
-					CHECK_FOR_INTERRUPTS();
-					if (!begin_work("durable_steps: purging finished steps"))
-						break;
-					purged = retention_purge_batch();
-					commit_transaction();
-				} while (purged >= RETENTION_BATCH);
-				retention_purge_done();
-			}
-
-			if (!begin_work("durable_steps: looking for the next due step"))
-				continue;
-			next_due = next_due_time();
-			commit_transaction();
-			if (skipped > 0)
-				sleep_ms = 5;	/* held by a committing caller for a moment: look again soon */
-			else if (next_due != 0)
-			{
-				long		secs;
-				int			usecs;
-				long		until_due;
-
-				TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
-				until_due = secs * 1000 + (usecs + 999) / 1000;
-
-				/*
-				 * A step that is due but was not claimed is locked by a transaction running it
-				 * (a synchronous caller); its commit wakes us if it leaves work. Never spin.
-				 */
-				sleep_ms = until_due > 0 ? Min(sleep_ms, until_due) : Min(sleep_ms, 25);
-			}
+			purge_if_due();
+			sleep_ms = time_until_next_due(skipped);
 		}
-
 		if (sleep_ms > 0)
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 sleep_ms, PG_WAIT_EXTENSION);
