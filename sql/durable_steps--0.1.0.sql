@@ -129,6 +129,13 @@ CREATE TABLE durable_steps.attempts (
     PRIMARY KEY (run_id, step_id, attempt)
 );
 
+-- The tables hold data, not configuration: pg_dump skips an extension's tables unless they are
+-- marked, and would then restore every step as never having run. Marked with an empty filter,
+-- all their rows are dumped (pg_dump, pg_dumpall, pg_dump -t) and loaded after CREATE EXTENSION.
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.runs', '');
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.steps', '');
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.attempts', '');
+
 CREATE TYPE @extschema@.ds_step_result AS (
     run_id          text,
     step_id         text,
