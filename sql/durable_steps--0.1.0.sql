@@ -20,6 +20,10 @@ CREATE SCHEMA durable_steps;
 -- Identities are compared byte for byte (COLLATE "C"): they are keys, not words, and the
 -- primary-key probe of every replay should not pay for locale-aware comparisons.
 --
+-- Owning roles are regrole, not oid: the same four bytes, but a dump writes the role's name and a
+-- restore into another cluster resolves it to that cluster's OID for the role. pg_upgrade keeps
+-- regrole columns (it preserves role OIDs).
+--
 -- A run groups steps under one run_id and carries their default retry policy (SPEC §6).
 CREATE TABLE durable_steps.runs (
     run_id          text COLLATE "C" PRIMARY KEY,
@@ -30,7 +34,7 @@ CREATE TABLE durable_steps.runs (
     status          text NOT NULL DEFAULT 'pending'
                     CHECK (status IN ('pending', 'running', 'waiting', 'blocked',
                                       'succeeded', 'failed', 'cancelled')),
-    owner           oid NOT NULL,
+    owner           pg_catalog.regrole NOT NULL,
     error_code      text,
     error_message   text,
     created_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
@@ -63,7 +67,7 @@ CREATE TABLE durable_steps.steps (
     on_timeout      text NOT NULL DEFAULT 'retry',          -- 'retry' | 'fail'
     retry_on        text[],
     fail_on         text[],
-    owner           oid NOT NULL,
+    owner           pg_catalog.regrole NOT NULL,
     search_path     text NOT NULL,
     -- pending | running | retrying | succeeded | failed | blocked | uncertain | cancelled
     status          text NOT NULL,
@@ -121,7 +125,7 @@ CREATE TABLE durable_steps.attempts (
     error_detail    text,
     executor        text NOT NULL,  -- caller | worker
     backend_pid     integer NOT NULL,
-    role            oid NOT NULL,
+    role            pg_catalog.regrole NOT NULL,
     -- when the attempt was committed as started (the worker's claim) and when its body began
     claimed_at      timestamptz NOT NULL,
     started_at      timestamptz NOT NULL,
@@ -214,10 +218,10 @@ CREATE FUNCTION @extschema@.ds_unwrap(step @extschema@.ds_step_result) RETURNS j
 -- a member of durable_steps_admin.
 CREATE VIEW @extschema@.ds_runs WITH (security_barrier) AS
     SELECT r.run_id, r.workflow, r.status, r.input, r.run_key, r.policy,
-           r.owner::pg_catalog.regrole AS owner, r.error_code, r.error_message,
+           r.owner, r.error_code, r.error_message,
            r.created_at, r.updated_at, r.finished_at
       FROM durable_steps.runs r
-     WHERE pg_catalog.pg_has_role(r.owner, 'USAGE')
+     WHERE pg_catalog.pg_has_role(r.owner::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
 
 CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
@@ -225,10 +229,10 @@ CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
            s.attempts AS attempt, s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts AS max_attempts,
            s.next_attempt_at, s.error_class, s.error_code, s.error_message, s.error_detail,
            s.remediation, s.sql, s.input, s.request, s.policy, s.timeout, s.on_timeout,
-           s.retry_on, s.fail_on, s.fingerprint, s.owner::pg_catalog.regrole AS owner,
+           s.retry_on, s.fail_on, s.fingerprint, s.owner,
            s.created_at, s.updated_at, s.finished_at
       FROM durable_steps.steps s
-     WHERE pg_catalog.pg_has_role(s.owner, 'USAGE')
+     WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
 
 CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
@@ -237,7 +241,7 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
            a.finished_at OPERATOR(pg_catalog.-) a.started_at AS duration,
            k.idempotency_key,
            k.idempotency_key OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.attempt::text AS attempt_key,
-           a.executor, a.backend_pid, a.role::pg_catalog.regrole AS role
+           a.executor, a.backend_pid, a.role
       FROM (SELECT run_id, step_id, attempt, class, error_code, error_message, error_detail,
                    claimed_at, started_at, finished_at, executor, backend_pid, role
               FROM durable_steps.attempts
@@ -252,7 +256,7 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
                            OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||)
                            pg_catalog.replace(pg_catalog.replace(a.step_id, '\', '\\'), ':', '\:')
                            AS idempotency_key) k
-     WHERE pg_catalog.pg_has_role(a.role, 'USAGE')
+     WHERE pg_catalog.pg_has_role(a.role::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
 
 GRANT SELECT ON @extschema@.ds_runs, @extschema@.ds_steps, @extschema@.ds_attempts TO PUBLIC;
