@@ -140,6 +140,48 @@ SELECT pg_catalog.pg_extension_config_dump('durable_steps.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('durable_steps.steps', '');
 SELECT pg_catalog.pg_extension_config_dump('durable_steps.attempts', '');
 
+-- A step's attempts go with it. A step row deleted without its attempts (by hand) would leave
+-- their rows behind, and the next call on that identity would collide with them on attempts_pkey
+-- when it records its attempt 1. Not a foreign key: that adds a row trigger and a check to every
+-- attempt insert, on the hot path; statement triggers cost nothing there. They run as the
+-- tables' owner, as a foreign key's ON DELETE CASCADE would (whoever may delete a step deletes
+-- its history), with a pinned search_path and every name qualified. enable_seqscan is off while
+-- the DELETE is planned, for the reason the C code's statements are (step_store.c): its plan is
+-- kept, and one made while attempts is small would scan the whole table once it is large.
+-- ENABLE ALWAYS: also under session_replication_role = replica.
+CREATE FUNCTION durable_steps.ds_delete_step_attempts() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+    AS $$
+BEGIN
+    DELETE FROM durable_steps.attempts a
+     USING deleted_steps d
+     WHERE a.run_id OPERATOR(pg_catalog.=) d.run_id
+       AND a.step_id OPERATOR(pg_catalog.=) d.step_id;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION durable_steps.ds_delete_step_attempts() FROM PUBLIC;
+CREATE TRIGGER steps_delete_attempts AFTER DELETE ON durable_steps.steps
+    REFERENCING OLD TABLE AS deleted_steps
+    FOR EACH STATEMENT EXECUTE FUNCTION durable_steps.ds_delete_step_attempts();
+ALTER TABLE durable_steps.steps ENABLE ALWAYS TRIGGER steps_delete_attempts;
+
+CREATE FUNCTION durable_steps.ds_truncate_attempts() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+BEGIN
+    TRUNCATE durable_steps.attempts;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION durable_steps.ds_truncate_attempts() FROM PUBLIC;
+CREATE TRIGGER steps_truncate_attempts AFTER TRUNCATE ON durable_steps.steps
+    FOR EACH STATEMENT EXECUTE FUNCTION durable_steps.ds_truncate_attempts();
+ALTER TABLE durable_steps.steps ENABLE ALWAYS TRIGGER steps_truncate_attempts;
+
 CREATE TYPE @extschema@.ds_step_result AS (
     run_id          text,
     step_id         text,
