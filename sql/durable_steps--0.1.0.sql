@@ -168,12 +168,17 @@ CREATE TRIGGER steps_delete_attempts AFTER DELETE ON durable_steps.steps
     FOR EACH STATEMENT EXECUTE FUNCTION durable_steps.ds_delete_step_attempts();
 ALTER TABLE durable_steps.steps ENABLE ALWAYS TRIGGER steps_delete_attempts;
 
+-- TRUNCATE steps, attempts truncates both before this trigger runs, and keeps attempts open
+-- while it does: a second TRUNCATE of attempts would fail as "in use". It is empty then.
 CREATE FUNCTION durable_steps.ds_truncate_attempts() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
 BEGIN
-    TRUNCATE durable_steps.attempts;
+    PERFORM FROM durable_steps.attempts LIMIT 1;
+    IF FOUND THEN
+        TRUNCATE durable_steps.attempts;
+    END IF;
     RETURN NULL;
 END
 $$;

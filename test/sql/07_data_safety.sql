@@ -69,6 +69,13 @@ SELECT count(*) AS attempt_rows FROM durable_steps.attempts;
 SELECT status, attempt, replayed
   FROM ds_run_step('safe', 'deleted', $$INSERT INTO safe_ledger(step) VALUES ('deleted')$$);
 SELECT step, count(*) AS executions FROM safe_ledger GROUP BY step;
+-- both tables in one TRUNCATE, in either order
+TRUNCATE durable_steps.steps, durable_steps.attempts;
+SELECT status, attempt, replayed
+  FROM ds_run_step('safe', 'deleted', $$INSERT INTO safe_ledger(step) VALUES ('deleted')$$);
+TRUNCATE durable_steps.attempts, durable_steps.steps, durable_steps.runs;
+SELECT (SELECT count(*) FROM durable_steps.steps) AS steps,
+       (SELECT count(*) FROM durable_steps.attempts) AS attempts;
 
 -- the triggers' functions are not for anybody's use
 SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer, p.proconfig,
