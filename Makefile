@@ -10,6 +10,7 @@ OBJS = \
 	src/policy.o \
 	src/replay_cache.o \
 	src/retention.o \
+	src/role_guard.o \
 	src/run_step.o \
 	src/step_attempt.o \
 	src/step_claims.o \

@@ -20,6 +20,10 @@ CREATE SCHEMA durable_steps;
 -- Identities are compared byte for byte (COLLATE "C"): they are keys, not words, and the
 -- primary-key probe of every replay should not pay for locale-aware comparisons.
 --
+-- Owning roles are regrole, not oid: the same four bytes, but a dump writes the role's name and a
+-- restore into another cluster resolves it to that cluster's OID for the role. pg_upgrade keeps
+-- regrole columns (it preserves role OIDs).
+--
 -- A run groups steps under one run_id and carries their default retry policy (SPEC §6).
 CREATE TABLE durable_steps.runs (
     run_id          text COLLATE "C" PRIMARY KEY,
@@ -30,7 +34,7 @@ CREATE TABLE durable_steps.runs (
     status          text NOT NULL DEFAULT 'pending'
                     CHECK (status IN ('pending', 'running', 'waiting', 'blocked',
                                       'succeeded', 'failed', 'cancelled')),
-    owner           oid NOT NULL,
+    owner           pg_catalog.regrole NOT NULL,
     error_code      text,
     error_message   text,
     created_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
@@ -63,7 +67,7 @@ CREATE TABLE durable_steps.steps (
     on_timeout      text NOT NULL DEFAULT 'retry',          -- 'retry' | 'fail'
     retry_on        text[],
     fail_on         text[],
-    owner           oid NOT NULL,
+    owner           pg_catalog.regrole NOT NULL,
     search_path     text NOT NULL,
     -- pending | running | retrying | succeeded | failed | blocked | uncertain | cancelled
     status          text NOT NULL,
@@ -121,13 +125,67 @@ CREATE TABLE durable_steps.attempts (
     error_detail    text,
     executor        text NOT NULL,  -- caller | worker
     backend_pid     integer NOT NULL,
-    role            oid NOT NULL,
+    role            pg_catalog.regrole NOT NULL,
     -- when the attempt was committed as started (the worker's claim) and when its body began
     claimed_at      timestamptz NOT NULL,
     started_at      timestamptz NOT NULL,
     finished_at     timestamptz NOT NULL,
     PRIMARY KEY (run_id, step_id, attempt)
 );
+
+-- The tables hold data, not configuration: pg_dump skips an extension's tables unless they are
+-- marked, and would then restore every step as never having run. Marked with an empty filter,
+-- all their rows are dumped (pg_dump, pg_dumpall, pg_dump -t) and loaded after CREATE EXTENSION.
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.runs', '');
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.steps', '');
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.attempts', '');
+
+-- A step's attempts go with it. A step row deleted without its attempts (by hand) would leave
+-- their rows behind, and the next call on that identity would collide with them on attempts_pkey
+-- when it records its attempt 1. Not a foreign key: that adds a row trigger and a check to every
+-- attempt insert, on the hot path; statement triggers cost nothing there. They run as the
+-- tables' owner, as a foreign key's ON DELETE CASCADE would (whoever may delete a step deletes
+-- its history), with a pinned search_path and every name qualified. enable_seqscan is off while
+-- the DELETE is planned, for the reason the C code's statements are (step_store.c): its plan is
+-- kept, and one made while attempts is small would scan the whole table once it is large.
+-- ENABLE ALWAYS: also under session_replication_role = replica.
+CREATE FUNCTION durable_steps.ds_delete_step_attempts() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+    AS $$
+BEGIN
+    DELETE FROM durable_steps.attempts a
+     USING deleted_steps d
+     WHERE a.run_id OPERATOR(pg_catalog.=) d.run_id
+       AND a.step_id OPERATOR(pg_catalog.=) d.step_id;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION durable_steps.ds_delete_step_attempts() FROM PUBLIC;
+CREATE TRIGGER steps_delete_attempts AFTER DELETE ON durable_steps.steps
+    REFERENCING OLD TABLE AS deleted_steps
+    FOR EACH STATEMENT EXECUTE FUNCTION durable_steps.ds_delete_step_attempts();
+ALTER TABLE durable_steps.steps ENABLE ALWAYS TRIGGER steps_delete_attempts;
+
+-- TRUNCATE steps, attempts truncates both before this trigger runs, and keeps attempts open
+-- while it does: a second TRUNCATE of attempts would fail as "in use". It is empty then.
+CREATE FUNCTION durable_steps.ds_truncate_attempts() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+BEGIN
+    PERFORM FROM durable_steps.attempts LIMIT 1;
+    IF FOUND THEN
+        TRUNCATE durable_steps.attempts;
+    END IF;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION durable_steps.ds_truncate_attempts() FROM PUBLIC;
+CREATE TRIGGER steps_truncate_attempts AFTER TRUNCATE ON durable_steps.steps
+    FOR EACH STATEMENT EXECUTE FUNCTION durable_steps.ds_truncate_attempts();
+ALTER TABLE durable_steps.steps ENABLE ALWAYS TRIGGER steps_truncate_attempts;
 
 CREATE TYPE @extschema@.ds_step_result AS (
     run_id          text,
@@ -207,10 +265,10 @@ CREATE FUNCTION @extschema@.ds_unwrap(step @extschema@.ds_step_result) RETURNS j
 -- a member of durable_steps_admin.
 CREATE VIEW @extschema@.ds_runs WITH (security_barrier) AS
     SELECT r.run_id, r.workflow, r.status, r.input, r.run_key, r.policy,
-           r.owner::pg_catalog.regrole AS owner, r.error_code, r.error_message,
+           r.owner, r.error_code, r.error_message,
            r.created_at, r.updated_at, r.finished_at
       FROM durable_steps.runs r
-     WHERE pg_catalog.pg_has_role(r.owner, 'USAGE')
+     WHERE pg_catalog.pg_has_role(r.owner::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
 
 CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
@@ -218,10 +276,10 @@ CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
            s.attempts AS attempt, s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts AS max_attempts,
            s.next_attempt_at, s.error_class, s.error_code, s.error_message, s.error_detail,
            s.remediation, s.sql, s.input, s.request, s.policy, s.timeout, s.on_timeout,
-           s.retry_on, s.fail_on, s.fingerprint, s.owner::pg_catalog.regrole AS owner,
+           s.retry_on, s.fail_on, s.fingerprint, s.owner,
            s.created_at, s.updated_at, s.finished_at
       FROM durable_steps.steps s
-     WHERE pg_catalog.pg_has_role(s.owner, 'USAGE')
+     WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
 
 CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
@@ -230,7 +288,7 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
            a.finished_at OPERATOR(pg_catalog.-) a.started_at AS duration,
            k.idempotency_key,
            k.idempotency_key OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.attempt::text AS attempt_key,
-           a.executor, a.backend_pid, a.role::pg_catalog.regrole AS role
+           a.executor, a.backend_pid, a.role
       FROM (SELECT run_id, step_id, attempt, class, error_code, error_message, error_detail,
                    claimed_at, started_at, finished_at, executor, backend_pid, role
               FROM durable_steps.attempts
@@ -245,7 +303,7 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
                            OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||)
                            pg_catalog.replace(pg_catalog.replace(a.step_id, '\', '\\'), ':', '\:')
                            AS idempotency_key) k
-     WHERE pg_catalog.pg_has_role(a.role, 'USAGE')
+     WHERE pg_catalog.pg_has_role(a.role::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
 
 GRANT SELECT ON @extschema@.ds_runs, @extschema@.ds_steps, @extschema@.ds_attempts TO PUBLIC;

@@ -9,6 +9,7 @@
 #include "policy.h"
 #include "replay_cache.h"
 #include "retention.h"
+#include "role_guard.h"
 #include "step_context.h"
 #include "step_exec.h"
 #include "worker.h"
@@ -29,5 +30,6 @@ _PG_init(void)
 	executor_init_module();
 	worker_shmem_init_module();
 	launcher_init_module();
+	role_guard_init_module();
 	MarkGUCPrefixReserved("durable_steps");
 }

@@ -63,7 +63,12 @@ launcher_init_module(void)
 							0,
 							NULL, NULL, NULL);
 
-	if (ds_max_workers == 0)
+	/*
+	 * pg_upgrade starts both clusters in binary-upgrade mode, and in the new one it drops and
+	 * recreates the database postgres (the default durable_steps.database): a connected executor
+	 * would make the upgrade fail. No step should run during an upgrade anyway.
+	 */
+	if (ds_max_workers == 0 || IsBinaryUpgrade)
 		return;
 
 	memset(&worker, 0, sizeof(worker));

@@ -79,16 +79,13 @@ retention_purge_batch(void)
 	args[1] = Int32GetDatum(RETENTION_BATCH);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	/* the steps' attempts go with them: the trigger steps_delete_attempts deletes those */
 	deleted = purge(&purge_steps_plan,
 					"WITH gone AS ("
 					" DELETE FROM durable_steps.steps WHERE ctid IN ("
 					"  SELECT ctid FROM durable_steps.steps"
 					"  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
-					"  LIMIT $2 FOR UPDATE SKIP LOCKED)"
-					" RETURNING run_id, step_id), "
-					"attempts AS ("
-					" DELETE FROM durable_steps.attempts a USING gone"
-					" WHERE a.run_id = gone.run_id AND a.step_id = gone.step_id) "
+					"  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
 					"SELECT count(*)::int4 FROM gone", args);
 	deleted += purge(&purge_runs_plan,
 					 "WITH gone AS ("
