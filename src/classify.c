@@ -26,7 +26,7 @@ static bool retry_after_set = false;
 static int64 retry_after_usecs = 0;
 
 const char *
-attempt_class_name(AttemptClass cls)
+ds_attempt_class_name(AttemptClass cls)
 {
 	switch (cls)
 	{
@@ -49,7 +49,7 @@ is_sqlstate_char(char c)
 }
 
 void
-parse_sqlstate_list(ArrayType *arr, const char *argname, int *n, int **codes, bool **is_class)
+ds_parse_sqlstate_list(ArrayType *arr, const char *argname, int *n, int **codes, bool **is_class)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -148,7 +148,7 @@ default_class(int sqlerrcode)
 }
 
 AttemptClass
-classify_sqlstate(int sqlerrcode, const ClassOverrides *o)
+ds_classify_sqlstate(int sqlerrcode, const ClassOverrides *o)
 {
 	switch (sqlerrcode)
 	{
@@ -182,14 +182,14 @@ classify_sqlstate(int sqlerrcode, const ClassOverrides *o)
 }
 
 void
-retry_after_clear(void)
+ds_retry_after_clear(void)
 {
 	retry_after_set = false;
 	retry_after_usecs = 0;
 }
 
 bool
-retry_after_get(int64 *usecs)
+ds_retry_after_get(int64 *usecs)
 {
 	if (retry_after_set)
 		*usecs = retry_after_usecs;
@@ -227,7 +227,7 @@ ds_retry_after(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("delay must not be null")));
-	usecs = interval_to_usecs(PG_GETARG_INTERVAL_P(1));
+	usecs = ds_interval_to_usecs(PG_GETARG_INTERVAL_P(1));
 	if (usecs < 0 || usecs > DS_MAX_DELAY_USECS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

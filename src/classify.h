@@ -27,17 +27,17 @@ typedef struct ClassOverrides
 	bool		timeout_fails;	/* on_timeout => 'fail' */
 } ClassOverrides;
 
-extern const char *attempt_class_name(AttemptClass cls);
+extern const char *ds_attempt_class_name(AttemptClass cls);
 /* Validate a retry_on / fail_on argument (22023 naming the bad entry); NULL array is allowed. */
-extern void parse_sqlstate_list(ArrayType *arr, const char *argname, int *n, int **codes,
+extern void ds_parse_sqlstate_list(ArrayType *arr, const char *argname, int *n, int **codes,
 								bool **is_class);
-extern AttemptClass classify_sqlstate(int sqlerrcode, const ClassOverrides *overrides);
+extern AttemptClass ds_classify_sqlstate(int sqlerrcode, const ClassOverrides *overrides);
 
 /*
  * ds_retry_after() hands its delay to the classifier through this backend-local slot; it is
  * cleared before every attempt so that only a delay raised by that attempt can count.
  */
-extern void retry_after_clear(void);
-extern bool retry_after_get(int64 *usecs);
+extern void ds_retry_after_clear(void);
+extern bool ds_retry_after_get(int64 *usecs);
 
 #endif							/* DS_CLASSIFY_H */

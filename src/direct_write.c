@@ -182,7 +182,7 @@ batch_xact_callback(XactEvent event, void *arg)
 	if (!batch.open)
 		return;
 	if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT)
-		direct_write_batch_end();
+		ds_direct_write_batch_end();
 	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
 	{
 		batch.open = false;
@@ -191,7 +191,7 @@ batch_xact_callback(XactEvent event, void *arg)
 }
 
 void
-direct_write_batch_begin(void)
+ds_direct_write_batch_begin(void)
 {
 	if (!batch_callback_registered)
 	{
@@ -208,7 +208,7 @@ direct_write_batch_begin(void)
 }
 
 void
-direct_write_batch_end(void)
+ds_direct_write_batch_end(void)
 {
 	ResourceOwner save_owner = CurrentResourceOwner;
 
@@ -301,7 +301,7 @@ writer_row_slot(DirectWrite *w)
 }
 
 void
-direct_insert_row(Oid relid, const char *const *colnames, int ncols, const Datum *values,
+ds_direct_insert_row(Oid relid, const char *const *colnames, int ncols, const Datum *values,
 				  const bool *nulls)
 {
 	DirectWrite local;
@@ -361,7 +361,7 @@ fetch_by_tid(Relation rel, Relation index, ItemPointer tid, int nkeys, const Dat
 }
 
 bool
-direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const RegProcedure *key_eq,
+ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const RegProcedure *key_eq,
 				  ItemPointer tid, const char *const *colnames, int ncols, const Datum *values,
 				  const bool *nulls)
 {

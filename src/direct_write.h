@@ -15,7 +15,7 @@
  * partial index predicates evaluated. `colnames` must be a static array (its attribute numbers
  * are cached by its address).
  */
-extern void direct_insert_row(Oid relid, const char *const *colnames, int ncols,
+extern void ds_direct_insert_row(Oid relid, const char *const *colnames, int ncols,
 							  const Datum *values, const bool *nulls);
 
 /*
@@ -26,7 +26,7 @@ extern void direct_insert_row(Oid relid, const char *const *colnames, int ncols,
  * `tid`, when not NULL, is where the caller last saw the row (an invalid pointer when it does
  * not know): tried before the index, and set to the new version's place.
  */
-extern bool direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys,
+extern bool ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys,
 							  const RegProcedure *key_eq, ItemPointer tid,
 							  const char *const *colnames, int ncols, const Datum *values,
 							  const bool *nulls);
@@ -36,7 +36,7 @@ extern bool direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *ke
  * relation. For a run of many writes in one transaction (the worker's shared transactions).
  * The batch ends by itself when its transaction commits or aborts.
  */
-extern void direct_write_batch_begin(void);
-extern void direct_write_batch_end(void);
+extern void ds_direct_write_batch_begin(void);
+extern void ds_direct_write_batch_end(void);
 
 #endif							/* DS_DIRECT_WRITE_H */

@@ -22,14 +22,14 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
-	policy_init_module();
-	replay_cache_init_module();
-	step_exec_init_module();
-	step_context_init_module();
-	retention_init_module();
-	executor_init_module();
-	worker_shmem_init_module();
-	launcher_init_module();
-	role_guard_init_module();
+	ds_policy_init_module();
+	ds_replay_cache_init_module();
+	ds_step_exec_init_module();
+	ds_step_context_init_module();
+	ds_retention_init_module();
+	ds_executor_init_module();
+	ds_worker_shmem_init_module();
+	ds_launcher_init_module();
+	ds_role_guard_init_module();
 	MarkGUCPrefixReserved("durable_steps");
 }

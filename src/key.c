@@ -27,7 +27,7 @@
 PG_FUNCTION_INFO_V1(ds_key);
 
 void
-append_escaped_key_part(StringInfo buf, const char *s, int len)
+ds_append_escaped_key_part(StringInfo buf, const char *s, int len)
 {
 	for (int i = 0; i < len; i++)
 	{
@@ -190,7 +190,7 @@ append_part(StringInfo buf, Datum value, Oid type, int position)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ds_key part %d is empty", position),
 				 errdetail("An empty part would make a key that names no business fact.")));
-	append_escaped_key_part(buf, rendered, len);
+	ds_append_escaped_key_part(buf, rendered, len);
 }
 
 Datum

@@ -8,6 +8,6 @@
 #include "lib/stringinfo.h"
 
 /* Append one key part with ':' and '\\' escaped, so joined parts can never run together. */
-extern void append_escaped_key_part(StringInfo buf, const char *s, int len);
+extern void ds_append_escaped_key_part(StringInfo buf, const char *s, int len);
 
 #endif							/* DS_KEY_H */

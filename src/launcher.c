@@ -36,7 +36,7 @@ int			ds_max_workers = 1;
 #define LAUNCHER_CHECK_MS 1000
 
 void
-launcher_init_module(void)
+ds_launcher_init_module(void)
 {
 	BackgroundWorker worker;
 

@@ -22,7 +22,7 @@
 static char *default_retry_policy_text = NULL;
 /* the setting, parsed once by its check hook */
 static RetryPolicy *default_retry_policy = NULL;
-/* policy_default_jsonb()'s answer for the current setting, in TopMemoryContext */
+/* ds_policy_default_jsonb()'s answer for the current setting, in TopMemoryContext */
 static Jsonb *default_policy_jsonb = NULL;
 
 PG_FUNCTION_INFO_V1(ds_retry_policy);
@@ -50,7 +50,7 @@ policy_field_error(const char *field, const char *problem)
 }
 
 int64
-interval_to_usecs(const Interval *interval)
+ds_interval_to_usecs(const Interval *interval)
 {
 	/* months count as 30 days, as EXTRACT(epoch) does; overflow is checked by the caller's range */
 	double		usecs = (double) interval->time +
@@ -65,7 +65,7 @@ interval_to_usecs(const Interval *interval)
 }
 
 Interval *
-usecs_to_interval(int64 usecs)
+ds_usecs_to_interval(int64 usecs)
 {
 	Interval   *result = palloc0(sizeof(Interval));
 
@@ -124,7 +124,7 @@ jsonb_delay(JsonbValue *v, const char *field)
 			policy_field_error(field, "must be an interval or a number of milliseconds");
 		}
 		PG_END_TRY();
-		usecs = interval_to_usecs(interval);
+		usecs = ds_interval_to_usecs(interval);
 		if (usecs < 0)
 			policy_field_error(field, "must not be negative");
 		if (usecs > DS_MAX_DELAY_USECS)
@@ -136,7 +136,7 @@ jsonb_delay(JsonbValue *v, const char *field)
 }
 
 void
-policy_parse(Jsonb *policy, RetryPolicy *out)
+ds_policy_parse(Jsonb *policy, RetryPolicy *out)
 {
 	JsonbIterator *it;
 	JsonbValue	v;
@@ -246,7 +246,7 @@ policy_overlay(RetryPolicy *base, const RetryPolicy *upper)
 }
 
 void
-policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out)
+ds_policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out)
 {
 	RetryPolicy layer;
 
@@ -255,12 +255,12 @@ policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out)
 		policy_overlay(out, default_retry_policy);
 	if (run_policy != NULL)
 	{
-		policy_parse(run_policy, &layer);
+		ds_policy_parse(run_policy, &layer);
 		policy_overlay(out, &layer);
 	}
 	if (step_policy != NULL)
 	{
-		policy_parse(step_policy, &layer);
+		ds_policy_parse(step_policy, &layer);
 		policy_overlay(out, &layer);
 	}
 	if (out->max_delay < out->initial_delay)
@@ -310,7 +310,7 @@ push_delay(JsonbParseState **state, const char *key, int64 usecs)
 }
 
 Jsonb *
-policy_to_jsonb(const RetryPolicy *p)
+ds_policy_to_jsonb(const RetryPolicy *p)
 {
 	JsonbParseState *state = NULL;
 	JsonbValue *res;
@@ -351,7 +351,7 @@ policy_to_jsonb(const RetryPolicy *p)
 }
 
 int64
-policy_backoff_delay(const RetryPolicy *p, int failed_attempt)
+ds_policy_backoff_delay(const RetryPolicy *p, int failed_attempt)
 {
 	double		delay;
 
@@ -392,7 +392,7 @@ check_default_retry_policy(char **newval, void **extra, GucSource source)
 															   CStringGetDatum(*newval)));
 			RetryPolicy merged;
 
-			policy_parse(j, &parsed);
+			ds_policy_parse(j, &parsed);
 			policy_builtin(&merged);
 			policy_overlay(&merged, &parsed);
 			if (merged.max_delay < merged.initial_delay)
@@ -435,21 +435,21 @@ assign_default_retry_policy(const char *newval, void *extra)
 }
 
 Jsonb *
-policy_default_jsonb(RetryPolicy *out)
+ds_policy_default_jsonb(RetryPolicy *out)
 {
-	policy_resolve(NULL, NULL, out);
+	ds_policy_resolve(NULL, NULL, out);
 	if (default_policy_jsonb == NULL)
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
 
-		default_policy_jsonb = policy_to_jsonb(out);
+		default_policy_jsonb = ds_policy_to_jsonb(out);
 		MemoryContextSwitchTo(oldcxt);
 	}
 	return default_policy_jsonb;
 }
 
 void
-policy_init_module(void)
+ds_policy_init_module(void)
 {
 	DefineCustomStringVariable("durable_steps.default_retry_policy",
 							   "Retry policy keys applied to every step below its run's and its own policy.",
@@ -482,7 +482,7 @@ ds_retry_policy(PG_FUNCTION_ARGS)
 	}
 	if (!PG_ARGISNULL(1))
 	{
-		int64		usecs = interval_to_usecs(PG_GETARG_INTERVAL_P(1));
+		int64		usecs = ds_interval_to_usecs(PG_GETARG_INTERVAL_P(1));
 
 		if (usecs < 0)
 			policy_field_error("initial_delay", "must not be negative");
@@ -490,7 +490,7 @@ ds_retry_policy(PG_FUNCTION_ARGS)
 	}
 	if (!PG_ARGISNULL(2))
 	{
-		int64		usecs = interval_to_usecs(PG_GETARG_INTERVAL_P(2));
+		int64		usecs = ds_interval_to_usecs(PG_GETARG_INTERVAL_P(2));
 
 		if (usecs < 0)
 			policy_field_error("max_delay", "must not be negative");
@@ -528,8 +528,8 @@ ds_retry_policy(PG_FUNCTION_ARGS)
 	res = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
 	built = JsonbValueToJsonb(res);
 
-	policy_parse(built, &parsed);
-	PG_RETURN_JSONB_P(policy_to_jsonb(&parsed));
+	ds_policy_parse(built, &parsed);
+	PG_RETURN_JSONB_P(ds_policy_to_jsonb(&parsed));
 }
 
 /* ds_backoff_delay(policy, attempt) → the delay after failed attempt `attempt` */
@@ -549,6 +549,6 @@ ds_backoff_delay(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("attempt must be at least 1"),
 				 errdetail("Attempt %d was given; attempts are numbered from 1.", attempt)));
-	policy_resolve(NULL, PG_ARGISNULL(0) ? NULL : PG_GETARG_JSONB_P(0), &resolved);
-	PG_RETURN_INTERVAL_P(usecs_to_interval(policy_backoff_delay(&resolved, attempt)));
+	ds_policy_resolve(NULL, PG_ARGISNULL(0) ? NULL : PG_GETARG_JSONB_P(0), &resolved);
+	PG_RETURN_INTERVAL_P(ds_usecs_to_interval(ds_policy_backoff_delay(&resolved, attempt)));
 }

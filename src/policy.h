@@ -31,24 +31,24 @@ typedef struct RetryPolicy
 	double		jitter;			/* fraction removed at random, 0..1 */
 } RetryPolicy;
 
-extern void policy_init_module(void);
+extern void ds_policy_init_module(void);
 
 /* Parse and validate a partial policy; raises 22023 naming the field on bad input. */
-extern void policy_parse(Jsonb *policy, RetryPolicy *out);
+extern void ds_policy_parse(Jsonb *policy, RetryPolicy *out);
 /* builtin < durable_steps.default_retry_policy < run policy < step policy; NULL layers skipped. */
-extern void policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out);
+extern void ds_policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out);
 /*
  * The policy of a step with no policy of its own and no run default (built-ins under the
  * setting), resolved into *out; its jsonb is built once per value of the setting.
  */
-extern Jsonb *policy_default_jsonb(RetryPolicy *out);
+extern Jsonb *ds_policy_default_jsonb(RetryPolicy *out);
 /* Normalized jsonb of the keys the policy sets (delays in milliseconds). */
-extern Jsonb *policy_to_jsonb(const RetryPolicy *policy);
+extern Jsonb *ds_policy_to_jsonb(const RetryPolicy *policy);
 /* Delay after failed attempt n (1-based) of a resolved policy, jitter applied. */
-extern int64 policy_backoff_delay(const RetryPolicy *policy, int failed_attempt);
+extern int64 ds_policy_backoff_delay(const RetryPolicy *policy, int failed_attempt);
 
 /* Shared by the timeout and retry-after arguments. */
-extern int64 interval_to_usecs(const Interval *interval);
-extern Interval *usecs_to_interval(int64 usecs);
+extern int64 ds_interval_to_usecs(const Interval *interval);
+extern Interval *ds_usecs_to_interval(int64 usecs);
 
 #endif							/* DS_POLICY_H */

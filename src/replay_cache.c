@@ -134,7 +134,7 @@ find(const char *run_id, const char *step_id, bool create)
 }
 
 void
-replay_cache_init_module(void)
+ds_replay_cache_init_module(void)
 {
 	DefineCustomIntVariable("durable_steps.replay_cache_entries",
 							"Answers of succeeded steps each backend remembers for replays.",
@@ -149,9 +149,9 @@ replay_cache_init_module(void)
 }
 
 bool
-replay_cache_generation(uint64 *generation)
+ds_replay_cache_generation(uint64 *generation)
 {
-	WorkerShared *shared = worker_shared();
+	WorkerShared *shared = ds_worker_shared();
 
 	if (shared == NULL || max_entries == 0)
 		return false;
@@ -162,13 +162,13 @@ replay_cache_generation(uint64 *generation)
 }
 
 bool
-replay_cache_lookup(const char *run_id, const char *step_id, const char *sql, Jsonb *input,
+ds_replay_cache_lookup(const char *run_id, const char *step_id, const char *sql, Jsonb *input,
 					Oid *owner, HeapTuple *answer)
 {
 	ReplayEntry *e;
 	uint64		generation;
 
-	if (entries == NULL || !replay_cache_generation(&generation))
+	if (entries == NULL || !ds_replay_cache_generation(&generation))
 		return false;
 	if (generation != cached_generation)
 	{
@@ -191,7 +191,7 @@ replay_cache_lookup(const char *run_id, const char *step_id, const char *sql, Js
 }
 
 void
-replay_cache_remember(Oid steps_relid, uint64 generation, const char *run_id,
+ds_replay_cache_remember(Oid steps_relid, uint64 generation, const char *run_id,
 					  const char *step_id, Oid owner, const char *sql, Jsonb *input,
 					  HeapTupleHeader answer)
 {
@@ -234,7 +234,7 @@ replay_cache_remember(Oid steps_relid, uint64 generation, const char *run_id,
 }
 
 void
-replay_cache_internal_update(bool on)
+ds_replay_cache_internal_update(bool on)
 {
 	internal_update_lxid = on ? MyProc->lxid : InvalidLocalTransactionId;
 }
@@ -250,7 +250,7 @@ Datum
 ds_forget_replays(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	WorkerShared *shared = worker_shared();
+	WorkerShared *shared = ds_worker_shared();
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "ds_forget_replays() must be called as a trigger");

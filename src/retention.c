@@ -23,7 +23,7 @@ static SPIPlanPtr purge_steps_plan = NULL;
 static SPIPlanPtr purge_runs_plan = NULL;
 
 void
-retention_init_module(void)
+ds_retention_init_module(void)
 {
 	DefineCustomIntVariable("durable_steps.retention",
 							"How long finished steps, their attempts and finished runs are kept.",
@@ -38,20 +38,20 @@ retention_init_module(void)
 }
 
 bool
-retention_purge_due(void)
+ds_retention_purge_due(void)
 {
 	return retention_seconds > 0 &&
 		TimestampDifferenceExceeds(last_purge, GetCurrentTimestamp(), 60 * 1000);
 }
 
 void
-retention_purge_done(void)
+ds_retention_purge_done(void)
 {
 	last_purge = GetCurrentTimestamp();
 }
 
 void
-retention_purge_done_reset(void)
+ds_retention_purge_done_reset(void)
 {
 	last_purge = 0;
 }
@@ -62,7 +62,7 @@ purge(SPIPlanPtr *slot, const char *sql, Datum *args)
 {
 	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
 	bool		isnull;
-	int			rc = SPI_execute_plan(prepare_kept(slot, sql, 2, types), args, NULL, false, 0);
+	int			rc = SPI_execute_plan(ds_prepare_kept(slot, sql, 2, types), args, NULL, false, 0);
 
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "purge failed: %s", SPI_result_code_string(rc));
@@ -70,7 +70,7 @@ purge(SPIPlanPtr *slot, const char *sql, Datum *args)
 }
 
 int
-retention_purge_batch(void)
+ds_retention_purge_batch(void)
 {
 	Datum		args[2];
 	int			deleted;

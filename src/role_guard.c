@@ -191,7 +191,7 @@ role_guard_process_utility(PlannedStmt *pstmt, const char *queryString, bool rea
 }
 
 void
-role_guard_init_module(void)
+ds_role_guard_init_module(void)
 {
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = role_guard_process_utility;

@@ -7,6 +7,6 @@
 #include "compat.h"
 
 /* Install the ProcessUtility hook (from _PG_init), after whatever hook was there before. */
-extern void role_guard_init_module(void);
+extern void ds_role_guard_init_module(void);
 
 #endif							/* DS_ROLE_GUARD_H */

@@ -201,7 +201,7 @@ timeout_arg(FunctionCallInfo fcinfo, int argno)
 
 	if (PG_ARGISNULL(argno))
 		return 0;
-	usecs = interval_to_usecs(PG_GETARG_INTERVAL_P(argno));
+	usecs = ds_interval_to_usecs(PG_GETARG_INTERVAL_P(argno));
 	if (usecs <= 0 || usecs > DS_MAX_DELAY_USECS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -261,14 +261,14 @@ ds_run_step(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("on_timeout must be 'retry' or 'fail'")));
 	/* validated on every call, replay or not: a malformed argument is an error either way */
-	policy_parse(policy_arg, &parsed);
+	ds_policy_parse(policy_arg, &parsed);
 	memset(&overrides, 0, sizeof(overrides));
-	parse_sqlstate_list(retry_on, "retry_on", &overrides.n_retry, &overrides.retry_on,
+	ds_parse_sqlstate_list(retry_on, "retry_on", &overrides.n_retry, &overrides.retry_on,
 						&overrides.retry_is_class);
-	parse_sqlstate_list(fail_on, "fail_on", &overrides.n_fail, &overrides.fail_on,
+	ds_parse_sqlstate_list(fail_on, "fail_on", &overrides.n_fail, &overrides.fail_on,
 						&overrides.fail_is_class);
 
-	if (step_context_is_executing(run_id, step_id))
+	if (ds_step_context_is_executing(run_id, step_id))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_STEP_RECURSION),
 				 errmsg("step %s/%s calls itself", run_id, step_id)));
@@ -279,20 +279,20 @@ ds_run_step(PG_FUNCTION_ARGS)
 	 * deletions arrive as WAL and fire no trigger), or from the row without any lock.
 	 */
 	cacheable = !IsolationUsesXactSnapshot() && !RecoveryInProgress();
-	if (cacheable && replay_cache_lookup(run_id, step_id, sql, input, &owner, &answer))
+	if (cacheable && ds_replay_cache_lookup(run_id, step_id, sql, input, &owner, &answer))
 	{
 		check_owner(owner, run_id, step_id);
 		PG_RETURN_DATUM(HeapTupleGetDatum(answer));
 	}
 	fingerprint = step_fingerprint(sql, input);
-	if (probe_step(run_id, step_id, statement_snapshot(), &rec, cacheable ? &settled : NULL,
+	if (ds_probe_step(run_id, step_id, statement_snapshot(), &rec, cacheable ? &settled : NULL,
 				   &generation) &&
 		strcmp(rec.fingerprint, fingerprint) == 0 && answer_from_store(&rec, fingerprint))
 	{
 		Datum		result = step_result_datum(fcinfo, &rec, true);
 
 		if (cacheable && settled)
-			replay_cache_remember(store_relations()->steps, generation, run_id, step_id,
+			ds_replay_cache_remember(ds_store_relations()->steps, generation, run_id, step_id,
 								  rec.owner, sql, input, DatumGetHeapTupleHeader(result));
 		PG_RETURN_DATUM(result);
 	}
@@ -300,7 +300,7 @@ ds_run_step(PG_FUNCTION_ARGS)
 	/* from here on the call may write: refuse where writing is not allowed, before anything */
 	PreventCommandIfReadOnly("ds_run_step()");
 	PreventCommandIfParallelMode("ds_run_step()");
-	if (!step_lock_acquire(run_id, step_id, nowait))
+	if (!ds_step_lock_acquire(run_id, step_id, nowait))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_IN_PROGRESS),
 				 errmsg("step %s/%s is in progress in another transaction", run_id, step_id),
@@ -310,16 +310,16 @@ ds_run_step(PG_FUNCTION_ARGS)
 	 * Under the lock, the latest snapshot sees whatever the previous holder committed. Most
 	 * often there is nothing: a new step, inserted without reading the row again.
 	 */
-	found = probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL, NULL);
+	found = ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL, NULL);
 	if (found && IsolationUsesXactSnapshot() &&
-		!probe_step(run_id, step_id, GetTransactionSnapshot(), &rec, NULL, NULL))
+		!ds_probe_step(run_id, step_id, GetTransactionSnapshot(), &rec, NULL, NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access due to concurrent creation of step %s/%s",
 						run_id, step_id),
 				 errhint("Retry the transaction.")));
 	if (found)
-		found = store_lock_step(run_id, step_id, &rec);
+		found = ds_store_lock_step(run_id, step_id, &rec);
 	if (found && rec.status == STEP_RUNNING && strcmp(rec.fingerprint, fingerprint) == 0)
 	{
 		/*
@@ -328,7 +328,7 @@ ds_run_step(PG_FUNCTION_ARGS)
 		 * would, then answer by the state that leaves.
 		 */
 		check_access(&rec);
-		fail_started_attempt(&rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
+		ds_fail_started_attempt(&rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
 							 psprintf("The process running attempt %d ended before recording its outcome.",
 									  rec.attempts));
 	}
@@ -342,15 +342,15 @@ ds_run_step(PG_FUNCTION_ARGS)
 		RetryPolicy resolved;
 		TimestampTz now = GetCurrentTimestamp();
 
-		Jsonb	   *run_policy = probe_run_policy(run_id);
+		Jsonb	   *run_policy = ds_probe_run_policy(run_id);
 
 		memset(&rec, 0, sizeof(rec));
 		if (run_policy == NULL && policy_arg == NULL)
-			rec.policy = policy_default_jsonb(&resolved);
+			rec.policy = ds_policy_default_jsonb(&resolved);
 		else
 		{
-			policy_resolve(run_policy, policy_arg, &resolved);
-			rec.policy = policy_to_jsonb(&resolved);
+			ds_policy_resolve(run_policy, policy_arg, &resolved);
+			rec.policy = ds_policy_to_jsonb(&resolved);
 		}
 		rec.run_id = run_id;
 		rec.step_id = step_id;
@@ -369,7 +369,7 @@ ds_run_step(PG_FUNCTION_ARGS)
 		rec.created_at = now;
 		rec.updated_at = now;
 	}
-	run_next_attempt(&rec, !found, false);
+	ds_run_next_attempt(&rec, !found, false);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 
@@ -405,12 +405,12 @@ ds_retry_step(PG_FUNCTION_ARGS)
 
 	PreventCommandIfReadOnly("ds_retry_step()");
 	PreventCommandIfParallelMode("ds_retry_step()");
-	if (!step_lock_acquire(run_id, step_id, false))
+	if (!ds_step_lock_acquire(run_id, step_id, false))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_IN_PROGRESS),
 				 errmsg("step %s/%s is in progress in this process", run_id, step_id)));
 	/* a step the caller may not see answers as one that does not exist: it tells nothing */
-	if (!store_lock_step(run_id, step_id, &rec) || !store_may_access(rec.owner))
+	if (!ds_store_lock_step(run_id, step_id, &rec) || !ds_store_may_access(rec.owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
 				 errmsg("step %s/%s does not exist", run_id, step_id)));
@@ -439,8 +439,8 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	rec.result = NULL;
 	rec.error_class = rec.error_code = rec.error_message = rec.error_detail = NULL;
 	rec.remediation = NULL;
-	store_update_step(&rec);
-	worker_wake_at_commit();
+	ds_store_update_step(&rec);
+	ds_worker_wake_at_commit();
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 

@@ -23,12 +23,12 @@
 	"Correct the step's input or the data it depends on, then re-arm it with ds_retry_step()."
 
 void
-overrides_from_record(const StepRecord *rec, ClassOverrides *out)
+ds_overrides_from_record(const StepRecord *rec, ClassOverrides *out)
 {
 	memset(out, 0, sizeof(*out));
-	parse_sqlstate_list(rec->retry_on, "retry_on", &out->n_retry, &out->retry_on,
+	ds_parse_sqlstate_list(rec->retry_on, "retry_on", &out->n_retry, &out->retry_on,
 						&out->retry_is_class);
-	parse_sqlstate_list(rec->fail_on, "fail_on", &out->n_fail, &out->fail_on,
+	ds_parse_sqlstate_list(rec->fail_on, "fail_on", &out->n_fail, &out->fail_on,
 						&out->fail_is_class);
 	out->timeout_fails = rec->on_timeout != NULL && strcmp(rec->on_timeout, "fail") == 0;
 }
@@ -44,7 +44,7 @@ clear_error(StepRecord *rec)
 }
 
 void
-apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
+ds_apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 {
 	int			last_allowed = rec->attempt_base + rec->max_attempts;
 
@@ -79,14 +79,14 @@ apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcom
 					delay = outcome->retry_after;
 				else
 				{
-					policy_resolve(NULL, rec->policy, &policy);
-					delay = policy_backoff_delay(&policy, attempt - rec->attempt_base);
+					ds_policy_resolve(NULL, rec->policy, &policy);
+					delay = ds_policy_backoff_delay(&policy, attempt - rec->attempt_base);
 				}
 				rec->status = STEP_RETRYING;
 				rec->error_class = "retryable";
 				rec->next_attempt_at = outcome->finished_at + delay;
 				rec->finished_at = 0;
-				worker_wake_at_commit();
+				ds_worker_wake_at_commit();
 			}
 			else
 			{
@@ -109,7 +109,7 @@ apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcom
 }
 
 void
-run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
+ds_run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 {
 	StepBody	body;
 	ClassOverrides overrides;
@@ -119,7 +119,7 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 	/* a worker's claim wrote the step row last: its updated_at is the claim's time */
 	TimestampTz claimed_at = rec->updated_at;
 
-	overrides_from_record(rec, &overrides);
+	ds_overrides_from_record(rec, &overrides);
 	body.run_id = rec->run_id;
 	body.step_id = rec->step_id;
 	body.sql = rec->sql;
@@ -135,35 +135,35 @@ run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 		psprintf("%s, pg_temp", rec->search_path);
 	body.overrides = &overrides;
 
-	execute_step_attempt(&body, attempt, rec->attempt_base + rec->max_attempts, &outcome);
-	apply_attempt_outcome(rec, attempt, &outcome);
+	ds_execute_step_attempt(&body, attempt, rec->attempt_base + rec->max_attempts, &outcome);
+	ds_apply_attempt_outcome(rec, attempt, &outcome);
 
 	if (is_new)
 	{
 		Assert(!by_worker);
-		store_insert_step_with_attempt(rec, attempt, &outcome);
+		ds_store_insert_step_with_attempt(rec, attempt, &outcome);
 		return;
 	}
 	if (by_worker)
-		store_finish_claimed_attempt(rec, attempt, claimed_at, &outcome);
+		ds_store_finish_claimed_attempt(rec, attempt, claimed_at, &outcome);
 	else
-		store_update_step_insert_attempt(rec, attempt, &outcome);
+		ds_store_update_step_insert_attempt(rec, attempt, &outcome);
 }
 
 void
-fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, const char *detail)
+ds_fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, const char *detail)
 {
 	AttemptOutcome outcome;
 	ClassOverrides overrides;
-	TimestampTz claimed_at = rec->updated_at;	/* as in run_next_attempt */
+	TimestampTz claimed_at = rec->updated_at;	/* as in ds_run_next_attempt */
 
-	overrides_from_record(rec, &overrides);
+	ds_overrides_from_record(rec, &overrides);
 	memset(&outcome, 0, sizeof(outcome));
-	outcome.cls = classify_sqlstate(sqlerrcode, &overrides);
+	outcome.cls = ds_classify_sqlstate(sqlerrcode, &overrides);
 	outcome.sqlerrcode = sqlerrcode;
 	outcome.message = pstrdup(message);
 	outcome.detail = detail ? pstrdup(detail) : NULL;
 	outcome.started_at = outcome.finished_at = GetCurrentTimestamp();
-	apply_attempt_outcome(rec, rec->attempts, &outcome);
-	store_finish_claimed_attempt(rec, rec->attempts, claimed_at, &outcome);
+	ds_apply_attempt_outcome(rec, rec->attempts, &outcome);
+	ds_store_finish_claimed_attempt(rec, rec->attempts, claimed_at, &outcome);
 }

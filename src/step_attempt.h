@@ -16,19 +16,19 @@
  * started (rec->attempts is its number) and runs the body as the step's owner under the
  * search_path the step was created with.
  */
-extern void run_next_attempt(StepRecord *rec, bool is_new, bool by_worker);
+extern void ds_run_next_attempt(StepRecord *rec, bool is_new, bool by_worker);
 
 /* The state rules of README, "Outcome classes", for attempt `attempt`: status, result, error, next attempt time. */
-extern void apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome);
+extern void ds_apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome);
 
 /*
  * The worker's attempt `rec->attempts` ended without running its body (its executor was lost, or
  * its role no longer exists): record it as failed with this SQLSTATE and apply the rules.
  */
-extern void fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message,
+extern void ds_fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message,
 								 const char *detail);
 
 /* Parse a stored step's retry_on / fail_on / on_timeout into classifier overrides. */
-extern void overrides_from_record(const StepRecord *rec, ClassOverrides *out);
+extern void ds_overrides_from_record(const StepRecord *rec, ClassOverrides *out);
 
 #endif							/* DS_STEP_ATTEMPT_H */

@@ -28,24 +28,24 @@ static SPIPlanPtr mark_running_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr next_due_plan = NULL;
 
-/* SPI for the worker's statements, planned on the indexes (see index_planning_begin) */
+/* SPI for the worker's statements, planned on the indexes (see ds_index_planning_begin) */
 static int
 claims_spi_begin(void)
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	return index_planning_begin();
+	return ds_index_planning_begin();
 }
 
 static void
 claims_spi_end(int planning)
 {
 	SPI_finish();
-	index_planning_end(planning);
+	ds_index_planning_end(planning);
 }
 
 int
-claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped)
+ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped)
 {
 	Oid			due_types[1] = {INT4OID};
 	Oid			mark_types[4] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID};
@@ -64,7 +64,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 	*claims = NULL;
 	planning = claims_spi_begin();
 	args[0] = Int32GetDatum(limit);
-	rc = SPI_execute_plan(prepare_kept(&due_plan,
+	rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
 									"SELECT run_id, step_id, ctid FROM durable_steps.steps "
 									"WHERE status IN ('pending', 'retrying') "
 									"AND next_attempt_at <= clock_timestamp() "
@@ -88,7 +88,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 		char	   *step_id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 
 		/* a synchronous caller (or another executor) may be running it right now */
-		if (step_lock_try_session(run_id, step_id))
+		if (ds_step_lock_try_session(run_id, step_id))
 		{
 			run_ids[n_locked] = run_id;
 			step_ids[n_locked] = step_id;
@@ -108,10 +108,10 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 		args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
 		args[2] = Int32GetDatum(MyProcPid);
 		/* no worker attempt runs longer than the ceiling, whatever its own timeout */
-		args[3] = IntervalPGetDatum(usecs_to_interval(ds_max_worker_attempt_usecs()));
+		args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_max_worker_attempt_usecs()));
 		/* claims never touch a succeeded row: no backend need forget its replays */
-		replay_cache_internal_update(true);
-		rc = SPI_execute_plan(prepare_kept(&mark_running_plan,
+		ds_replay_cache_internal_update(true);
+		rc = SPI_execute_plan(ds_prepare_kept(&mark_running_plan,
 										   "WITH claimed AS ("
 										   " UPDATE durable_steps.steps s SET status = 'running',"
 										   "  attempts = s.attempts + 1, updated_at = $2,"
@@ -123,7 +123,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 										   " ORDER BY owner::pg_catalog.oid, next_attempt_at",
 										   4, mark_types),
 							  args, NULL, false, 0);
-		replay_cache_internal_update(false);
+		ds_replay_cache_internal_update(false);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
 		n_claimed = (int) SPI_processed;
@@ -136,7 +136,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 
 			claim->run_id = MemoryContextStrdup(cxt, SPI_getvalue(t, td, 1));
 			claim->step_id = MemoryContextStrdup(cxt, SPI_getvalue(t, td, 2));
-			store_record_from_tuple(t, td, 2, cxt, &claim->rec);
+			ds_store_record_from_tuple(t, td, 2, cxt, &claim->rec);
 			claim->rec.run_id = claim->run_id;
 			claim->rec.step_id = claim->step_id;
 			claim->attempt = claim->rec.attempts;
@@ -145,9 +145,9 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 		{
 			/* never expected (the rows are locked), but a lock must not outlive its claim */
 			for (int i = 0; i < n_locked; i++)
-				step_lock_release_session(run_ids[i], step_ids[i]);
+				ds_step_lock_release_session(run_ids[i], step_ids[i]);
 			for (int i = 0; i < n_claimed; i++)
-				(void) step_lock_try_session((*claims)[i].run_id, (*claims)[i].step_id);
+				(void) ds_step_lock_try_session((*claims)[i].run_id, (*claims)[i].step_id);
 		}
 	}
 	claims_spi_end(planning);
@@ -155,7 +155,7 @@ claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped
 }
 
 int
-recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
+ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 {
 	Oid			types[1] = {INT4OID};
 	Datum		args[1];
@@ -169,7 +169,7 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 	*recovered = NULL;
 	planning = claims_spi_begin();
 	args[0] = Int32GetDatum(limit);
-	rc = SPI_execute_plan(prepare_kept(&running_plan,
+	rc = SPI_execute_plan(ds_prepare_kept(&running_plan,
 									"SELECT run_id, step_id FROM durable_steps.steps "
 									"WHERE status = 'running' ORDER BY lease_expires_at "
 									"LIMIT $1 FOR UPDATE SKIP LOCKED", 1, types),
@@ -195,19 +195,19 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 		StepRecord	rec;
 
 		/* a free lock on a running step means its executor is gone: that is the lease ending */
-		if (!step_lock_try_session(run_ids[i], step_ids[i]))
+		if (!ds_step_lock_try_session(run_ids[i], step_ids[i]))
 			continue;
 		(*recovered)[n].run_id = MemoryContextStrdup(cxt, run_ids[i]);
 		(*recovered)[n].step_id = MemoryContextStrdup(cxt, step_ids[i]);
 		n++;
-		if (!store_lock_step(run_ids[i], step_ids[i], &rec) ||
+		if (!ds_store_lock_step(run_ids[i], step_ids[i], &rec) ||
 			rec.status != STEP_RUNNING)
 			continue;
 		(*recovered)[n - 1].attempt = rec.attempts;
 		ereport(LOG,
 				(errmsg("durable_steps: attempt %d of step %s/%s was lost; recording it as failed",
 						rec.attempts, rec.run_id, rec.step_id)));
-		fail_started_attempt(&rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
+		ds_fail_started_attempt(&rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
 							 psprintf("The process running attempt %d ended before recording its outcome.",
 									  rec.attempts));
 	}
@@ -215,7 +215,7 @@ recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 }
 
 TimestampTz
-next_due_time(void)
+ds_next_due_time(void)
 {
 	TimestampTz next = 0;
 	bool		isnull;
@@ -223,7 +223,7 @@ next_due_time(void)
 	int			planning;
 
 	planning = claims_spi_begin();
-	rc = SPI_execute_plan(prepare_kept(&next_due_plan,
+	rc = SPI_execute_plan(ds_prepare_kept(&next_due_plan,
 									"SELECT min(next_attempt_at) FROM durable_steps.steps "
 									"WHERE status IN ('pending', 'retrying')", 0, NULL),
 						  NULL, NULL, true, 1);

@@ -26,16 +26,16 @@ typedef struct ClaimedStep
  * running step, so the attempt needs no second read.
  * *skipped counts due steps passed over because someone else held them.
  */
-extern int	claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped);
+extern int	ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped);
 
 /*
  * In the current transaction, find steps left running by an executor that is gone (their
  * session lock is free), and record their attempts as lost (DS007, retryable by the policy).
  * Returns the steps recovered; their session locks are held: release them after commit.
  */
-extern int	recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered);
+extern int	ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered);
 
 /* The earliest next_attempt_at of a pending or retrying step; 0 when there is none. */
-extern TimestampTz next_due_time(void);
+extern TimestampTz ds_next_due_time(void);
 
 #endif							/* DS_STEP_CLAIMS_H */

@@ -38,7 +38,7 @@ release_entry(StepContext *ctx)
 }
 
 void
-step_context_push(const char *run_id, const char *step_id, int attempt, int max_attempts)
+ds_step_context_push(const char *run_id, const char *step_id, int attempt, int max_attempts)
 {
 	StepContext *ctx;
 
@@ -55,7 +55,7 @@ step_context_push(const char *run_id, const char *step_id, int attempt, int max_
 }
 
 void
-step_context_pop(void)
+ds_step_context_pop(void)
 {
 	Assert(depth > 0);
 	if (depth > 0)
@@ -63,7 +63,7 @@ step_context_pop(void)
 }
 
 bool
-step_context_is_executing(const char *run_id, const char *step_id)
+ds_step_context_is_executing(const char *run_id, const char *step_id)
 {
 	for (int i = 0; i < depth; i++)
 		if (strcmp(stack[i].run_id, run_id) == 0 && strcmp(stack[i].step_id, step_id) == 0)
@@ -84,7 +84,7 @@ reset_at_transaction_end(XactEvent event, void *arg)
 }
 
 void
-step_context_init_module(void)
+ds_step_context_init_module(void)
 {
 	RegisterXactCallback(reset_at_transaction_end, NULL);
 }
@@ -107,9 +107,9 @@ current_context(const char *function)
 static void
 append_identity(StringInfo buf, const StepContext *ctx)
 {
-	append_escaped_key_part(buf, ctx->run_id, strlen(ctx->run_id));
+	ds_append_escaped_key_part(buf, ctx->run_id, strlen(ctx->run_id));
 	appendStringInfoChar(buf, ':');
-	append_escaped_key_part(buf, ctx->step_id, strlen(ctx->step_id));
+	ds_append_escaped_key_part(buf, ctx->step_id, strlen(ctx->step_id));
 }
 
 Datum

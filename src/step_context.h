@@ -14,12 +14,12 @@ typedef struct StepContext
 	int			max_attempts;	/* the last attempt number this arming allows */
 } StepContext;
 
-extern void step_context_init_module(void);
+extern void ds_step_context_init_module(void);
 /* Push before a body runs, pop after, on success and on error alike. */
-extern void step_context_push(const char *run_id, const char *step_id, int attempt,
+extern void ds_step_context_push(const char *run_id, const char *step_id, int attempt,
 							  int max_attempts);
-extern void step_context_pop(void);
+extern void ds_step_context_pop(void);
 /* Is this step executing in this backend right now (a body calling its own step)? */
-extern bool step_context_is_executing(const char *run_id, const char *step_id);
+extern bool ds_step_context_is_executing(const char *run_id, const char *step_id);
 
 #endif							/* DS_STEP_CONTEXT_H */

@@ -300,7 +300,7 @@ describe_timeout(ErrorData *edata, int64 usecs, bool by_ceiling)
 }
 
 void
-execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
+ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 					 AttemptOutcome *outcome)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
@@ -316,7 +316,7 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 
 	memset(outcome, 0, sizeof(*outcome));
 	/* pushed first: if it fails (nesting too deep) no timer is left armed */
-	step_context_push(body->run_id, body->step_id, attempt, max_attempts);
+	ds_step_context_push(body->run_id, body->step_id, attempt, max_attempts);
 	outcome->started_at = GetCurrentTimestamp();
 	my_deadline = attempt_deadline(body, outcome->started_at, &by_ceiling);
 	if (my_deadline != 0 && (outer_deadline == 0 || my_deadline < outer_deadline))
@@ -336,7 +336,7 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 		}
 		worker_deadline = my_deadline;
 	}
-	retry_after_clear();
+	ds_retry_after_clear();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 
 	BeginInternalSubTransaction(NULL);
@@ -393,20 +393,20 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 			arm_deadline(outer_deadline);
 			if (isolated)
 				worker_deadline = 0;
-			step_context_pop();
+			ds_step_context_pop();
 			ReThrowError(edata);
 		}
-		outcome->cls = classify_sqlstate(edata->sqlerrcode, body->overrides);
+		outcome->cls = ds_classify_sqlstate(edata->sqlerrcode, body->overrides);
 		outcome->sqlerrcode = edata->sqlerrcode;
 		outcome->message = capped_error_text(edata->message);
 		outcome->detail = capped_error_text(edata->detail);
 		outcome->hint = capped_error_text(edata->hint);
 		if (edata->sqlerrcode == ERRCODE_DS_RETRY_AFTER)
-			outcome->has_retry_after = retry_after_get(&outcome->retry_after);
+			outcome->has_retry_after = ds_retry_after_get(&outcome->retry_after);
 	}
 	PG_END_TRY();
 
-	step_context_pop();
+	ds_step_context_pop();
 	if (isolated)
 		worker_deadline = 0;
 	if (active_deadline != outer_deadline)
@@ -424,7 +424,7 @@ execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 }
 
 void
-step_exec_init_module(void)
+ds_step_exec_init_module(void)
 {
 	DefineCustomIntVariable("durable_steps.max_result_size",
 							"Largest result, in bytes of jsonb, that a step may persist.",

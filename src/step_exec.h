@@ -42,7 +42,7 @@ typedef struct AttemptOutcome
 	TimestampTz finished_at;
 } AttemptOutcome;
 
-extern void step_exec_init_module(void);
+extern void ds_step_exec_init_module(void);
 
 /* durable_steps.max_worker_attempt_time, in microseconds: no worker attempt runs longer. */
 extern int64 ds_max_worker_attempt_usecs(void);
@@ -55,7 +55,7 @@ extern int64 ds_max_worker_attempt_usecs(void);
  * subtransaction and classified into the outcome; only a cancel that is not the step's own
  * timeout (the caller's statement_timeout, pg_cancel_backend) propagates.
  */
-extern void execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
+extern void ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 								 AttemptOutcome *outcome);
 
 

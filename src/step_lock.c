@@ -62,7 +62,7 @@ held_by_this_process(const LOCKTAG *tag)
 }
 
 bool
-step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
+ds_step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
 {
 	LOCKTAG		tag;
 
@@ -73,7 +73,7 @@ step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
 }
 
 bool
-step_lock_try_session(const char *run_id, const char *step_id)
+ds_step_lock_try_session(const char *run_id, const char *step_id)
 {
 	LOCKTAG		tag;
 	uint64		key;
@@ -97,7 +97,7 @@ step_lock_try_session(const char *run_id, const char *step_id)
 }
 
 void
-step_lock_release_session(const char *run_id, const char *step_id)
+ds_step_lock_release_session(const char *run_id, const char *step_id)
 {
 	LOCKTAG		tag;
 	uint64		key;
@@ -110,7 +110,7 @@ step_lock_release_session(const char *run_id, const char *step_id)
 }
 
 void
-step_lock_pin(const char *run_id, const char *step_id)
+ds_step_lock_pin(const char *run_id, const char *step_id)
 {
 	LOCKTAG		tag;
 
@@ -120,7 +120,7 @@ step_lock_pin(const char *run_id, const char *step_id)
 }
 
 void
-step_lock_release_all_session(void)
+ds_step_lock_release_all_session(void)
 {
 	LockReleaseSession(USER_LOCKMETHOD);
 	if (held_session_locks != NULL)

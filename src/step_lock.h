@@ -10,7 +10,7 @@
  * Take the execution lock of (run_id, step_id) until the end of the transaction. With nowait,
  * return false instead of waiting when another transaction holds it.
  */
-extern bool step_lock_acquire(const char *run_id, const char *step_id, bool nowait);
+extern bool ds_step_lock_acquire(const char *run_id, const char *step_id, bool nowait);
 
 /*
  * The worker's form: a session-level lock, never waiting, taken before the claim that marks an
@@ -18,20 +18,20 @@ extern bool step_lock_acquire(const char *run_id, const char *step_id, bool nowa
  * held the attempt is in flight; once the process is gone, so is the lock, which is how a lost
  * attempt is recognised.
  */
-extern bool step_lock_try_session(const char *run_id, const char *step_id);
-extern void step_lock_release_session(const char *run_id, const char *step_id);
+extern bool ds_step_lock_try_session(const char *run_id, const char *step_id);
+extern void ds_step_lock_release_session(const char *run_id, const char *step_id);
 
 /*
  * Also hold an identity this process holds for its session until the end of the transaction.
  * While pinned, letting go of the session lock does not let go of the identity.
  */
-extern void step_lock_pin(const char *run_id, const char *step_id);
+extern void ds_step_lock_pin(const char *run_id, const char *step_id);
 
 /*
  * Let go of every session-level advisory lock of this process: the claims' (pin those that must
- * stay, and take them again with step_lock_try_session, which cannot fail while pinned) and any
+ * stay, and take them again with ds_step_lock_try_session, which cannot fail while pinned) and any
  * a step body took with pg_advisory_lock() -- which must not outlive its attempt.
  */
-extern void step_lock_release_all_session(void);
+extern void ds_step_lock_release_all_session(void);
 
 #endif							/* DS_STEP_LOCK_H */

@@ -8,7 +8,7 @@
  * and constraint checking come for free.
  *
  * No permission checks apply here: the functions that call these act for the caller on rows
- * they then check ownership of (store_may_access), exactly as the SPI path does as the owner.
+ * they then check ownership of (ds_store_may_access), exactly as the SPI path does as the owner.
  */
 #include "compat.h"
 
@@ -73,7 +73,7 @@ forget_relations(Datum arg, Oid relid)
 }
 
 const StoreRelations *
-store_relations(void)
+ds_store_relations(void)
 {
 	Oid			nsp;
 	HeapTuple	tuple;
@@ -180,10 +180,10 @@ row_is_settled(TupleTableSlot *slot)
 }
 
 bool
-probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecord *out,
+ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecord *out,
 		   bool *settled, uint64 *generation)
 {
-	const StoreRelations *r = store_relations();
+	const StoreRelations *r = ds_store_relations();
 	const char *keys[2] = {run_id, step_id};
 	Relation	rel = table_open(r->steps, AccessShareLock);
 	Relation	index = index_open(r->steps_pkey, AccessShareLock);
@@ -219,7 +219,7 @@ probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecor
 		/* the generation first, then the row's header: see replay_cache.c */
 		if (settled != NULL)
 			*settled = out->status == STEP_SUCCEEDED &&
-				replay_cache_generation(generation) && row_is_settled(slot);
+				ds_replay_cache_generation(generation) && row_is_settled(slot);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	/* keep the locks to the end of the transaction, as a query would */
@@ -229,9 +229,9 @@ probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecor
 }
 
 Jsonb *
-probe_run_policy(const char *run_id)
+ds_probe_run_policy(const char *run_id)
 {
-	const StoreRelations *r = store_relations();
+	const StoreRelations *r = ds_store_relations();
 	const char *keys[1] = {run_id};
 	Relation	rel = table_open(r->runs, AccessShareLock);
 	Relation	index = index_open(r->runs_pkey, AccessShareLock);

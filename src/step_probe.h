@@ -22,7 +22,7 @@ typedef struct StoreRelations
 } StoreRelations;
 
 /* Raises "extension is not installed" when the tables are missing. */
-extern const StoreRelations *store_relations(void);
+extern const StoreRelations *ds_store_relations(void);
 
 /*
  * Read what an answer needs (status, fingerprint, owner, result, attempt counters, next attempt
@@ -32,10 +32,10 @@ extern const StoreRelations *store_relations(void);
  * (replay_cache.c): then it was committed by another transaction and nobody deletes or updates
  * it, as of the replay cache generation it sets in *generation.
  */
-extern bool probe_step(const char *run_id, const char *step_id, Snapshot snapshot,
+extern bool ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot,
 					   StepRecord *out, bool *settled, uint64 *generation);
 
 /* The default policy of run `run_id`, or NULL when there is no such run or it sets none. */
-extern Jsonb *probe_run_policy(const char *run_id);
+extern Jsonb *ds_probe_run_policy(const char *run_id);
 
 #endif							/* DS_STEP_PROBE_H */

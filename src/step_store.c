@@ -37,7 +37,7 @@ static SPIPlanPtr lock_plan = NULL;
 
 typedef struct StoreSession
 {
-	int			planning_level;	/* of index_planning_begin(); 0 when not used */
+	int			planning_level;	/* of ds_index_planning_begin(); 0 when not used */
 	Oid			save_userid;
 	int			save_sec_context;
 	MemoryContext caller_cxt;
@@ -50,7 +50,7 @@ typedef struct StoreSession
  * makes every plan (and every re-plan the plan cache makes later) use the indexes.
  */
 int
-index_planning_begin(void)
+ds_index_planning_begin(void)
 {
 	int			level = NewGUCNestLevel();
 
@@ -60,7 +60,7 @@ index_planning_begin(void)
 }
 
 void
-index_planning_end(int level)
+ds_index_planning_end(int level)
 {
 	AtEOXact_GUC(true, level);
 }
@@ -68,7 +68,7 @@ index_planning_end(int level)
 static void
 store_begin(StoreSession *s)
 {
-	Oid			owner = store_relations()->owner;
+	Oid			owner = ds_store_relations()->owner;
 
 	s->caller_cxt = CurrentMemoryContext;
 	s->planning_level = 0;
@@ -83,12 +83,12 @@ store_end(StoreSession *s)
 {
 	SPI_finish();
 	if (s->planning_level > 0)
-		index_planning_end(s->planning_level);
+		ds_index_planning_end(s->planning_level);
 	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
 }
 
 SPIPlanPtr
-prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
+ds_prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
 {
 	if (*slot == NULL)
 	{
@@ -136,7 +136,7 @@ ds_step_status_from_name(const char *name)
 }
 
 bool
-store_may_access(Oid owner)
+ds_store_may_access(Oid owner)
 {
 	Oid			user = GetUserId();
 	Oid			admin;
@@ -195,7 +195,7 @@ get_interval_usecs(HeapTuple tup, TupleDesc td, int col)
 	bool		isnull;
 	Datum		d = SPI_getbinval(tup, td, col, &isnull);
 
-	return isnull ? 0 : interval_to_usecs(DatumGetIntervalP(d));
+	return isnull ? 0 : ds_interval_to_usecs(DatumGetIntervalP(d));
 }
 
 static TimestampTz
@@ -208,7 +208,7 @@ get_timestamptz(HeapTuple tup, TupleDesc td, int col)
 }
 
 void
-store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
+ds_store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
 						StepRecord *out)
 {
 	bool		isnull;
@@ -247,7 +247,7 @@ store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt
 }
 
 bool
-store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
+ds_store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
 {
 	static Oid	key_types[2] = {TEXTOID, TEXTOID};
 	StoreSession s;
@@ -257,8 +257,8 @@ store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
 	bool		found = false;
 
 	store_begin(&s);
-	s.planning_level = index_planning_begin();
-	plan = prepare_kept(&lock_plan,
+	s.planning_level = ds_index_planning_begin();
+	plan = ds_prepare_kept(&lock_plan,
 						"SELECT " STEP_COLUMNS ", ctid FROM durable_steps.steps" STEP_KEY_WHERE
 						" FOR UPDATE", 2, key_types);
 	values[0] = CStringGetTextDatum(run_id);
@@ -269,7 +269,7 @@ store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
 	if (SPI_processed == 1)
 	{
 		found = true;
-		store_record_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 0, s.caller_cxt,
+		ds_store_record_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 0, s.caller_cxt,
 								out);
 		out->run_id = MemoryContextStrdup(s.caller_cxt, run_id);
 		out->step_id = MemoryContextStrdup(s.caller_cxt, step_id);
@@ -313,7 +313,7 @@ record_to_params(const StepRecord *r, Datum *v, char *n)
 	v[7] = Int32GetDatum(r->max_attempts);
 	v[8] = Int32GetDatum(r->attempt_base);
 	v[9] = Int32GetDatum(r->attempts);
-	v[10] = r->timeout > 0 ? IntervalPGetDatum(usecs_to_interval(r->timeout)) : (Datum) 0;
+	v[10] = r->timeout > 0 ? IntervalPGetDatum(ds_usecs_to_interval(r->timeout)) : (Datum) 0;
 	n[10] = r->timeout > 0 ? ' ' : 'n';
 	v[11] = text_or_null(r->on_timeout, &n[11]);
 	v[12] = pointer_or_null(r->retry_on, &n[12]);
@@ -349,7 +349,7 @@ attempt_to_params(const StepRecord *rec, int attempt, const AttemptOutcome *o, D
 	v[0] = CStringGetTextDatum(rec->run_id);
 	v[1] = CStringGetTextDatum(rec->step_id);
 	v[2] = Int32GetDatum(attempt);
-	v[3] = CStringGetTextDatum(attempt_class_name(o->cls));
+	v[3] = CStringGetTextDatum(ds_attempt_class_name(o->cls));
 	v[4] = text_or_null(failed ? unpack_sql_state(o->sqlerrcode) : NULL, &n[4]);
 	v[5] = text_or_null(failed ? o->message : NULL, &n[5]);
 	v[6] = text_or_null(failed ? o->detail : NULL, &n[6]);
@@ -394,13 +394,13 @@ insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o, bool
 	an[ATTEMPT_NPARAMS + 1] = an[ATTEMPT_NPARAMS + 2] = an[ATTEMPT_NPARAMS + 3] = ' ';
 	for (int i = 0; i < ATTEMPT_NCOLUMNS; i++)
 		a_isnull[i] = an[i] == 'n';
-	direct_insert_row(store_relations()->attempts, attempt_columns, ATTEMPT_NCOLUMNS, av,
+	ds_direct_insert_row(ds_store_relations()->attempts, attempt_columns, ATTEMPT_NCOLUMNS, av,
 					  a_isnull);
 }
 
 /* A synchronous caller's new step and its first attempt: the hot path of ds_run_step. */
 void
-store_insert_step_with_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
 	Datum		v[STEP_NPARAMS];
 	char		n[STEP_NPARAMS];
@@ -409,24 +409,24 @@ store_insert_step_with_attempt(const StepRecord *rec, int attempt, const Attempt
 	record_to_params(rec, v, n);
 	for (int i = 0; i < STEP_NPARAMS; i++)
 		isnull[i] = n[i] == 'n';
-	direct_insert_row(store_relations()->steps, step_param_columns, STEP_NPARAMS, v, isnull);
+	ds_direct_insert_row(ds_store_relations()->steps, step_param_columns, STEP_NPARAMS, v, isnull);
 	insert_attempt(rec, attempt, o, false, 0);
 }
 
 /* Every column but the key, from the record. */
 void
-store_update_step(StepRecord *rec)
+ds_store_update_step(StepRecord *rec)
 {
 	Datum		v[STEP_NPARAMS];
 	char		n[STEP_NPARAMS];
 	bool		isnull[STEP_NPARAMS];
-	const StoreRelations *r = store_relations();
+	const StoreRelations *r = ds_store_relations();
 	static const RegProcedure key_eq[2] = {F_TEXTEQ, F_TEXTEQ};
 
 	record_to_params(rec, v, n);
 	for (int i = 0; i < STEP_NPARAMS; i++)
 		isnull[i] = n[i] == 'n';
-	if (!direct_update_row(r->steps, r->steps_pkey, 2, v, key_eq, &rec->tid,
+	if (!ds_direct_update_row(r->steps, r->steps_pkey, 2, v, key_eq, &rec->tid,
 						   step_param_columns + 2, STEP_NPARAMS - 2, v + 2, isnull + 2))
 		elog(ERROR, "step %s/%s to update was not found", rec->run_id, rec->step_id);
 }
@@ -436,18 +436,18 @@ store_update_step(StepRecord *rec)
  * added.
  */
 void
-store_update_step_insert_attempt(StepRecord *rec, int attempt, const AttemptOutcome *o)
+ds_store_update_step_insert_attempt(StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
-	store_update_step(rec);
+	ds_store_update_step(rec);
 	insert_attempt(rec, attempt, o, false, 0);
 }
 
 void
-store_finish_claimed_attempt(StepRecord *rec, int attempt, TimestampTz claimed_at,
+ds_store_finish_claimed_attempt(StepRecord *rec, int attempt, TimestampTz claimed_at,
 							 const AttemptOutcome *o)
 {
 	/* the attempt row keeps the claimant; the step row names one only while it is running */
 	insert_attempt(rec, attempt, o, true, claimed_at);
 	rec->claimed_by = 0;
-	store_update_step(rec);
+	ds_store_update_step(rec);
 }

@@ -80,29 +80,29 @@ typedef struct StepRecord
 } StepRecord;
 
 /* Read the whole step and lock its row for the transaction; false when there is no such step. */
-extern bool store_lock_step(const char *run_id, const char *step_id, StepRecord *out);
-extern void store_update_step(StepRecord *rec);
-extern void store_insert_step_with_attempt(const StepRecord *rec, int attempt,
+extern bool ds_store_lock_step(const char *run_id, const char *step_id, StepRecord *out);
+extern void ds_store_update_step(StepRecord *rec);
+extern void ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt,
 										   const AttemptOutcome *outcome);
 /*
  * The outcome of an attempt a worker claimed at `claimed_at` (the step row was then committed as
  * running): the step updated, the attempt's one row added.
  */
-extern void store_finish_claimed_attempt(StepRecord *rec, int attempt, TimestampTz claimed_at,
+extern void ds_store_finish_claimed_attempt(StepRecord *rec, int attempt, TimestampTz claimed_at,
 										 const AttemptOutcome *outcome);
 /* A synchronous caller's attempt of an existing step: the step updated, the attempt added. */
-extern void store_update_step_insert_attempt(StepRecord *rec, int attempt,
+extern void ds_store_update_step_insert_attempt(StepRecord *rec, int attempt,
 											 const AttemptOutcome *outcome);
 
 /*
  * Fill *out (but run_id, step_id) from columns offset+1.. of a row in STEP_COLUMNS order
  * followed by the row's ctid (out->tid).
  */
-extern void store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
+extern void ds_store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
 									StepRecord *out);
 /* Plan the statements run between these with sequential scans disabled (see step_store.c). */
-extern int	index_planning_begin(void);
-extern void index_planning_end(int level);
+extern int	ds_index_planning_begin(void);
+extern void ds_index_planning_end(int level);
 
 #define STEP_COLUMNS \
 	"kind, sql, input, fingerprint, policy, max_attempts, attempt_base, attempts, timeout, " \
@@ -111,9 +111,9 @@ extern void index_planning_end(int level);
 	"updated_at, finished_at, request, lease_expires_at, claimed_by"
 
 /* The saved plan in *slot, prepared (and kept for the backend's life) on first use. */
-extern SPIPlanPtr prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);
+extern SPIPlanPtr ds_prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);
 
 /* Can the current user see and act on steps owned by `owner`? */
-extern bool store_may_access(Oid owner);
+extern bool ds_store_may_access(Oid owner);
 
 #endif							/* DS_STEP_STORE_H */

@@ -54,7 +54,7 @@ static int	my_slot = -1;
 static MemoryContext pass_cxt = NULL;
 
 void
-executor_init_module(void)
+ds_executor_init_module(void)
 {
 	DefineCustomIntVariable("durable_steps.poll_interval",
 							"Longest time the worker sleeps before looking for due steps again.",
@@ -81,7 +81,7 @@ executor_init_module(void)
 static void
 release_slot(int code, Datum arg)
 {
-	WorkerShared *shared = worker_shared();
+	WorkerShared *shared = ds_worker_shared();
 
 	if (shared != NULL && my_slot >= 0)
 		shared->executor_latch[my_slot] = NULL;
@@ -160,7 +160,7 @@ static void
 release_session_locks(ClaimedStep *steps, int n)
 {
 	for (int i = 0; i < n; i++)
-		step_lock_release_session(steps[i].run_id, steps[i].step_id);
+		ds_step_lock_release_session(steps[i].run_id, steps[i].step_id);
 }
 
 static void
@@ -173,7 +173,7 @@ recover_pass(void)
 	{
 		if (!begin_work("durable_steps: recovering lost attempts"))
 			return;
-		n = recover_lost_attempts(batch_size, pass_cxt, &recovered);
+		n = ds_recover_lost_attempts(batch_size, pass_cxt, &recovered);
 		commit_transaction();
 		release_session_locks(recovered, n);
 		MemoryContextReset(pass_cxt);
@@ -188,11 +188,11 @@ run_claimed_attempt(ClaimedStep *claim)
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(rec->owner)))
 	{
 		/* never run as anybody else: the step fails closed */
-		fail_started_attempt(rec, ERRCODE_UNDEFINED_OBJECT, "the role that created the step no longer exists",
+		ds_fail_started_attempt(rec, ERRCODE_UNDEFINED_OBJECT, "the role that created the step no longer exists",
 							 psprintf("Role OID %u was dropped.", rec->owner));
 		return;
 	}
-	run_next_attempt(rec, false, true);
+	ds_run_next_attempt(rec, false, true);
 }
 
 /*
@@ -219,9 +219,9 @@ run_claimed(ClaimedStep *claims, int n)
 		}
 		/* a body's pg_advisory_unlock_all() must not free a claim still in flight */
 		for (int i = first; i < n; i++)
-			step_lock_pin(claims[i].run_id, claims[i].step_id);
+			ds_step_lock_pin(claims[i].run_id, claims[i].step_id);
 		/* the outcomes of this transaction's attempts share their writers' set-up */
-		direct_write_batch_begin();
+		ds_direct_write_batch_begin();
 		opened = GetCurrentTimestamp();
 		do
 		{
@@ -235,11 +235,11 @@ run_claimed(ClaimedStep *claims, int n)
 			done++;
 		} while (done < n && claims[done].rec.owner == claims[first].rec.owner &&
 				 !TimestampDifferenceExceeds(opened, GetCurrentTimestamp(), SHARED_TRANSACTION_MS));
-		direct_write_batch_end();
+		ds_direct_write_batch_end();
 		/* the claims run now go with the commit; those still to run are held for the session */
-		step_lock_release_all_session();
+		ds_step_lock_release_all_session();
 		for (int i = done; i < n; i++)
-			if (!step_lock_try_session(claims[i].run_id, claims[i].step_id))
+			if (!ds_step_lock_try_session(claims[i].run_id, claims[i].step_id))
 				elog(ERROR, "could not keep the lock of claimed step %s/%s",
 					 claims[i].run_id, claims[i].step_id);
 		commit_transaction();
@@ -255,7 +255,7 @@ reload_settings_if_asked(void)
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
 	/* a changed retention applies at once, not at the next purge pass */
-	retention_purge_done_reset();
+	ds_retention_purge_done_reset();
 }
 
 /* Record the attempts of executors that are gone, at most once a poll interval. */
@@ -281,7 +281,7 @@ claim_and_run_batch(int *skipped)
 	*skipped = 0;
 	if (!begin_work("durable_steps: claiming due steps"))
 		return true;
-	claimed = claim_due_steps(batch_size, pass_cxt, &claims, skipped);
+	claimed = ds_claim_due_steps(batch_size, pass_cxt, &claims, skipped);
 	commit_transaction();
 	if (claimed > 0)
 		run_claimed(claims, claimed);
@@ -295,17 +295,17 @@ purge_if_due(void)
 {
 	int			purged;
 
-	if (!retention_purge_due())
+	if (!ds_retention_purge_due())
 		return;
 	do
 	{
 		CHECK_FOR_INTERRUPTS();
 		if (!begin_work("durable_steps: purging finished steps"))
 			return;
-		purged = retention_purge_batch();
+		purged = ds_retention_purge_batch();
 		commit_transaction();
 	} while (purged >= RETENTION_BATCH);
-	retention_purge_done();
+	ds_retention_purge_done();
 }
 
 /* How long to sleep: until the next step is due, at most a poll interval. */
@@ -321,7 +321,7 @@ time_until_next_due(int skipped)
 		return 5;				/* held by a committing caller for a moment: look again soon */
 	if (!begin_work("durable_steps: looking for the next due step"))
 		return 0;
-	next_due = next_due_time();
+	next_due = ds_next_due_time();
 	commit_transaction();
 	if (next_due == 0)
 		return poll_interval_ms;
@@ -339,7 +339,7 @@ time_until_next_due(int skipped)
 static void
 start_executor(void)
 {
-	WorkerShared *shared = worker_shared();
+	WorkerShared *shared = ds_worker_shared();
 
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);

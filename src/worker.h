@@ -9,8 +9,8 @@
 extern char *ds_worker_database;
 extern int	ds_max_workers;
 
-extern void launcher_init_module(void);
-extern void executor_init_module(void);
+extern void ds_launcher_init_module(void);
+extern void ds_executor_init_module(void);
 
 extern PGDLLEXPORT void ds_launcher_main(Datum arg);
 extern PGDLLEXPORT void ds_executor_main(Datum arg);

@@ -53,7 +53,7 @@ worker_shmem_startup(void)
 }
 
 void
-worker_shmem_init_module(void)
+ds_worker_shmem_init_module(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		return;
@@ -65,7 +65,7 @@ worker_shmem_init_module(void)
 }
 
 WorkerShared *
-worker_shared(void)
+ds_worker_shared(void)
 {
 	return shared;
 }
@@ -102,7 +102,7 @@ wake_after_locks_released(ResourceReleasePhase phase, bool isCommit, bool isTopL
 }
 
 void
-worker_wake_at_commit(void)
+ds_worker_wake_at_commit(void)
 {
 	if (!preloaded)
 	{

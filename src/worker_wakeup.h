@@ -21,9 +21,9 @@ typedef struct WorkerShared
 } WorkerShared;
 
 /* Set up in _PG_init when loaded through shared_preload_libraries. */
-extern void worker_shmem_init_module(void);
+extern void ds_worker_shmem_init_module(void);
 /* NULL when the library was not preloaded (no worker can exist). */
-extern WorkerShared *worker_shared(void);
+extern WorkerShared *ds_worker_shared(void);
 
 /*
  * The current transaction made a step due (or due later): wake an executor once it has
@@ -31,6 +31,6 @@ extern WorkerShared *worker_shared(void);
  * wake next. Warns once per backend when no worker can exist because the library is not
  * preloaded.
  */
-extern void worker_wake_at_commit(void);
+extern void ds_worker_wake_at_commit(void);
 
 #endif							/* DS_WORKER_WAKEUP_H */
