@@ -20,6 +20,7 @@ OBJS = \
 	src/step_lock.o \
 	src/step_probe.o \
 	src/step_store.o \
+	src/store_relations.o \
 	src/worker.o \
 	src/worker_wakeup.o
 

@@ -32,7 +32,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
-#include "direct_write.h"
+#include "store.h"
 
 /*
  * Attribute numbers of the column lists callers pass, resolved once: the lists are static arrays,
@@ -53,10 +53,8 @@ typedef struct AttnumCacheEntry
 static AttnumCacheEntry attnum_cache[ATTNUM_CACHE_SIZE];
 static int	attnum_cache_used = 0;
 static uint64 attnum_cache_resets = 0;
-static bool attnum_callback_registered = false;
-
-static void
-forget_attnums(Datum arg, Oid relid)
+void
+ds_direct_write_relcache_changed(void)
 {
 	attnum_cache_used = 0;
 	attnum_cache_resets++;
@@ -73,11 +71,6 @@ column_attnums(Relation rel, const char *const *colnames, int ncols)
 			attnum_cache[i].ncols == ncols)
 			return attnum_cache[i].attnums;
 
-	if (!attnum_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(forget_attnums, (Datum) 0);
-		attnum_callback_registered = true;
-	}
 	if (ncols > ATTNUM_CACHE_MAX_COLUMNS)
 		elog(ERROR, "a direct write names at most %d columns", ATTNUM_CACHE_MAX_COLUMNS);
 	for (;;)
@@ -152,6 +145,17 @@ writer_open(DirectWrite *w, Oid relid)
 
 	w->relid = relid;
 	w->rel = table_open(relid, RowExclusiveLock);
+	/* a direct write fires no row trigger: refuse a table that has one rather than skip it */
+	if (w->rel->trigdesc != NULL &&
+		(w->rel->trigdesc->trig_insert_before_row || w->rel->trigdesc->trig_insert_after_row ||
+		 w->rel->trigdesc->trig_insert_instead_row ||
+		 w->rel->trigdesc->trig_update_before_row || w->rel->trigdesc->trig_update_after_row ||
+		 w->rel->trigdesc->trig_update_instead_row))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("durable_steps.%s has a row trigger", RelationGetRelationName(w->rel)),
+				 errdetail("The extension writes its tables' rows directly, and would not fire it."),
+				 errhint("Drop the trigger: the extension's tables take no row triggers.")));
 	w->estate = CreateExecutorState();
 	w->rri = makeNode(ResultRelInfo);
 	w->row_slot = NULL;

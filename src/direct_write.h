@@ -39,4 +39,7 @@ extern bool ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum 
 extern void ds_direct_write_batch_begin(void);
 extern void ds_direct_write_batch_end(void);
 
+/* A relation changed: forget the cached attribute numbers. */
+extern void ds_direct_write_relcache_changed(void);
+
 #endif							/* DS_DIRECT_WRITE_H */

@@ -12,6 +12,7 @@
 #include "role_guard.h"
 #include "step_context.h"
 #include "step_exec.h"
+#include "store.h"
 #include "worker.h"
 #include "worker_wakeup.h"
 
@@ -22,6 +23,7 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
+	ds_store_init_module();
 	ds_policy_init_module();
 	ds_replay_cache_init_module();
 	ds_step_exec_init_module();

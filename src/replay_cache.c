@@ -66,7 +66,6 @@ static HTAB *entries = NULL;
 static MemoryContext cache_cxt = NULL;
 static Oid	cached_relid = InvalidOid;	/* durable_steps.steps when the entries were read */
 static uint64 cached_generation = 0;	/* the shared generation the entries belong to */
-static bool callback_registered = false;
 /* the local transaction in which the extension's own UPDATE runs (an error ends it) */
 static LocalTransactionId internal_update_lxid = InvalidLocalTransactionId;
 
@@ -80,8 +79,8 @@ forget_all(void)
 }
 
 /* DROP EXTENSION and a new CREATE give the table a new OID: entries of the old one go */
-static void
-relcache_changed(Datum arg, Oid relid)
+void
+ds_replay_cache_relcache_changed(Oid relid)
 {
 	if (entries != NULL && (relid == InvalidOid || relid == cached_relid))
 		forget_all();
@@ -201,11 +200,6 @@ ds_replay_cache_remember(Oid steps_relid, uint64 generation, const char *run_id,
 		HeapTupleHeaderGetDatumLength(answer);
 	HeapTupleData tuple;
 
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(relcache_changed, (Datum) 0);
-		callback_registered = true;
-	}
 	if (max_entries == 0 || bytes > REPLAY_CACHE_MAX_BYTES)
 		return;
 	if (entries != NULL && (cached_relid != steps_relid || cached_generation != generation))

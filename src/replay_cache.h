@@ -44,4 +44,7 @@ extern void ds_replay_cache_remember(Oid steps_relid, uint64 generation, const c
  */
 extern void ds_replay_cache_internal_update(bool on);
 
+/* Relation `relid` changed (InvalidOid: any may have): entries of a table gone are forgotten. */
+extern void ds_replay_cache_relcache_changed(Oid relid);
+
 #endif							/* DS_REPLAY_CACHE_H */

@@ -14,7 +14,7 @@
 
 #include "policy.h"
 #include "retention.h"
-#include "step_store.h"
+#include "store.h"
 
 /* seconds; 0 keeps everything */
 static int	retention_seconds = 7 * 24 * 3600;

@@ -31,8 +31,7 @@
 #include "step_attempt.h"
 #include "step_context.h"
 #include "step_lock.h"
-#include "step_probe.h"
-#include "step_store.h"
+#include "store.h"
 #include "worker_wakeup.h"
 
 /* Longest run_id or step_id, in characters. */

@@ -21,7 +21,7 @@
 #include "step_claims.h"
 #include "step_exec.h"
 #include "step_lock.h"
-#include "step_store.h"
+#include "store.h"
 
 static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr mark_running_plan = NULL;

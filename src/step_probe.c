@@ -32,7 +32,7 @@
 #include "utils/syscache.h"
 
 #include "replay_cache.h"
-#include "step_probe.h"
+#include "store.h"
 
 /* attribute numbers of the columns an answer reads, in durable_steps.steps */
 typedef enum AnswerColumn
@@ -60,58 +60,33 @@ static const char *const answer_column_names[N_ANSWER_COLUMNS] = {
 	"remediation", "kind"
 };
 
-static bool relations_valid = false;
-static bool callback_registered = false;
-static StoreRelations relations;
+static bool attnums_valid = false;
 static AttrNumber answer_attnums[N_ANSWER_COLUMNS];
 static AttrNumber runs_policy_attnum;
 
-static void
-forget_relations(Datum arg, Oid relid)
+void
+ds_probe_relcache_changed(void)
 {
-	relations_valid = false;
+	attnums_valid = false;
 }
 
-const StoreRelations *
-ds_store_relations(void)
+/* The tables, with the attribute numbers of the columns an answer reads looked up. */
+static const StoreRelations *
+probe_relations(void)
 {
-	Oid			nsp;
-	HeapTuple	tuple;
+	const StoreRelations *r = ds_store_relations();
 
-	if (relations_valid)
-		return &relations;
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(forget_relations, (Datum) 0);
-		callback_registered = true;
-	}
-	nsp = get_namespace_oid("durable_steps", true);
-	relations.steps = OidIsValid(nsp) ? get_relname_relid("steps", nsp) : InvalidOid;
-	relations.steps_pkey = OidIsValid(nsp) ? get_relname_relid("steps_pkey", nsp) : InvalidOid;
-	relations.runs = OidIsValid(nsp) ? get_relname_relid("runs", nsp) : InvalidOid;
-	relations.runs_pkey = OidIsValid(nsp) ? get_relname_relid("runs_pkey", nsp) : InvalidOid;
-	relations.attempts = OidIsValid(nsp) ? get_relname_relid("attempts", nsp) : InvalidOid;
-	if (!OidIsValid(relations.steps) || !OidIsValid(relations.steps_pkey) ||
-		!OidIsValid(relations.attempts) ||
-		!OidIsValid(relations.runs) || !OidIsValid(relations.runs_pkey))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("extension \"durable_steps\" is not installed in this database"),
-				 errhint("Run CREATE EXTENSION durable_steps.")));
-	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relations.steps));
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", relations.steps);
-	relations.owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
+	if (attnums_valid)
+		return r;
 	for (int i = 0; i < N_ANSWER_COLUMNS; i++)
 	{
-		answer_attnums[i] = get_attnum(relations.steps, answer_column_names[i]);
+		answer_attnums[i] = get_attnum(r->steps, answer_column_names[i]);
 		if (answer_attnums[i] == InvalidAttrNumber)
 			elog(ERROR, "durable_steps.steps has no column \"%s\"", answer_column_names[i]);
 	}
-	runs_policy_attnum = get_attnum(relations.runs, "policy");
-	relations_valid = true;
-	return &relations;
+	runs_policy_attnum = get_attnum(r->runs, "policy");
+	attnums_valid = true;
+	return r;
 }
 
 /*
@@ -183,7 +158,7 @@ bool
 ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecord *out,
 		   bool *settled, uint64 *generation)
 {
-	const StoreRelations *r = ds_store_relations();
+	const StoreRelations *r = probe_relations();
 	const char *keys[2] = {run_id, step_id};
 	Relation	rel = table_open(r->steps, AccessShareLock);
 	Relation	index = index_open(r->steps_pkey, AccessShareLock);
@@ -231,7 +206,7 @@ ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRe
 Jsonb *
 ds_probe_run_policy(const char *run_id)
 {
-	const StoreRelations *r = ds_store_relations();
+	const StoreRelations *r = probe_relations();
 	const char *keys[1] = {run_id};
 	Relation	rel = table_open(r->runs, AccessShareLock);
 	Relation	index = index_open(r->runs_pkey, AccessShareLock);

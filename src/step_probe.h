@@ -10,19 +10,8 @@
 
 #include "step_store.h"
 
-/* The extension's tables, looked up once per backend and forgotten on any relcache change. */
-typedef struct StoreRelations
-{
-	Oid			steps;
-	Oid			steps_pkey;
-	Oid			runs;
-	Oid			runs_pkey;
-	Oid			attempts;
-	Oid			owner;			/* owner of durable_steps.steps: the internal statements' role */
-} StoreRelations;
-
-/* Raises "extension is not installed" when the tables are missing. */
-extern const StoreRelations *ds_store_relations(void);
+/* A relation of the extension changed: look the attribute numbers up again. */
+extern void ds_probe_relcache_changed(void);
 
 /*
  * Read what an answer needs (status, fingerprint, owner, result, attempt counters, next attempt

@@ -21,10 +21,8 @@
 #include "utils/fmgroids.h"
 #include "utils/syscache.h"
 
-#include "direct_write.h"
+#include "store.h"
 #include "policy.h"
-#include "step_probe.h"
-#include "step_store.h"
 
 
 #define STEP_KEY_WHERE \

@@ -35,13 +35,12 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "direct_write.h"
+#include "store.h"
 #include "retention.h"
 #include "step_attempt.h"
 #include "step_claims.h"
 #include "step_isolation.h"
 #include "step_lock.h"
-#include "step_store.h"
 #include "worker.h"
 #include "worker_wakeup.h"
 

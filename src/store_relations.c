@@ -1,0 +1,88 @@
+/*
+ * store_relations.c -- the root of the storage layer: the extension's tables, looked up once per
+ * backend, and the one relcache callback that tells every storage module to look again.
+ *
+ * The storage modules read and write rows below the SQL level (index probes, direct writes):
+ * that is only right for the tables the install script creates. So the lookup also checks what
+ * they rely on: every table is a heap table.
+ */
+#include "compat.h"
+
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "replay_cache.h"
+#include "store.h"
+
+static bool relations_valid = false;
+static StoreRelations relations;
+
+/* Any relation changed (DROP/CREATE EXTENSION, ALTER TABLE): every module looks again. */
+static void
+store_relcache_changed(Datum arg, Oid relid)
+{
+	relations_valid = false;
+	ds_probe_relcache_changed();
+	ds_direct_write_relcache_changed();
+	ds_replay_cache_relcache_changed(relid);
+}
+
+void
+ds_store_init_module(void)
+{
+	CacheRegisterRelcacheCallback(store_relcache_changed, (Datum) 0);
+}
+
+/* The owner of table `relid`, after checking that it is a heap table. */
+static Oid
+heap_table_owner(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Form_pg_class form;
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	form = (Form_pg_class) GETSTRUCT(tuple);
+	if (form->relkind != RELKIND_RELATION || form->relam != HEAP_TABLE_AM_OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("durable_steps.%s is not a heap table", NameStr(form->relname)),
+				 errdetail("The extension reads and writes its tables' rows directly, as heap tuples."),
+				 errhint("Recreate the extension with default_table_access_method = heap.")));
+	owner = form->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+const StoreRelations *
+ds_store_relations(void)
+{
+	Oid			nsp;
+
+	if (relations_valid)
+		return &relations;
+	nsp = get_namespace_oid("durable_steps", true);
+	relations.steps = OidIsValid(nsp) ? get_relname_relid("steps", nsp) : InvalidOid;
+	relations.steps_pkey = OidIsValid(nsp) ? get_relname_relid("steps_pkey", nsp) : InvalidOid;
+	relations.runs = OidIsValid(nsp) ? get_relname_relid("runs", nsp) : InvalidOid;
+	relations.runs_pkey = OidIsValid(nsp) ? get_relname_relid("runs_pkey", nsp) : InvalidOid;
+	relations.attempts = OidIsValid(nsp) ? get_relname_relid("attempts", nsp) : InvalidOid;
+	if (!OidIsValid(relations.steps) || !OidIsValid(relations.steps_pkey) ||
+		!OidIsValid(relations.attempts) ||
+		!OidIsValid(relations.runs) || !OidIsValid(relations.runs_pkey))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("extension \"durable_steps\" is not installed in this database"),
+				 errhint("Run CREATE EXTENSION durable_steps.")));
+	relations.owner = heap_table_owner(relations.steps);
+	(void) heap_table_owner(relations.attempts);
+	(void) heap_table_owner(relations.runs);
+	relations_valid = true;
+	return &relations;
+}
