@@ -33,10 +33,12 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 	-Wno-sign-compare -Wno-cast-function-type
 PG_CPPFLAGS = -I$(srcdir)/src $(DS_EXTRA_CPPFLAGS)
 
-REGRESS = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
+# Regression tests sit beside the install script, as sql/NN_name.sql with expected/NN_name.out:
+# pg_regress reads <inputdir>/sql and <inputdir>/expected.
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/[0-9]*.sql)))
 # pg_regress starts its own private instance with the library preloaded (test/regress.conf),
 # so `make installcheck` needs no running server; it must run as a non-root user (initdb).
-REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=durable_steps \
+REGRESS_OPTS = --inputdir=. --outputdir=test --load-extension=durable_steps \
 	--temp-instance=test/tmp_instance --temp-config=test/regress.conf \
 	--encoding=UTF8 --no-locale
 TAP_TESTS = 1

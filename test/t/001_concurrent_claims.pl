@@ -1,11 +1,10 @@
 # Copyright (c) durable_steps contributors
 #
-# Concurrent claims of one step identity (SPEC §5): a key in flight in another transaction makes a
+# Concurrent claims of one step identity (README, "How a step behaves"): a key in flight in another transaction makes a
 # second caller wait (or, with nowait, refuse with DS409); a committed claim is replayed, a
 # rolled-back one is as if never made; a failing body never aborts the caller's transaction.
 #
-# Sessions are driven through psql processes of our own (IPC::Run), so that the test works with
-# every PostgreSQL 15 minor release, whatever background_psql() returns there.
+# Sessions are DurableSteps::Session (test/perl): psql processes of our own.
 
 use strict;
 use warnings;
@@ -15,106 +14,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-# One interactive SQL session: statements are sent without waiting, and their output is collected
-# up to a marker that psql echoes on stdout and on stderr once it has finished them.
-package DsSession;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Session;
 
-use Carp;
-
-sub new
-{
-	my ($class, $node, $name) = @_;
-	my $self = bless {
-		name => $name,
-		in => '',
-		out => '',
-		err => '',
-		n => 0,
-		timer => IPC::Run::timer($PostgreSQL::Test::Utils::timeout_default),
-	}, $class;
-
-	# ON_ERROR_STOP off: an error is an outcome to look at, not the end of the session.
-	# VERBOSITY verbose: errors show their SQLSTATE.
-	$self->{h} = IPC::Run::start(
-		[
-			'psql', '-X', '-A', '-t', '-q',
-			'-v', 'ON_ERROR_STOP=0',
-			'-v', 'VERBOSITY=verbose',
-			'-d', $node->connstr('postgres'),
-			'-f', '-'
-		],
-		'<', \$self->{in},
-		'>', \$self->{out},
-		'2>', \$self->{err},
-		$self->{timer});
-	$self->{pid} = $self->query_ok('SELECT pg_backend_pid();');
-	return $self;
-}
-
-sub pid { return $_[0]->{pid}; }
-
-# Queue SQL; returns a ticket for finished() and wait().
-sub send
-{
-	my ($self, $sql) = @_;
-	my $n = ++$self->{n};
-	$self->{in} .= "$sql\n\\echo '\@\@done $n\@\@'\n\\warn '\@\@done $n\@\@'\n";
-	$self->{h}->pump_nb;
-	return $n;
-}
-
-sub finished
-{
-	my ($self, $n) = @_;
-	$self->{h}->pump_nb;
-	return $self->{out} =~ /\@\@done $n\@\@\n/ && $self->{err} =~ /\@\@done $n\@\@\n/;
-}
-
-# Wait for ticket $n; returns (stdout, stderr) of what it ran, without the marker.
-sub wait
-{
-	my ($self, $n) = @_;
-	$self->{timer}->start($PostgreSQL::Test::Utils::timeout_default);
-	until ($self->finished($n))
-	{
-		croak "session $self->{name}: timed out waiting for statement $n\n"
-		  . "stdout: $self->{out}\nstderr: $self->{err}"
-		  if $self->{timer}->is_expired;
-		croak "session $self->{name}: psql exited\nstdout: $self->{out}\nstderr: $self->{err}"
-		  unless $self->{h}->pumpable;
-		$self->{h}->pump;
-	}
-	my ($out, $err);
-	$self->{out} =~ s/\A(.*?)\@\@done $n\@\@\n//s and $out = $1;
-	$self->{err} =~ s/\A(.*?)\@\@done $n\@\@\n//s and $err = $1;
-	chomp $out;
-	chomp $err;
-	return ($out, $err);
-}
-
-sub query
-{
-	my ($self, $sql) = @_;
-	return $self->wait($self->send($sql));
-}
-
-# Like query(), but any error output is fatal; returns stdout.
-sub query_ok
-{
-	my ($self, $sql) = @_;
-	my ($out, $err) = $self->query($sql);
-	croak "session $self->{name}: unexpected error for\n$sql\n$err" if $err ne '';
-	return $out;
-}
-
-sub quit
-{
-	my ($self) = @_;
-	$self->{in} .= "\\q\n";
-	$self->{h}->finish;
-}
-
-package main;
 
 my $node = PostgreSQL::Test::Cluster->new('concurrent_claims');
 $node->init;
@@ -177,8 +80,8 @@ sub wait_until_lock_waiting
 		"$name: waits on a lock");
 }
 
-my $sa = DsSession->new($node, 'A');
-my $sb = DsSession->new($node, 'B');
+my $sa = DurableSteps::Session->new($node, 'A');
+my $sb = DurableSteps::Session->new($node, 'B');
 my ($apid, $bpid) = ($sa->pid, $sb->pid);
 
 ############################################################################################

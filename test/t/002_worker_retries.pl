@@ -1,6 +1,6 @@
 # Copyright (c) durable_steps contributors
 #
-# The background worker carries out the remaining attempts of a step (SPEC §3, §4, §5, §7): after
+# The background worker carries out the remaining attempts of a step (README "Retry policy", §4, §5, §7): after
 # the caller's transaction commits a retryable failure, the worker runs each further attempt no
 # earlier than the policy schedules it (and not much later), as the role that created the step,
 # with the step's stored search_path; exhausted steps fail, blocked steps wait for a person, and

@@ -1,6 +1,6 @@
 # Copyright (c) durable_steps contributors
 #
-# The background worker's life (SPEC §7): an attempt whose executor is killed is recorded as lost
+# The background worker's life (README): an attempt whose executor is killed is recorded as lost
 # (invocation_lost) and retried; an immediate shutdown under load loses no step and duplicates no
 # effect; reloadable settings change on SIGHUP; DROP EXTENSION and DROP DATABASE are waited out
 # with one log line each, never a crash loop; without shared_preload_libraries the extension

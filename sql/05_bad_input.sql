@@ -1,4 +1,4 @@
--- Bad input (SPEC §12): every malformed argument gets a clear error with a documented SQLSTATE,
+-- Bad input (README "SQLSTATEs"): every malformed argument gets a clear error with a documented SQLSTATE,
 -- changes nothing and loses nothing already stored.
 
 CREATE FUNCTION try(q text) RETURNS text LANGUAGE plpgsql AS $$

@@ -1,4 +1,5 @@
--- ds_run_step: every row of SPEC §5's table, results, re-arming and the caller's transaction
+-- ds_run_step: every row of the table in README "How a step behaves", results, re-arming and the caller's transaction
+
 CREATE OR REPLACE FUNCTION fail_with(code text) RETURNS int LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'failing with %', code USING ERRCODE = code;
@@ -10,6 +11,7 @@ CREATE TABLE rs_calls (n serial, step text);   -- counts how often succeeding bo
 CREATE SEQUENCE rs_flaky_runs;
 CREATE FUNCTION rs_count(step text) RETURNS bigint LANGUAGE sql AS
     $$SELECT count(*) FROM rs_calls WHERE rs_calls.step = $1$$;
+
 -- new key: claimed, executed and persisted with the caller's transaction
 SELECT run_id, step_id, status, result, attempt, max_attempts, next_attempt_at, error_class,
        error_code, error_message, remediation, replayed
@@ -17,39 +19,19 @@ SELECT run_id, step_id, status, result, attempt, max_attempts, next_attempt_at, 
        $$WITH c AS (INSERT INTO rs_calls(step) VALUES ('insert'))
          INSERT INTO rs_orders VALUES (1, $1->>'note') RETURNING id, note$$,
        '{"note": "first"}');
- run_id  | step_id |  status   |           result           | attempt | max_attempts | next_attempt_at | error_class | error_code | error_message | remediation | replayed 
----------+---------+-----------+----------------------------+---------+--------------+-----------------+-------------+------------+---------------+-------------+----------
- order:1 | insert  | succeeded | {"id": 1, "note": "first"} |       1 |            5 |                 |             |            |               |             | f
-(1 row)
-
 -- completed, same fingerprint: the stored result, replayed; the body does not run
 SELECT status, result, attempt, replayed
   FROM ds_run_step('order:1', 'insert',
        $$WITH c AS (INSERT INTO rs_calls(step) VALUES ('insert'))
          INSERT INTO rs_orders VALUES (1, $1->>'note') RETURNING id, note$$,
        '{"note": "first"}');
-  status   |           result           | attempt | replayed 
------------+----------------------------+---------+----------
- succeeded | {"id": 1, "note": "first"} |       1 | t
-(1 row)
-
 SELECT rs_count('insert') AS body_runs, (SELECT count(*) FROM rs_orders) AS orders;
- body_runs | orders 
------------+--------
-         1 |      1
-(1 row)
-
 -- the policy and timeout are not part of the definition: a replay may pass others
 SELECT status, replayed
   FROM ds_run_step('order:1', 'insert',
        $$WITH c AS (INSERT INTO rs_calls(step) VALUES ('insert'))
          INSERT INTO rs_orders VALUES (1, $1->>'note') RETURNING id, note$$,
        '{"note": "first"}', policy => '{"max_attempts": 1}', timeout => '1 s');
-  status   | replayed 
------------+----------
- succeeded | t
-(1 row)
-
 -- completed, different fingerprint (other input, other SQL): conflict, DS422; nothing runs
 CREATE FUNCTION rs_error(q text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
@@ -63,396 +45,132 @@ SELECT rs_error($q$SELECT ds_run_step('order:1', 'insert',
        $$WITH c AS (INSERT INTO rs_calls(step) VALUES ('insert'))
          INSERT INTO rs_orders VALUES (1, $1->>'note') RETURNING id, note$$,
        '{"note": "second"}')$q$);
-                               rs_error                                
------------------------------------------------------------------------
- DS422: step order:1/insert already exists with a different definition
-(1 row)
-
 SELECT rs_error($q$SELECT ds_run_step('order:1', 'insert', 'SELECT 1')$q$);
-                               rs_error                                
------------------------------------------------------------------------
- DS422: step order:1/insert already exists with a different definition
-(1 row)
-
 SELECT rs_count('insert') AS body_runs;
- body_runs 
------------
-         1
-(1 row)
 
 -- failed, same fingerprint: the stored failure; the body does not run again
 SELECT status, error_class, error_code, replayed
   FROM ds_run_step('order:2', 'fail', $$SELECT ds_non_retriable('order was cancelled')$$);
- status | error_class | error_code | replayed 
---------+-------------+------------+----------
- failed | permanent   | DS001      | f
-(1 row)
-
 SELECT status, error_class, error_code, error_message, replayed
   FROM ds_run_step('order:2', 'fail', $$SELECT ds_non_retriable('order was cancelled')$$);
- status | error_class | error_code |    error_message    | replayed 
---------+-------------+------------+---------------------+----------
- failed | permanent   | DS001      | order was cancelled | t
-(1 row)
-
 SELECT count(*) AS attempts FROM ds_attempts WHERE run_id = 'order:2';
- attempts 
-----------
-        1
-(1 row)
-
 -- blocked, same fingerprint: the stored state with its remediation
 SELECT status, remediation, replayed
   FROM ds_run_step('order:3', 'validate', $$SELECT CASE WHEN ($1->>'qty')::int > 0 THEN 'ok'
        ELSE ds_blocked('quantity must be positive', 'Correct the quantity.')::text END$$,
        '{"qty": 0}');
- status  |      remediation      | replayed 
----------+-----------------------+----------
- blocked | Correct the quantity. | f
-(1 row)
-
 SELECT status, remediation, replayed
   FROM ds_run_step('order:3', 'validate', $$SELECT CASE WHEN ($1->>'qty')::int > 0 THEN 'ok'
        ELSE ds_blocked('quantity must be positive', 'Correct the quantity.')::text END$$,
        '{"qty": 0}');
- status  |      remediation      | replayed 
----------+-----------------------+----------
- blocked | Correct the quantity. | t
-(1 row)
-
 -- blocked, different fingerprint: conflict; changed input goes through ds_retry_step
 SELECT * FROM ds_run_step('order:3', 'validate', $$SELECT CASE WHEN ($1->>'qty')::int > 0 THEN 'ok'
        ELSE ds_blocked('quantity must be positive', 'Correct the quantity.')::text END$$,
        '{"qty": 2}');
-ERROR:  step order:3/validate already exists with a different definition
-DETAIL:  The stored step (status blocked) was created with other SQL or input.
-HINT:  Give a blocked step corrected input with ds_retry_step().
 SELECT status, attempt, max_attempts, next_attempt_at IS NOT NULL AS due_set, error_code, replayed
   FROM ds_retry_step('order:3', 'validate', '{"qty": 2}');
- status  | attempt | max_attempts | due_set | error_code | replayed 
----------+---------+--------------+---------+------------+----------
- pending |       1 |            6 | t       |            | f
-(1 row)
-
 -- the re-armed step runs with its corrected input on the next call; attempt numbers go on
 SELECT status, result, attempt, max_attempts, replayed
   FROM ds_run_step('order:3', 'validate', $$SELECT CASE WHEN ($1->>'qty')::int > 0 THEN 'ok'
        ELSE ds_blocked('quantity must be positive', 'Correct the quantity.')::text END$$,
        '{"qty": 2}');
-  status   | result | attempt | max_attempts | replayed 
------------+--------+---------+--------------+----------
- succeeded | "ok"   |       2 |            6 | f
-(1 row)
-
 SELECT attempt, class, attempt_key FROM ds_attempts WHERE run_id = 'order:3' ORDER BY attempt;
- attempt |    class    |     attempt_key     
----------+-------------+---------------------
-       1 | correctable | order\:3:validate:1
-       2 | completed   | order\:3:validate:2
-(2 rows)
 
 -- retrying, not yet due: the pending state; the body does not run early
 SELECT status, attempt, error_code, next_attempt_at > now() AS later, replayed
   FROM ds_run_step('order:4', 'flaky',
        $$SELECT ds_retry_after('busy', '1 h') FROM (SELECT nextval('rs_flaky_runs')) AS run$$);
-  status  | attempt | error_code | later | replayed 
-----------+---------+------------+-------+----------
- retrying |       1 | DS002      | t     | f
-(1 row)
-
 SELECT status, attempt, replayed
   FROM ds_run_step('order:4', 'flaky',
        $$SELECT ds_retry_after('busy', '1 h') FROM (SELECT nextval('rs_flaky_runs')) AS run$$);
-  status  | attempt | replayed 
-----------+---------+----------
- retrying |       1 | t
-(1 row)
-
 SELECT last_value AS body_runs FROM rs_flaky_runs;
- body_runs 
------------
-         1
-(1 row)
-
 -- what the worker needs to run it later is stored: SQL, input, policy, timeout, role, search_path
 SELECT kind, sql IS NOT NULL AS has_sql, policy, timeout, on_timeout, owner = current_user::regrole AS owner_is_caller
   FROM ds_steps WHERE run_id = 'order:4';
- kind | has_sql |                                                         policy                                                          | timeout | on_timeout | owner_is_caller 
-------+---------+-------------------------------------------------------------------------------------------------------------------------+---------+------------+-----------------
- sql  | t       | {"jitter": 0, "backoff": "exponential", "max_delay": 600000, "multiplier": 2, "max_attempts": 5, "initial_delay": 1000} |         | retry      | t
-(1 row)
-
 SELECT search_path FROM durable_steps.steps WHERE run_id = 'order:4';
-   search_path   
------------------
- "$user", public
-(1 row)
-
 -- once due, a call runs the next attempt (here made due by hand, as the clock would)
 UPDATE durable_steps.steps SET next_attempt_at = now() - interval '1 s' WHERE run_id = 'order:4';
 SELECT status, attempt, replayed
   FROM ds_run_step('order:4', 'flaky',
        $$SELECT ds_retry_after('busy', '1 h') FROM (SELECT nextval('rs_flaky_runs')) AS run$$);
-  status  | attempt | replayed 
-----------+---------+----------
- retrying |       2 | f
-(1 row)
-
 SELECT last_value AS body_runs FROM rs_flaky_runs;
- body_runs 
------------
-         2
-(1 row)
 
 -- exhaustion: the last allowed attempt fails retryably -> failed, error_class exhausted
 SELECT status, attempt, max_attempts, error_class
   FROM ds_run_step('order:5', 'once', $$SELECT fail_with('40001')$$, policy => '{"max_attempts": 1}');
- status | attempt | max_attempts | error_class 
---------+---------+--------------+-------------
- failed |       1 |            1 | exhausted
-(1 row)
-
 -- ds_retry_step re-arms an exhausted step with a fresh budget; numbers keep growing
 SELECT status, attempt, max_attempts FROM ds_retry_step('order:5', 'once');
- status  | attempt | max_attempts 
----------+---------+--------------
- pending |       1 |            2
-(1 row)
-
 SELECT status, attempt, max_attempts, error_class
   FROM ds_run_step('order:5', 'once', $$SELECT fail_with('40001')$$, policy => '{"max_attempts": 1}');
- status | attempt | max_attempts | error_class 
---------+---------+--------------+-------------
- failed |       2 |            2 | exhausted
-(1 row)
-
 SELECT attempt, class, attempt_key FROM ds_attempts WHERE run_id = 'order:5' ORDER BY attempt;
- attempt |   class   |   attempt_key   
----------+-----------+-----------------
-       1 | retryable | order\:5:once:1
-       2 | retryable | order\:5:once:2
-(2 rows)
-
 -- re-arming is only for failed, blocked and uncertain steps
 SELECT * FROM ds_retry_step('order:1', 'insert');
-ERROR:  step order:1/insert is succeeded and cannot be re-armed
-DETAIL:  Only failed, blocked and uncertain steps can be re-armed.
 SELECT * FROM ds_retry_step('order:4', 'flaky');
-ERROR:  step order:4/flaky is retrying and cannot be re-armed
-DETAIL:  Only failed, blocked and uncertain steps can be re-armed.
 SELECT * FROM ds_retry_step('order:404', 'nothing');
-ERROR:  step order:404/nothing does not exist
+
 -- results: 0 rows, 1 column, several columns, NULLs, more than one row, oversize
 SELECT step_id, status, result FROM ds_run_step('results', 'no-row', 'SELECT 1 WHERE false');
- step_id |  status   | result 
----------+-----------+--------
- no-row  | succeeded | null
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'no-returning', 'INSERT INTO rs_calls(step) VALUES (''x'')');
-   step_id    |  status   | result 
---------------+-----------+--------
- no-returning | succeeded | null
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'utility', 'CREATE TABLE rs_made_by_step (x int)');
- step_id |  status   | result 
----------+-----------+--------
- utility | succeeded | null
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'one-int', 'SELECT 42');
- step_id |  status   | result 
----------+-----------+--------
- one-int | succeeded | 42
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'one-text', $$SELECT 'a "quoted" text'$$);
- step_id  |  status   |       result        
-----------+-----------+---------------------
- one-text | succeeded | "a \"quoted\" text"
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'one-json', $$SELECT '{"a": [1, 2]}'::jsonb$$);
- step_id  |  status   |    result     
-----------+-----------+---------------
- one-json | succeeded | {"a": [1, 2]}
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'one-null', 'SELECT NULL::int');
- step_id  |  status   | result 
-----------+-----------+--------
- one-null | succeeded | null
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'one-array', 'SELECT ARRAY[1, 2, 3]');
-  step_id  |  status   |  result   
------------+-----------+-----------
- one-array | succeeded | [1, 2, 3]
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'several',
        $$SELECT 1 AS id, 'x' AS name, NULL::date AS due, true AS ok, 2.50 AS price$$);
- step_id |  status   |                             result                             
----------+-----------+----------------------------------------------------------------
- several | succeeded | {"id": 1, "ok": true, "due": null, "name": "x", "price": 2.50}
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'composite', $$SELECT ROW(1, 'a') AS r$$);
-  step_id  |  status   |        result        
------------+-----------+----------------------
- composite | succeeded | {"f1": 1, "f2": "a"}
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'input-echo', 'SELECT $1', '{"k": [true, null]}');
-  step_id   |  status   |       result        
-------------+-----------+---------------------
- input-echo | succeeded | {"k": [true, null]}
-(1 row)
-
 SELECT step_id, status, result FROM ds_run_step('results', 'input-null', 'SELECT $1 IS NULL');
-  step_id   |  status   | result 
-------------+-----------+--------
- input-null | succeeded | true
-(1 row)
-
 SELECT step_id, status, error_class, error_code FROM ds_run_step('results', 'two-rows',
        'SELECT * FROM (VALUES (1), (2)) v');
- step_id  | status | error_class | error_code 
-----------+--------+-------------+------------
- two-rows | failed | permanent   | DS006
-(1 row)
-
 -- more than one row from DML: the whole statement rolls back with the attempt
 SELECT step_id, status, error_code FROM ds_run_step('results', 'two-rows-dml',
        $$INSERT INTO rs_orders VALUES (10, 'a'), (11, 'b') RETURNING id$$);
-   step_id    | status | error_code 
---------------+--------+------------
- two-rows-dml | failed | DS006
-(1 row)
-
 SELECT count(*) AS rolled_back FROM rs_orders WHERE id IN (10, 11);
- rolled_back 
--------------
-           0
-(1 row)
-
 SET durable_steps.max_result_size = '1kB';
 SELECT step_id, status, error_class, error_code, error_message, error_detail
   FROM ds_run_step('results', 'oversize', $$SELECT repeat('x', 2000)$$);
- step_id  | status | error_class | error_code |      error_message       |                              error_detail                               
-----------+--------+-------------+------------+--------------------------+-------------------------------------------------------------------------
- oversize | failed | permanent   | DS005      | step result is too large | The result has 2012 bytes; durable_steps.max_result_size is 1024 bytes.
-(1 row)
-
 SELECT step_id, status, length(result #>> '{}') FROM ds_run_step('results', 'fits', $$SELECT repeat('x', 900)$$);
- step_id |  status   | length 
----------+-----------+--------
- fits    | succeeded |    900
-(1 row)
-
 RESET durable_steps.max_result_size;
+
 -- ds_unwrap: the result of a succeeded step, an error otherwise
 SELECT ds_unwrap(ds_run_step('results', 'one-json', $$SELECT '{"a": [1, 2]}'::jsonb$$));
-   ds_unwrap   
----------------
- {"a": [1, 2]}
-(1 row)
-
 SELECT ds_unwrap(ds_run_step('order:2', 'fail', $$SELECT ds_non_retriable('order was cancelled')$$));
-ERROR:  step order:2/fail has not succeeded: it is failed
-DETAIL:  Last error DS001: order was cancelled
 SELECT ds_unwrap(NULL);
-ERROR:  step result must not be null
+
 -- a step failure never aborts the caller's transaction; a rollback removes step and effects
 BEGIN;
 SELECT status FROM ds_run_step('txn', 'fails', 'SELECT 1/0');
- status  
----------
- blocked
-(1 row)
-
 SELECT 'still usable' AS caller;
-    caller    
---------------
- still usable
-(1 row)
-
 SELECT status FROM ds_run_step('txn', 'works', $$INSERT INTO rs_orders VALUES (20, 'txn') RETURNING id$$);
-  status   
------------
- succeeded
-(1 row)
-
 ROLLBACK;
 SELECT count(*) AS steps FROM ds_steps WHERE run_id = 'txn';
- steps 
--------
-     0
-(1 row)
-
 SELECT count(*) AS attempts FROM ds_attempts WHERE run_id = 'txn';
- attempts 
-----------
-        0
-(1 row)
-
 SELECT count(*) AS effects FROM rs_orders WHERE id = 20;
- effects 
----------
-       0
-(1 row)
-
 -- a failed attempt's own writes roll back with it, the caller's earlier writes stay
 BEGIN;
 INSERT INTO rs_orders VALUES (21, 'caller');
 SELECT status FROM ds_run_step('txn2', 'partial',
        $$WITH i AS (INSERT INTO rs_orders VALUES (22, 'step') RETURNING id) SELECT 1/0 FROM i$$);
- status  
----------
- blocked
-(1 row)
-
 COMMIT;
 SELECT id FROM rs_orders WHERE id IN (21, 22) ORDER BY id;
- id 
-----
- 21
-(1 row)
 
 -- a step's SETs end with the step; it runs as the caller, with the caller's search_path
 SET work_mem = '4MB';
 SELECT result FROM ds_run_step('settings', 'set-inside',
        $$SELECT set_config('work_mem', '64MB', false)$$);
- result 
---------
- "64MB"
-(1 row)
-
 SHOW work_mem;
- work_mem 
-----------
- 4MB
-(1 row)
-
 RESET work_mem;
+
 -- nested steps: a body may run steps of its own; each sees its own context
 SELECT result FROM ds_run_step('nest', 'outer',
        $$SELECT jsonb_build_object('outer_key', ds_attempt_key(),
                  'inner', (SELECT result FROM ds_run_step('nest', 'inner', 'SELECT ds_attempt_key()')),
                  'after_inner', ds_attempt_key())$$);
-                                        result                                         
----------------------------------------------------------------------------------------
- {"inner": "nest:inner:1", "outer_key": "nest:outer:1", "after_inner": "nest:outer:1"}
-(1 row)
-
 -- a body that runs its own step again is refused (it would never finish)
 SELECT status, error_code, error_message FROM ds_run_step('nest', 'self',
        $$SELECT (ds_run_step('nest', 'self', 'SELECT 1')).status$$);
- status | error_code |        error_message        
---------+------------+-----------------------------
- failed | DS104      | step nest/self calls itself
-(1 row)
 
 -- steps in triggers commit or roll back with the triggering statement
 CREATE TABLE rs_payments (id int PRIMARY KEY, amount int);
@@ -472,155 +190,65 @@ BEGIN;
 INSERT INTO rs_payments VALUES (2, 200);
 ROLLBACK;
 SELECT * FROM rs_ledger;
- payment_id | amount 
-------------+--------
-          1 |    100
-(1 row)
-
 SELECT run_id, step_id, status FROM ds_steps WHERE run_id LIKE 'payment:%' ORDER BY run_id;
-  run_id   | step_id |  status   
------------+---------+-----------
- payment:1 | ledger  | succeeded
-(1 row)
 
 -- a read-only transaction may replay a stored step but not create one
 BEGIN READ ONLY;
 SELECT status, replayed FROM ds_run_step('results', 'one-int', 'SELECT 42');
-  status   | replayed 
------------+----------
- succeeded | t
-(1 row)
-
 SELECT * FROM ds_run_step('read-only', 'new', 'SELECT 1');
-ERROR:  cannot execute ds_run_step() in a read-only transaction
 ROLLBACK;
 BEGIN READ ONLY;
 SELECT * FROM ds_retry_step('order:2', 'fail');
-ERROR:  cannot execute ds_retry_step() in a read-only transaction
 ROLLBACK;
+
 -- Replays of succeeded steps are remembered per backend (src/replay_cache.c). A remembered answer
 -- must never outlive its row, outlast a rollback, hide a conflict or skip the owner check.
 CREATE SEQUENCE rs_cache_runs;
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 1      | f
-(1 row)
-
 -- read from the row, then remembered; both replay
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 1      | t
-(1 row)
-
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 1      | t
-(1 row)
-
 -- another definition under the same identity is still a conflict
 SELECT * FROM ds_run_step('cache', 'a', 'SELECT 2');
-ERROR:  step cache/a already exists with a different definition
-DETAIL:  The stored step (status succeeded) was created with other SQL or input.
-HINT:  Use a new step_id for a different step.
 -- a deleted step (as retention deletes it) takes its remembered answer with it: the body runs
 -- again
 DELETE FROM durable_steps.attempts WHERE run_id = 'cache' AND step_id = 'a';
 DELETE FROM durable_steps.steps WHERE run_id = 'cache' AND step_id = 'a';
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 2      | f
-(1 row)
-
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 2      | t
-(1 row)
-
 -- so does an UPDATE by SQL (not something to do to a succeeded step, but never ignored)
 UPDATE durable_steps.steps SET result = '"changed"' WHERE run_id = 'cache' AND step_id = 'a';
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
-  status   |  result   | replayed 
------------+-----------+----------
- succeeded | "changed" | t
-(1 row)
-
 -- the statement trigger that makes every backend forget, on DELETE, UPDATE and TRUNCATE, also
 -- under session_replication_role = replica (another backend forgetting is tested in
 -- test/t/001_concurrent_claims.pl)
 SELECT tgname, tgtype, tgenabled
   FROM pg_trigger WHERE tgrelid = 'durable_steps.steps'::regclass
    AND tgfoid = 'durable_steps.ds_forget_replays'::regproc;
-        tgname        | tgtype | tgenabled 
-----------------------+--------+-----------
- steps_forget_replays |     56 | A
-(1 row)
-
 -- a step that succeeded in a transaction that rolled back was never remembered
 BEGIN;
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'b', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 3      | f
-(1 row)
-
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'b', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 3      | t
-(1 row)
-
 ROLLBACK;
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'b', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 4      | f
-(1 row)
-
 -- nor was one rolled back to a savepoint
 BEGIN;
 SAVEPOINT s;
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'c', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 5      | f
-(1 row)
-
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'c', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 5      | t
-(1 row)
-
 ROLLBACK TO SAVEPOINT s;
 SELECT status, result, replayed
   FROM ds_run_step('cache', 'c', 'SELECT nextval(''rs_cache_runs'')');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 6      | f
-(1 row)
-
 COMMIT;
 SELECT step_id, attempt, class FROM ds_attempts WHERE run_id = 'cache' ORDER BY step_id, attempt;
- step_id | attempt |   class   
----------+---------+-----------
- a       |       1 | completed
- b       |       1 | completed
- c       |       1 | completed
-(3 rows)
-

@@ -1,4 +1,4 @@
--- ds_key: canonical keys from typed parts (SPEC §2)
+-- ds_key: canonical keys from typed parts (README "Keys")
 SET timezone = 'America/New_York';
 SET datestyle = 'SQL, DMY';
 

@@ -1,4 +1,4 @@
--- Outcome classification (SPEC §4): every attempt ends in exactly one class
+-- Outcome classification (README "Outcome classes"): every attempt ends in exactly one class
 
 -- a body that raises whatever SQLSTATE it is given, through a real RAISE
 CREATE FUNCTION fail_with(code text) RETURNS int LANGUAGE plpgsql AS $$

@@ -1,62 +1,28 @@
--- Security (SPEC §11): roles see and act on their own steps; bodies run as the caller
+-- Security (README "Security model"): roles see and act on their own steps; bodies run as the caller
+
 CREATE ROLE sec_alice;
 CREATE ROLE sec_bob;
 CREATE ROLE sec_admin IN ROLE durable_steps_admin;
 CREATE TABLE sec_alice_data (who text);
 GRANT INSERT, SELECT ON sec_alice_data TO sec_alice;
+
 -- a step runs as its caller: current_user inside the body is the calling role
 SET ROLE sec_alice;
 SELECT status, result
   FROM ds_run_step('sec', 'alice-step',
        $$INSERT INTO sec_alice_data VALUES (current_user) RETURNING who$$);
-  status   |   result    
------------+-------------
- succeeded | "sec_alice"
-(1 row)
-
 -- it cannot reach what the caller cannot: the extension's own tables are not the caller's
 SELECT status, error_code, error_class
   FROM ds_run_step('sec', 'alice-peeks', 'SELECT count(*) FROM durable_steps.steps');
- status  | error_code | error_class 
----------+------------+-------------
- blocked | 42501      | correctable
-(1 row)
-
 SELECT count(*) FROM durable_steps.steps;
-ERROR:  permission denied for schema durable_steps
-LINE 1: SELECT count(*) FROM durable_steps.steps;
-                             ^
 -- a SET ROLE inside the body ends with the body, like every other SET of a step
 SELECT status FROM ds_run_step('sec', 'alice-set-role', 'SET ROLE sec_bob');
-  status   
------------
- succeeded
-(1 row)
-
 SELECT current_user AS after_step;
- after_step 
-------------
- sec_alice
-(1 row)
-
 -- she sees her own steps and attempts
 SELECT run_id, step_id, status, owner FROM ds_steps ORDER BY step_id;
- run_id |    step_id     |  status   |   owner   
---------+----------------+-----------+-----------
- sec    | alice-peeks    | blocked   | sec_alice
- sec    | alice-set-role | succeeded | sec_alice
- sec    | alice-step     | succeeded | sec_alice
-(3 rows)
-
 SELECT step_id, attempt, role FROM ds_attempts ORDER BY step_id;
-    step_id     | attempt |   role    
-----------------+---------+-----------
- alice-peeks    |       1 | sec_alice
- alice-set-role |       1 | sec_alice
- alice-step     |       1 | sec_alice
-(3 rows)
-
 RESET ROLE;
+
 -- errors by SQLSTATE, for the cases where which error it is matters
 CREATE FUNCTION sec_try(q text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
@@ -66,85 +32,39 @@ EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' || SQLERRM;
 END
 $$;
+
 -- another role sees none of them, and may not act on them
 SET ROLE sec_bob;
 SELECT count(*) AS bob_sees FROM ds_steps WHERE run_id = 'sec';
- bob_sees 
-----------
-        0
-(1 row)
-
 SELECT count(*) AS bob_sees_attempts FROM ds_attempts WHERE run_id = 'sec';
- bob_sees_attempts 
--------------------
-                 0
-(1 row)
-
 SELECT * FROM ds_run_step('sec', 'alice-step',
        $$INSERT INTO sec_alice_data VALUES (current_user) RETURNING who$$);
-ERROR:  step sec/alice-step belongs to another role
-HINT:  Only the role that created a step can run or replay it; choose another run_id or step_id.
 -- re-arming a step of another role answers exactly as a step that does not exist
 SELECT sec_try($$SELECT ds_retry_step('sec', 'alice-peeks')$$) AS other_roles_step;
-              other_roles_step              
---------------------------------------------
- DS404: step sec/alice-peeks does not exist
-(1 row)
-
 SELECT sec_try($$SELECT ds_retry_step('sec', 'no-such-step')$$) AS missing_step;
-                missing_step                 
----------------------------------------------
- DS404: step sec/no-such-step does not exist
-(1 row)
-
 RESET ROLE;
+
 -- a member of durable_steps_admin sees every step, but is never answered with another role's
 -- result as its own: its search_path and privileges are not the owner's
 SET ROLE sec_admin;
 SELECT count(*) AS admin_sees FROM ds_steps WHERE run_id = 'sec';
- admin_sees 
-------------
-          3
-(1 row)
-
 SELECT sec_try($$SELECT ds_run_step('sec', 'alice-step',
        'INSERT INTO sec_alice_data VALUES (current_user) RETURNING who')$$) AS admin_replay;
-                    admin_replay                    
-----------------------------------------------------
- 42501: step sec/alice-step belongs to another role
-(1 row)
-
 RESET ROLE;
 -- nor is a superuser
 SELECT sec_try($$SELECT ds_run_step('sec', 'alice-step',
        'INSERT INTO sec_alice_data VALUES (current_user) RETURNING who')$$) AS superuser_replay;
-                  superuser_replay                  
-----------------------------------------------------
- 42501: step sec/alice-step belongs to another role
-(1 row)
-
 -- the owner replays, and the answer is remembered in this backend; it is still not bob's
 SET ROLE sec_alice;
 SELECT status, result, replayed
   FROM ds_run_step('sec', 'alice-step',
        $$INSERT INTO sec_alice_data VALUES (current_user) RETURNING who$$);
-  status   |   result    | replayed 
------------+-------------+----------
- succeeded | "sec_alice" | t
-(1 row)
-
 RESET ROLE;
 SET ROLE sec_bob;
 SELECT * FROM ds_run_step('sec', 'alice-step',
        $$INSERT INTO sec_alice_data VALUES (current_user) RETURNING who$$);
-ERROR:  step sec/alice-step belongs to another role
-HINT:  Only the role that created a step can run or replay it; choose another run_id or step_id.
 RESET ROLE;
 SELECT who FROM sec_alice_data;
-    who    
------------
- sec_alice
-(1 row)
 
 -- a hostile search_path cannot take part in the extension's own statements
 CREATE SCHEMA sec_evil;
@@ -153,95 +73,36 @@ CREATE FUNCTION sec_evil.texteq_evil(text, text) RETURNS boolean LANGUAGE sql
 CREATE OPERATOR sec_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = sec_evil.texteq_evil);
 SET search_path = sec_evil, public, pg_catalog;
 SELECT status, result, replayed FROM ds_run_step('sec', 'evil-path', 'SELECT 1');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 1      | f
-(1 row)
-
 SELECT status, result, replayed FROM ds_run_step('sec', 'evil-path', 'SELECT 1');
-  status   | result | replayed 
------------+--------+----------
- succeeded | 1      | t
-(1 row)
-
 RESET search_path;
 SELECT count(*) AS evil_path_steps FROM ds_steps WHERE step_id = 'evil-path';
- evil_path_steps 
------------------
-               1
-(1 row)
 
 -- re-arming: an admin may run a step again as its owner defined it, but not give it new input
 -- (which would then run with the owner's privileges), and not touch a superuser's step
 SET ROLE sec_admin;
 SELECT sec_try($$SELECT ds_retry_step('sec', 'alice-peeks', '{"x": 1}')$$) AS admin_new_input;
-                    admin_new_input                    
--------------------------------------------------------
- 42501: step sec/alice-peeks belongs to role sec_alice
-(1 row)
-
 SELECT status FROM ds_retry_step('sec', 'alice-peeks');
- status  
----------
- pending
-(1 row)
-
 RESET ROLE;
 SELECT status, error_class FROM ds_run_step('sec', 'super-fails', $$SELECT ds_non_retriable('no')$$);
- status | error_class 
---------+-------------
- failed | permanent
-(1 row)
-
 SET ROLE sec_admin;
 SELECT sec_try($$SELECT ds_retry_step('sec', 'super-fails')$$) AS admin_rearms_superuser_step;
-             admin_rearms_superuser_step              
-------------------------------------------------------
- 42501: step sec/super-fails belongs to role postgres
-(1 row)
-
 RESET ROLE;
 SELECT step_id, status, input FROM ds_steps WHERE step_id IN ('alice-peeks', 'super-fails')
  ORDER BY step_id;
-   step_id   | status  | input 
--------------+---------+-------
- alice-peeks | pending | 
- super-fails | failed  | 
-(2 rows)
 
 -- limits a body cannot lift: only superusers set durable_steps.max_result_size, and the limit
 -- in force is the one read before the body ran
 SET ROLE sec_alice;
 SELECT sec_try($$SET durable_steps.max_result_size = '100MB'$$) AS alice_raises_limit;
-                            alice_raises_limit                             
----------------------------------------------------------------------------
- 42501: permission denied to set parameter "durable_steps.max_result_size"
-(1 row)
-
 RESET ROLE;
 SET durable_steps.max_result_size = '1kB';
 SELECT status, error_code, error_message
   FROM ds_run_step('sec', 'lifts-own-limit',
        $$SELECT set_config('durable_steps.max_result_size', '100MB', true), repeat('x', 5000)$$);
- status | error_code |      error_message       
---------+------------+--------------------------
- failed | DS005      | step result is too large
-(1 row)
-
 RESET durable_steps.max_result_size;
 -- error texts are stored cut to 8 kB, on a character boundary
 SELECT status, octet_length(error_message) AS message_bytes,
        right(error_message, 6) AS message_end, error_detail IS NULL AS no_detail
   FROM ds_run_step('sec', 'huge-error', $$SELECT ds_non_retriable(repeat('é', 100000))$$);
- status | message_bytes | message_end | no_detail 
---------+---------------+-------------+-----------
- failed |          8192 | éé ...      | t
-(1 row)
-
 SELECT octet_length(error_message) AS attempt_message_bytes
   FROM ds_attempts WHERE step_id = 'huge-error';
- attempt_message_bytes 
------------------------
-                  8192
-(1 row)
-

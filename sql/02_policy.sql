@@ -1,4 +1,4 @@
--- Retry policies (SPEC §3)
+-- Retry policies (README "Retry policy")
 
 -- ds_retry_policy builds a validated policy of the keys it is given; delays in milliseconds
 SELECT ds_retry_policy();
