@@ -35,73 +35,6 @@
 #include "store.h"
 
 /*
- * Attribute numbers of the column lists callers pass, resolved once: the lists are static arrays,
- * so their address identifies them. Forgotten on any relcache invalidation (DROP EXTENSION and a
- * new CREATE give the tables new column numbers only through a new relation).
- */
-#define ATTNUM_CACHE_SIZE 8
-#define ATTNUM_CACHE_MAX_COLUMNS 40
-
-typedef struct AttnumCacheEntry
-{
-	Oid			relid;
-	const char *const *colnames;
-	int			ncols;
-	AttrNumber	attnums[ATTNUM_CACHE_MAX_COLUMNS];
-} AttnumCacheEntry;
-
-static AttnumCacheEntry attnum_cache[ATTNUM_CACHE_SIZE];
-static int	attnum_cache_used = 0;
-static uint64 attnum_cache_resets = 0;
-void
-ds_direct_write_relcache_changed(void)
-{
-	attnum_cache_used = 0;
-	attnum_cache_resets++;
-}
-
-static const AttrNumber *
-column_attnums(Relation rel, const char *const *colnames, int ncols)
-{
-	Oid			relid = RelationGetRelid(rel);
-	AttnumCacheEntry *e;
-
-	for (int i = 0; i < attnum_cache_used; i++)
-		if (attnum_cache[i].relid == relid && attnum_cache[i].colnames == colnames &&
-			attnum_cache[i].ncols == ncols)
-			return attnum_cache[i].attnums;
-
-	if (ncols > ATTNUM_CACHE_MAX_COLUMNS)
-		elog(ERROR, "a direct write names at most %d columns", ATTNUM_CACHE_MAX_COLUMNS);
-	for (;;)
-	{
-		uint64		resets = attnum_cache_resets;
-		AttrNumber	attnums[ATTNUM_CACHE_MAX_COLUMNS];
-
-		/* get_attnum may process invalidations, which empty the cache: fill it only after */
-		for (int i = 0; i < ncols; i++)
-		{
-			attnums[i] = get_attnum(relid, colnames[i]);
-			if (attnums[i] == InvalidAttrNumber)
-				elog(ERROR, "\"%s\" has no column \"%s\"", RelationGetRelationName(rel),
-					 colnames[i]);
-		}
-		if (resets != attnum_cache_resets)
-			continue;
-		if (attnum_cache_used == ATTNUM_CACHE_SIZE)
-			attnum_cache_used = 0;	/* more lists than the code has: start over */
-		e = &attnum_cache[attnum_cache_used];
-		memcpy(e->attnums, attnums, sizeof(AttrNumber) * ncols);
-		break;
-	}
-	e->relid = relid;
-	e->colnames = colnames;
-	e->ncols = ncols;
-	attnum_cache_used++;
-	return e->attnums;
-}
-
-/*
  * A minimal executor state with `rel` as its one result relation, indexes open, and the slots
  * the writes use (made on first use).
  */
@@ -305,14 +238,13 @@ writer_row_slot(DirectWrite *w)
 }
 
 void
-ds_direct_insert_row(Oid relid, const char *const *colnames, int ncols, const Datum *values,
+ds_direct_insert_row(Oid relid, const AttrNumber *attnums, int ncols, const Datum *values,
 				  const bool *nulls)
 {
 	DirectWrite local;
 	DirectWrite *w = direct_write_begin(&local, relid);
 	TupleDesc	tupdesc = RelationGetDescr(w->rel);
 	TupleTableSlot *slot;
-	const AttrNumber *attnums;
 	int			live = 0;
 
 	for (int i = 0; i < tupdesc->natts; i++)
@@ -321,7 +253,6 @@ ds_direct_insert_row(Oid relid, const char *const *colnames, int ncols, const Da
 	if (live != ncols)
 		elog(ERROR, "direct insert into \"%s\" names %d of its %d columns",
 			 RelationGetRelationName(w->rel), ncols, live);
-	attnums = column_attnums(w->rel, colnames, ncols);
 
 	slot = writer_new_slot(w);
 	for (int i = 0; i < tupdesc->natts; i++)
@@ -366,7 +297,7 @@ fetch_by_tid(Relation rel, Relation index, ItemPointer tid, int nkeys, const Dat
 
 bool
 ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const RegProcedure *key_eq,
-				  ItemPointer tid, const char *const *colnames, int ncols, const Datum *values,
+				  ItemPointer tid, const AttrNumber *attnums, int ncols, const Datum *values,
 				  const bool *nulls)
 {
 	DirectWrite local;
@@ -377,7 +308,6 @@ ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const
 	TupleTableSlot *newslot;
 	ScanKeyData skey[INDEX_MAX_KEYS];
 	IndexScanDesc scan;
-	const AttrNumber *attnums;
 	EPQState	epqstate;
 	Snapshot	snapshot = GetLatestSnapshot();
 	bool		found;
@@ -385,7 +315,6 @@ ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const
 	Assert(nkeys <= INDEX_MAX_KEYS);
 	w = direct_write_begin(&local, relid);
 	tupdesc = RelationGetDescr(w->rel);
-	attnums = column_attnums(w->rel, colnames, ncols);
 	index = index_open(indexid, AccessShareLock);
 
 	/*

@@ -8,27 +8,28 @@
 #define DS_DIRECT_WRITE_H
 
 #include "compat.h"
+#include "access/attnum.h"
+#include "storage/itemptr.h"
 
 /*
- * Insert one row into `relid`: column colnames[i] gets values[i] (NULL where nulls[i]). Every
- * column of the table must be named: no defaults are applied. Unique indexes are checked and
- * partial index predicates evaluated. `colnames` must be a static array (its attribute numbers
- * are cached by its address).
+ * Insert one row into `relid`: the column numbered attnums[i] gets values[i] (NULL where
+ * nulls[i]). Every column of the table must be given: no defaults are applied. Unique indexes
+ * are checked and partial index predicates evaluated.
  */
-extern void ds_direct_insert_row(Oid relid, const char *const *colnames, int ncols,
-							  const Datum *values, const bool *nulls);
+extern void ds_direct_insert_row(Oid relid, const AttrNumber *attnums, int ncols,
+								 const Datum *values, const bool *nulls);
 
 /*
  * Update the row of `relid` whose key in unique index `indexid` is keys[0..nkeys-1] (compared
- * with the equality functions key_eq[]): colnames[i] gets values[i] (NULL where nulls[i]), the
- * other columns keep their values. Returns false, changing nothing, when no such row is visible.
- * The caller must hold the lock that serializes writers of that row. `colnames` as above.
+ * with the equality functions key_eq[]): column attnums[i] gets values[i] (NULL where nulls[i]),
+ * the other columns keep their values. Returns false, changing nothing, when no such row is
+ * visible. The caller must hold the lock that serializes writers of that row.
  * `tid`, when not NULL, is where the caller last saw the row (an invalid pointer when it does
  * not know): tried before the index, and set to the new version's place.
  */
 extern bool ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys,
 							  const RegProcedure *key_eq, ItemPointer tid,
-							  const char *const *colnames, int ncols, const Datum *values,
+							  const AttrNumber *attnums, int ncols, const Datum *values,
 							  const bool *nulls);
 
 /*
@@ -38,8 +39,5 @@ extern bool ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum 
  */
 extern void ds_direct_write_batch_begin(void);
 extern void ds_direct_write_batch_end(void);
-
-/* A relation changed: forget the cached attribute numbers. */
-extern void ds_direct_write_relcache_changed(void);
 
 #endif							/* DS_DIRECT_WRITE_H */

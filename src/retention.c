@@ -74,11 +74,11 @@ ds_retention_purge_batch(void)
 {
 	Datum		args[2];
 	int			deleted;
+	StoreSpi	spi;
 
 	args[0] = TimestampTzGetDatum(GetCurrentTimestamp() - (int64) retention_seconds * USECS_PER_SEC);
 	args[1] = Int32GetDatum(RETENTION_BATCH);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	ds_store_spi_begin(&spi);
 	/* the steps' attempts go with them: the trigger steps_delete_attempts deletes those */
 	deleted = purge(&purge_steps_plan,
 					"WITH gone AS ("
@@ -94,6 +94,6 @@ ds_retention_purge_batch(void)
 					 "  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
 					 "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
 					 "SELECT count(*)::int4 FROM gone", args);
-	SPI_finish();
+	ds_store_spi_end(&spi);
 	return deleted;
 }

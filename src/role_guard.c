@@ -8,8 +8,9 @@
  * them. It cannot see the steps of other databases, and it acts only where the library is
  * loaded (shared_preload_libraries loads it in every session).
  *
- * The user running DROP ROLE need not be able to read durable_steps.steps: the count runs as the
- * table's owner, in a security-restricted operation, with every name and operator qualified.
+ * The user running DROP ROLE need not be able to read durable_steps.steps: the count is one of
+ * the extension's own statements (ds_store_spi_begin), run as the table's owner with every name
+ * and operator qualified.
  */
 #include "compat.h"
 
@@ -30,6 +31,7 @@
 #include "utils/syscache.h"
 
 #include "role_guard.h"
+#include "store.h"
 
 /* the steps that may still run: every status but succeeded, failed and cancelled */
 #define UNFINISHED_STEPS_BY_OWNER \
@@ -46,29 +48,6 @@ typedef struct DroppedRole
 } DroppedRole;
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
-
-/* The owner of durable_steps.steps; InvalidOid when the extension is not installed here. */
-static Oid
-steps_owner(void)
-{
-	Oid			nsp;
-	Oid			relid;
-	Oid			owner;
-	HeapTuple	tuple;
-
-	if (!OidIsValid(get_extension_oid("durable_steps", true)))
-		return InvalidOid;
-	nsp = get_namespace_oid("durable_steps", true);
-	relid = OidIsValid(nsp) ? get_relname_relid("steps", nsp) : InvalidOid;
-	if (!OidIsValid(relid))
-		return InvalidOid;
-	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (!HeapTupleIsValid(tuple))
-		return InvalidOid;
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-	return owner;
-}
 
 /* The roles a DROP ROLE names that exist now (IF EXISTS may name others). */
 static DroppedRole *
@@ -98,24 +77,19 @@ roles_to_drop(DropRoleStmt *stmt, int *n)
 
 /* Fill in each role's count of unfinished steps, reading the table as its owner. */
 static void
-count_unfinished_steps(Oid table_owner, DroppedRole *roles, int n)
+count_unfinished_steps(DroppedRole *roles, int n)
 {
 	Datum	   *oids = palloc(sizeof(Datum) * n);
 	Oid			argtypes[1] = {OIDARRAYOID};
 	Datum		args[1];
-	Oid			save_userid;
-	int			save_sec_context;
+	StoreSpi	spi;
 	int			rc;
 
 	for (int i = 0; i < n; i++)
 		oids[i] = ObjectIdGetDatum(roles[i].oid);
 	args[0] = PointerGetDatum(construct_array(oids, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(table_owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	ds_store_spi_begin(&spi);
 	rc = SPI_execute_with_args(UNFINISHED_STEPS_BY_OWNER, 1, argtypes, args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "counting the dropped roles' steps failed: %s", SPI_result_code_string(rc));
@@ -132,8 +106,7 @@ count_unfinished_steps(Oid table_owner, DroppedRole *roles, int n)
 			if (roles[i].oid == owner)
 				roles[i].unfinished = count;
 	}
-	SPI_finish();
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	ds_store_spi_end(&spi);
 }
 
 static void
@@ -178,15 +151,10 @@ role_guard_process_utility(PlannedStmt *pstmt, const char *queryString, bool rea
 								dest, qc);
 
 	/* only a DROP ROLE that succeeded warns */
-	if (n > 0)
+	if (n > 0 && ds_store_installed())
 	{
-		Oid			table_owner = steps_owner();
-
-		if (OidIsValid(table_owner))
-		{
-			count_unfinished_steps(table_owner, roles, n);
-			warn_about_orphaned_steps(roles, n);
-		}
+		count_unfinished_steps(roles, n);
+		warn_about_orphaned_steps(roles, n);
 	}
 }
 

@@ -28,22 +28,6 @@ static SPIPlanPtr mark_running_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr next_due_plan = NULL;
 
-/* SPI for the worker's statements, planned on the indexes (see ds_index_planning_begin) */
-static int
-claims_spi_begin(void)
-{
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	return ds_index_planning_begin();
-}
-
-static void
-claims_spi_end(int planning)
-{
-	SPI_finish();
-	ds_index_planning_end(planning);
-}
-
 int
 ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped)
 {
@@ -57,12 +41,12 @@ ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skip
 	int			n_claimed = 0;
 	uint64		n_due;
 	int			rc;
-	int			planning;
+	StoreSpi	spi;
 	bool		isnull;
 
 	*skipped = 0;
 	*claims = NULL;
-	planning = claims_spi_begin();
+	ds_store_spi_begin(&spi);
 	args[0] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
 									"SELECT run_id, step_id, ctid FROM durable_steps.steps "
@@ -76,7 +60,7 @@ ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skip
 	n_due = SPI_processed;
 	if (n_due == 0)
 	{
-		claims_spi_end(planning);
+		ds_store_spi_end(&spi);
 		return 0;
 	}
 	run_ids = palloc(sizeof(char *) * n_due);
@@ -111,18 +95,20 @@ ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skip
 		args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_max_worker_attempt_usecs()));
 		/* claims never touch a succeeded row: no backend need forget its replays */
 		ds_replay_cache_internal_update(true);
-		rc = SPI_execute_plan(ds_prepare_kept(&mark_running_plan,
-										   "WITH claimed AS ("
+		if (mark_running_plan == NULL)
+			(void) ds_prepare_kept(&mark_running_plan,
+								   psprintf("WITH claimed AS ("
 										   " UPDATE durable_steps.steps s SET status = 'running',"
 										   "  attempts = s.attempts + 1, updated_at = $2,"
 										   "  lease_expires_at = $2 + least(coalesce(s.timeout, $4), $4),"
 										   "  claimed_by = $3"
 										   " WHERE s.ctid = ANY ($1) AND s.status IN ('pending', 'retrying')"
 										   " RETURNING s.*, s.ctid AS row_tid) "
-										   "SELECT run_id, step_id, " STEP_COLUMNS ", row_tid FROM claimed"
+										   "SELECT %s, row_tid FROM claimed"
 										   " ORDER BY owner::pg_catalog.oid, next_attempt_at",
-										   4, mark_types),
-							  args, NULL, false, 0);
+										   ds_step_column_list()),
+								   4, mark_types);
+		rc = SPI_execute_plan(mark_running_plan, args, NULL, false, 0);
 		ds_replay_cache_internal_update(false);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
@@ -134,11 +120,9 @@ ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skip
 			TupleDesc	td = SPI_tuptable->tupdesc;
 			ClaimedStep *claim = &(*claims)[i];
 
-			claim->run_id = MemoryContextStrdup(cxt, SPI_getvalue(t, td, 1));
-			claim->step_id = MemoryContextStrdup(cxt, SPI_getvalue(t, td, 2));
-			ds_store_record_from_tuple(t, td, 2, cxt, &claim->rec);
-			claim->rec.run_id = claim->run_id;
-			claim->rec.step_id = claim->step_id;
+			ds_store_record_from_tuple(t, td, 0, cxt, &claim->rec);
+			claim->run_id = claim->rec.run_id;
+			claim->step_id = claim->rec.step_id;
 			claim->attempt = claim->rec.attempts;
 		}
 		if (n_claimed < n_locked)
@@ -150,7 +134,7 @@ ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skip
 				(void) ds_step_lock_try_session((*claims)[i].run_id, (*claims)[i].step_id);
 		}
 	}
-	claims_spi_end(planning);
+	ds_store_spi_end(&spi);
 	return n_claimed;
 }
 
@@ -162,12 +146,12 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 	int			n = 0;
 	int			rc;
 	uint64		n_running;
-	int			planning;
+	StoreSpi	spi;
 	char	  **run_ids;
 	char	  **step_ids;
 
 	*recovered = NULL;
-	planning = claims_spi_begin();
+	ds_store_spi_begin(&spi);
 	args[0] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(ds_prepare_kept(&running_plan,
 									"SELECT run_id, step_id FROM durable_steps.steps "
@@ -187,7 +171,7 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 		step_ids[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
 															SPI_tuptable->tupdesc, 2));
 	}
-	claims_spi_end(planning);
+	ds_store_spi_end(&spi);
 
 	*recovered = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_running, 1));
 	for (uint64 i = 0; i < n_running; i++)
@@ -220,9 +204,9 @@ ds_next_due_time(void)
 	TimestampTz next = 0;
 	bool		isnull;
 	int			rc;
-	int			planning;
+	StoreSpi	spi;
 
-	planning = claims_spi_begin();
+	ds_store_spi_begin(&spi);
 	rc = SPI_execute_plan(ds_prepare_kept(&next_due_plan,
 									"SELECT min(next_attempt_at) FROM durable_steps.steps "
 									"WHERE status IN ('pending', 'retrying')", 0, NULL),
@@ -236,6 +220,6 @@ ds_next_due_time(void)
 		if (!isnull)
 			next = DatumGetTimestampTz(d);
 	}
-	claims_spi_end(planning);
+	ds_store_spi_end(&spi);
 	return next;
 }

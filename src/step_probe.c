@@ -4,8 +4,8 @@
  * Replays are the hot path of ds_run_step: a completed step answers every later call. Going
  * through SPI for that answer costs a plan-cache check, an executor start and a copy of every
  * column; an index probe that deforms the one heap tuple and copies only the answer's columns
- * costs a fraction of it. Writes and locked reads stay on SPI (step_store.c), where FOR UPDATE
- * and constraint checking come for free.
+ * costs a fraction of it. Locked reads stay on SPI (step_store.c), where FOR UPDATE comes for
+ * free; writes go through direct_write.c.
  *
  * No permission checks apply here: the functions that call these act for the caller on rows
  * they then check ownership of (ds_store_may_access), exactly as the SPI path does as the owner.
@@ -34,60 +34,13 @@
 #include "replay_cache.h"
 #include "store.h"
 
-/* attribute numbers of the columns an answer reads, in durable_steps.steps */
-typedef enum AnswerColumn
-{
-	COL_STATUS,
-	COL_FINGERPRINT,
-	COL_OWNER,
-	COL_RESULT,
-	COL_ATTEMPTS,
-	COL_ATTEMPT_BASE,
-	COL_MAX_ATTEMPTS,
-	COL_NEXT_ATTEMPT_AT,
-	COL_ERROR_CLASS,
-	COL_ERROR_CODE,
-	COL_ERROR_MESSAGE,
-	COL_ERROR_DETAIL,
-	COL_REMEDIATION,
-	COL_KIND,
-	N_ANSWER_COLUMNS
-} AnswerColumn;
-
-static const char *const answer_column_names[N_ANSWER_COLUMNS] = {
-	"status", "fingerprint", "owner", "result", "attempts", "attempt_base", "max_attempts",
-	"next_attempt_at", "error_class", "error_code", "error_message", "error_detail",
-	"remediation", "kind"
+/* The columns an answer reads (the definition columns are left NULL). */
+static const StepColumn answer_columns[] = {
+	STEP_COL_KIND, STEP_COL_STATUS, STEP_COL_FINGERPRINT, STEP_COL_OWNER, STEP_COL_RESULT,
+	STEP_COL_ATTEMPTS, STEP_COL_ATTEMPT_BASE, STEP_COL_MAX_ATTEMPTS, STEP_COL_NEXT_ATTEMPT_AT,
+	STEP_COL_ERROR_CLASS, STEP_COL_ERROR_CODE, STEP_COL_ERROR_MESSAGE, STEP_COL_ERROR_DETAIL,
+	STEP_COL_REMEDIATION
 };
-
-static bool attnums_valid = false;
-static AttrNumber answer_attnums[N_ANSWER_COLUMNS];
-static AttrNumber runs_policy_attnum;
-
-void
-ds_probe_relcache_changed(void)
-{
-	attnums_valid = false;
-}
-
-/* The tables, with the attribute numbers of the columns an answer reads looked up. */
-static const StoreRelations *
-probe_relations(void)
-{
-	const StoreRelations *r = ds_store_relations();
-
-	if (attnums_valid)
-		return r;
-	for (int i = 0; i < N_ANSWER_COLUMNS; i++)
-	{
-		answer_attnums[i] = get_attnum(r->steps, answer_column_names[i]);
-		if (answer_attnums[i] == InvalidAttrNumber)
-			elog(ERROR, "durable_steps.steps has no column \"%s\"", answer_column_names[i]);
-	}
-	runs_policy_attnum = get_attnum(r->runs, "policy");
-	attnums_valid = true;
-	return r;
-}
 
 /*
  * Find the row whose primary key equals `keys`, as `snapshot` sees it; on success the slot
@@ -116,23 +69,6 @@ probe_primary_key(Relation rel, Relation index, const char *const *keys, int nke
 	return found;
 }
 
-static char *
-slot_text(TupleTableSlot *slot, AnswerColumn col)
-{
-	AttrNumber	att = answer_attnums[col];
-
-	return slot->tts_isnull[att - 1] ? NULL : TextDatumGetCString(slot->tts_values[att - 1]);
-}
-
-static Datum
-slot_datum(TupleTableSlot *slot, AnswerColumn col, bool *isnull)
-{
-	AttrNumber	att = answer_attnums[col];
-
-	*isnull = slot->tts_isnull[att - 1];
-	return slot->tts_values[att - 1];
-}
-
 /*
  * Was the row version in the slot committed by another transaction, with nobody deleting it
  * (as far as its header tells now)?
@@ -158,7 +94,7 @@ bool
 ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecord *out,
 		   bool *settled, uint64 *generation)
 {
-	const StoreRelations *r = probe_relations();
+	const StoreRelations *r = ds_store_relations();
 	const char *keys[2] = {run_id, step_id};
 	Relation	rel = table_open(r->steps, AccessShareLock);
 	Relation	index = index_open(r->steps_pkey, AccessShareLock);
@@ -169,28 +105,16 @@ ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRe
 		*settled = false;
 	if (found)
 	{
-		bool		isnull;
-		Datum		d;
-
 		memset(out, 0, sizeof(*out));
 		out->run_id = pstrdup(run_id);
 		out->step_id = pstrdup(step_id);
-		out->status = ds_step_status_from_name(slot_text(slot, COL_STATUS));
-		out->fingerprint = slot_text(slot, COL_FINGERPRINT);
-		out->kind = slot_text(slot, COL_KIND);
-		out->owner = DatumGetObjectId(slot_datum(slot, COL_OWNER, &isnull));
-		d = slot_datum(slot, COL_RESULT, &isnull);
-		out->result = isnull ? NULL : (Jsonb *) PG_DETOAST_DATUM_COPY(d);
-		out->attempts = DatumGetInt32(slot_datum(slot, COL_ATTEMPTS, &isnull));
-		out->attempt_base = DatumGetInt32(slot_datum(slot, COL_ATTEMPT_BASE, &isnull));
-		out->max_attempts = DatumGetInt32(slot_datum(slot, COL_MAX_ATTEMPTS, &isnull));
-		d = slot_datum(slot, COL_NEXT_ATTEMPT_AT, &isnull);
-		out->next_attempt_at = isnull ? 0 : DatumGetTimestampTz(d);
-		out->error_class = slot_text(slot, COL_ERROR_CLASS);
-		out->error_code = slot_text(slot, COL_ERROR_CODE);
-		out->error_message = slot_text(slot, COL_ERROR_MESSAGE);
-		out->error_detail = slot_text(slot, COL_ERROR_DETAIL);
-		out->remediation = slot_text(slot, COL_REMEDIATION);
+		for (int i = 0; i < lengthof(answer_columns); i++)
+		{
+			int			att = r->step_attnums[answer_columns[i]] - 1;
+
+			ds_step_set_field(out, answer_columns[i], slot->tts_values[att],
+							  slot->tts_isnull[att], CurrentMemoryContext);
+		}
 		/* the generation first, then the row's header: see replay_cache.c */
 		if (settled != NULL)
 			*settled = out->status == STEP_SUCCEEDED &&
@@ -206,7 +130,7 @@ ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRe
 Jsonb *
 ds_probe_run_policy(const char *run_id)
 {
-	const StoreRelations *r = probe_relations();
+	const StoreRelations *r = ds_store_relations();
 	const char *keys[1] = {run_id};
 	Relation	rel = table_open(r->runs, AccessShareLock);
 	Relation	index = index_open(r->runs_pkey, AccessShareLock);
@@ -214,8 +138,8 @@ ds_probe_run_policy(const char *run_id)
 	Jsonb	   *policy = NULL;
 
 	if (probe_primary_key(rel, index, keys, 1, GetActiveSnapshot(), slot) &&
-		!slot->tts_isnull[runs_policy_attnum - 1])
-		policy = (Jsonb *) PG_DETOAST_DATUM_COPY(slot->tts_values[runs_policy_attnum - 1]);
+		!slot->tts_isnull[r->runs_policy_attnum - 1])
+		policy = (Jsonb *) PG_DETOAST_DATUM_COPY(slot->tts_values[r->runs_policy_attnum - 1]);
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, NoLock);
 	table_close(rel, NoLock);

@@ -10,9 +10,6 @@
 
 #include "step_store.h"
 
-/* A relation of the extension changed: look the attribute numbers up again. */
-extern void ds_probe_relcache_changed(void);
-
 /*
  * Read what an answer needs (status, fingerprint, owner, result, attempt counters, next attempt
  * time, error, remediation) of step (run_id, step_id) as `snapshot` sees it; the definition

@@ -2,15 +2,20 @@
  * step_store.c -- persistence of steps and attempts.
  *
  * Callers have no privileges on the tables of schema durable_steps. Row writes go through
- * direct_write.c, which checks no privileges; the locked read runs through SPI as the tables'
- * owner (the way referential-integrity checks run as the table owner), with every name and
- * operator schema-qualified so that nothing in the caller's search_path can take part in it.
- * Plans are prepared once per backend and kept.
+ * direct_write.c, which checks no privileges; the extension's statements run through SPI as the
+ * tables' owner (the way referential-integrity checks run as the table owner), with every name
+ * and operator schema-qualified so that nothing in the caller's search_path can take part in
+ * them. Plans are prepared once per backend and kept.
+ *
+ * The layout of both tables is described once (ds_step_columns, ds_attempt_column_names); the
+ * column list of the statements, the values of direct writes and the readers of rows all come
+ * from those descriptions.
  */
 #include "compat.h"
 
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "lib/stringinfo.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -19,6 +24,7 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/fmgroids.h"
+#include "utils/memutils.h"
 #include "utils/syscache.h"
 
 #include "store.h"
@@ -28,18 +34,178 @@
 #define STEP_KEY_WHERE \
 	" WHERE run_id OPERATOR(pg_catalog.=) $1 AND step_id OPERATOR(pg_catalog.=) $2"
 
-/* run_id, step_id and STEP_COLUMNS: the values of a step row, in record_to_params */
-#define STEP_NPARAMS 30
+#define STEP_FIELD(col, type, field) {col, type, offsetof(StepRecord, field)}
+
+const StepColumnDesc ds_step_columns[N_STEP_COLUMNS] = {
+	[STEP_COL_RUN_ID] = STEP_FIELD("run_id", FIELD_TEXT, run_id),
+	[STEP_COL_STEP_ID] = STEP_FIELD("step_id", FIELD_TEXT, step_id),
+	[STEP_COL_KIND] = STEP_FIELD("kind", FIELD_TEXT, kind),
+	[STEP_COL_SQL] = STEP_FIELD("sql", FIELD_TEXT, sql),
+	[STEP_COL_INPUT] = STEP_FIELD("input", FIELD_VARLENA, input),
+	[STEP_COL_REQUEST] = STEP_FIELD("request", FIELD_VARLENA, request),
+	[STEP_COL_FINGERPRINT] = STEP_FIELD("fingerprint", FIELD_TEXT, fingerprint),
+	[STEP_COL_POLICY] = STEP_FIELD("policy", FIELD_VARLENA, policy),
+	[STEP_COL_MAX_ATTEMPTS] = STEP_FIELD("max_attempts", FIELD_INT4, max_attempts),
+	[STEP_COL_ATTEMPT_BASE] = STEP_FIELD("attempt_base", FIELD_INT4, attempt_base),
+	[STEP_COL_ATTEMPTS] = STEP_FIELD("attempts", FIELD_INT4, attempts),
+	[STEP_COL_TIMEOUT] = STEP_FIELD("timeout", FIELD_USECS, timeout),
+	[STEP_COL_ON_TIMEOUT] = STEP_FIELD("on_timeout", FIELD_TEXT, on_timeout),
+	[STEP_COL_RETRY_ON] = STEP_FIELD("retry_on", FIELD_VARLENA, retry_on),
+	[STEP_COL_FAIL_ON] = STEP_FIELD("fail_on", FIELD_VARLENA, fail_on),
+	[STEP_COL_OWNER] = STEP_FIELD("owner", FIELD_OID, owner),
+	[STEP_COL_SEARCH_PATH] = STEP_FIELD("search_path", FIELD_TEXT, search_path),
+	[STEP_COL_STATUS] = STEP_FIELD("status", FIELD_STATUS, status),
+	[STEP_COL_RESULT] = STEP_FIELD("result", FIELD_VARLENA, result),
+	[STEP_COL_ERROR_CLASS] = STEP_FIELD("error_class", FIELD_TEXT, error_class),
+	[STEP_COL_ERROR_CODE] = STEP_FIELD("error_code", FIELD_TEXT, error_code),
+	[STEP_COL_ERROR_MESSAGE] = STEP_FIELD("error_message", FIELD_TEXT, error_message),
+	[STEP_COL_ERROR_DETAIL] = STEP_FIELD("error_detail", FIELD_TEXT, error_detail),
+	[STEP_COL_REMEDIATION] = STEP_FIELD("remediation", FIELD_TEXT, remediation),
+	[STEP_COL_NEXT_ATTEMPT_AT] = STEP_FIELD("next_attempt_at", FIELD_TIMESTAMPTZ, next_attempt_at),
+	[STEP_COL_LEASE_EXPIRES_AT] = STEP_FIELD("lease_expires_at", FIELD_TIMESTAMPTZ, lease_expires_at),
+	[STEP_COL_CLAIMED_BY] = STEP_FIELD("claimed_by", FIELD_INT4_ZERO_NULL, claimed_by),
+	[STEP_COL_CREATED_AT] = STEP_FIELD("created_at", FIELD_TIMESTAMPTZ, created_at),
+	[STEP_COL_UPDATED_AT] = STEP_FIELD("updated_at", FIELD_TIMESTAMPTZ, updated_at),
+	[STEP_COL_FINISHED_AT] = STEP_FIELD("finished_at", FIELD_TIMESTAMPTZ, finished_at),
+};
+
+const char *const ds_attempt_column_names[N_ATTEMPT_COLUMNS] = {
+	[ATTEMPT_COL_RUN_ID] = "run_id",
+	[ATTEMPT_COL_STEP_ID] = "step_id",
+	[ATTEMPT_COL_ATTEMPT] = "attempt",
+	[ATTEMPT_COL_CLASS] = "class",
+	[ATTEMPT_COL_ERROR_CODE] = "error_code",
+	[ATTEMPT_COL_ERROR_MESSAGE] = "error_message",
+	[ATTEMPT_COL_ERROR_DETAIL] = "error_detail",
+	[ATTEMPT_COL_EXECUTOR] = "executor",
+	[ATTEMPT_COL_BACKEND_PID] = "backend_pid",
+	[ATTEMPT_COL_ROLE] = "role",
+	[ATTEMPT_COL_CLAIMED_AT] = "claimed_at",
+	[ATTEMPT_COL_STARTED_AT] = "started_at",
+	[ATTEMPT_COL_FINISHED_AT] = "finished_at",
+};
 
 static SPIPlanPtr lock_plan = NULL;
 
-typedef struct StoreSession
+const char *
+ds_step_column_list(void)
 {
-	int			planning_level;	/* of ds_index_planning_begin(); 0 when not used */
-	Oid			save_userid;
-	int			save_sec_context;
-	MemoryContext caller_cxt;
-} StoreSession;
+	static char *list = NULL;
+
+	if (list == NULL)
+	{
+		StringInfoData buf;
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		initStringInfo(&buf);
+		for (int i = 0; i < N_STEP_COLUMNS; i++)
+			appendStringInfo(&buf, "%s%s", i > 0 ? ", " : "", ds_step_columns[i].name);
+		MemoryContextSwitchTo(old);
+		list = buf.data;
+	}
+	return list;
+}
+
+void
+ds_step_set_field(StepRecord *rec, StepColumn col, Datum value, bool isnull, MemoryContext cxt)
+{
+	const StepColumnDesc *c = &ds_step_columns[col];
+	char	   *field = (char *) rec + c->field;
+	MemoryContext old;
+
+	switch (c->type)
+	{
+		case FIELD_TEXT:
+			old = MemoryContextSwitchTo(cxt);
+			*(char **) field = isnull ? NULL : TextDatumGetCString(value);
+			MemoryContextSwitchTo(old);
+			break;
+		case FIELD_STATUS:
+			*(StepStatus *) field = ds_step_status_from_name(isnull ? NULL :
+															 TextDatumGetCString(value));
+			break;
+		case FIELD_VARLENA:
+			old = MemoryContextSwitchTo(cxt);
+			*(struct varlena **) field = isnull ? NULL : PG_DETOAST_DATUM_COPY(value);
+			MemoryContextSwitchTo(old);
+			break;
+		case FIELD_INT4:
+		case FIELD_INT4_ZERO_NULL:
+			*(int *) field = isnull ? 0 : DatumGetInt32(value);
+			break;
+		case FIELD_OID:
+			*(Oid *) field = isnull ? InvalidOid : DatumGetObjectId(value);
+			break;
+		case FIELD_USECS:
+			*(int64 *) field = isnull ? 0 : ds_interval_to_usecs(DatumGetIntervalP(value));
+			break;
+		case FIELD_TIMESTAMPTZ:
+			*(TimestampTz *) field = isnull ? 0 : DatumGetTimestampTz(value);
+			break;
+	}
+}
+
+/* The value of the field of `col` in *rec, as a column value. */
+static Datum
+step_field_value(const StepRecord *rec, StepColumn col, bool *isnull)
+{
+	const StepColumnDesc *c = &ds_step_columns[col];
+	const char *field = (const char *) rec + c->field;
+
+	*isnull = false;
+	switch (c->type)
+	{
+		case FIELD_TEXT:
+			*isnull = *(char *const *) field == NULL;
+			return *isnull ? (Datum) 0 : CStringGetTextDatum(*(char *const *) field);
+		case FIELD_STATUS:
+			return CStringGetTextDatum(ds_step_status_name(*(const StepStatus *) field));
+		case FIELD_VARLENA:
+			*isnull = *(void *const *) field == NULL;
+			return PointerGetDatum(*(void *const *) field);
+		case FIELD_INT4:
+			return Int32GetDatum(*(const int *) field);
+		case FIELD_INT4_ZERO_NULL:
+			*isnull = *(const int *) field == 0;
+			return Int32GetDatum(*(const int *) field);
+		case FIELD_OID:
+			return ObjectIdGetDatum(*(const Oid *) field);
+		case FIELD_USECS:
+			*isnull = *(const int64 *) field == 0;
+			return *isnull ? (Datum) 0 :
+				IntervalPGetDatum(ds_usecs_to_interval(*(const int64 *) field));
+		case FIELD_TIMESTAMPTZ:
+			*isnull = *(const TimestampTz *) field == 0;
+			return TimestampTzGetDatum(*(const TimestampTz *) field);
+	}
+	pg_unreachable();
+}
+
+/* Every column of the step row, in StepColumn order. */
+static void
+step_to_values(const StepRecord *rec, Datum *values, bool *nulls)
+{
+	for (int i = 0; i < N_STEP_COLUMNS; i++)
+		values[i] = step_field_value(rec, (StepColumn) i, &nulls[i]);
+}
+
+void
+ds_store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
+						   StepRecord *out)
+{
+	bool		isnull;
+
+	memset(out, 0, sizeof(*out));
+	for (int i = 0; i < N_STEP_COLUMNS; i++)
+	{
+		Datum		d = SPI_getbinval(t, td, offset + 1 + i, &isnull);
+
+		ds_step_set_field(out, (StepColumn) i, d, isnull, cxt);
+	}
+	ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(t, td, offset + N_STEP_COLUMNS + 1,
+																&isnull)),
+					&out->tid);
+}
 
 /*
  * The internal statements find their rows by key and are planned once, often while the tables
@@ -47,41 +213,26 @@ typedef struct StoreSession
  * it while the tables grow to millions of rows. Planning them with sequential scans disabled
  * makes every plan (and every re-plan the plan cache makes later) use the indexes.
  */
-int
-ds_index_planning_begin(void)
-{
-	int			level = NewGUCNestLevel();
-
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	return level;
-}
-
 void
-ds_index_planning_end(int level)
-{
-	AtEOXact_GUC(true, level);
-}
-
-static void
-store_begin(StoreSession *s)
+ds_store_spi_begin(StoreSpi *s)
 {
 	Oid			owner = ds_store_relations()->owner;
 
 	s->caller_cxt = CurrentMemoryContext;
-	s->planning_level = 0;
 	GetUserIdAndSecContext(&s->save_userid, &s->save_sec_context);
 	SetUserIdAndSecContext(owner, s->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	s->planning_level = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 }
 
-static void
-store_end(StoreSession *s)
+void
+ds_store_spi_end(StoreSpi *s)
 {
 	SPI_finish();
-	if (s->planning_level > 0)
-		ds_index_planning_end(s->planning_level);
+	AtEOXact_GUC(true, s->planning_level);
 	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
 }
 
@@ -145,231 +296,35 @@ ds_store_may_access(Oid owner)
 	return OidIsValid(admin) && has_privs_of_role(user, admin);
 }
 
-/* Copiers into the caller's memory context, for values read through SPI. */
-static char *
-get_text(HeapTuple tup, TupleDesc td, int col, MemoryContext cxt)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, td, col, &isnull);
-	MemoryContext old;
-	char	   *s;
-
-	if (isnull)
-		return NULL;
-	old = MemoryContextSwitchTo(cxt);
-	s = TextDatumGetCString(d);
-	MemoryContextSwitchTo(old);
-	return s;
-}
-
-static void *
-get_varlena(HeapTuple tup, TupleDesc td, int col, MemoryContext cxt)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, td, col, &isnull);
-	MemoryContext old;
-	struct varlena *v;
-
-	if (isnull)
-		return NULL;
-	old = MemoryContextSwitchTo(cxt);
-	v = PG_DETOAST_DATUM_COPY(d);
-	MemoryContextSwitchTo(old);
-	return v;
-}
-
-static int32
-get_int4(HeapTuple tup, TupleDesc td, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, td, col, &isnull);
-
-	return isnull ? 0 : DatumGetInt32(d);
-}
-
-static int64
-get_interval_usecs(HeapTuple tup, TupleDesc td, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, td, col, &isnull);
-
-	return isnull ? 0 : ds_interval_to_usecs(DatumGetIntervalP(d));
-}
-
-static TimestampTz
-get_timestamptz(HeapTuple tup, TupleDesc td, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, td, col, &isnull);
-
-	return isnull ? 0 : DatumGetTimestampTz(d);
-}
-
-void
-ds_store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
-						StepRecord *out)
-{
-	bool		isnull;
-
-	memset(out, 0, sizeof(*out));
-	out->kind = get_text(t, td, offset + 1, cxt);
-	out->sql = get_text(t, td, offset + 2, cxt);
-	out->input = get_varlena(t, td, offset + 3, cxt);
-	out->fingerprint = get_text(t, td, offset + 4, cxt);
-	out->policy = get_varlena(t, td, offset + 5, cxt);
-	out->max_attempts = get_int4(t, td, offset + 6);
-	out->attempt_base = get_int4(t, td, offset + 7);
-	out->attempts = get_int4(t, td, offset + 8);
-	out->timeout = get_interval_usecs(t, td, offset + 9);
-	out->on_timeout = get_text(t, td, offset + 10, cxt);
-	out->retry_on = get_varlena(t, td, offset + 11, cxt);
-	out->fail_on = get_varlena(t, td, offset + 12, cxt);
-	out->owner = DatumGetObjectId(SPI_getbinval(t, td, offset + 13, &isnull));
-	out->search_path = get_text(t, td, offset + 14, cxt);
-	out->status = ds_step_status_from_name(get_text(t, td, offset + 15, cxt));
-	out->result = get_varlena(t, td, offset + 16, cxt);
-	out->error_class = get_text(t, td, offset + 17, cxt);
-	out->error_code = get_text(t, td, offset + 18, cxt);
-	out->error_message = get_text(t, td, offset + 19, cxt);
-	out->error_detail = get_text(t, td, offset + 20, cxt);
-	out->remediation = get_text(t, td, offset + 21, cxt);
-	out->next_attempt_at = get_timestamptz(t, td, offset + 22);
-	out->created_at = get_timestamptz(t, td, offset + 23);
-	out->updated_at = get_timestamptz(t, td, offset + 24);
-	out->finished_at = get_timestamptz(t, td, offset + 25);
-	out->request = get_varlena(t, td, offset + 26, cxt);
-	out->lease_expires_at = get_timestamptz(t, td, offset + 27);
-	out->claimed_by = get_int4(t, td, offset + 28);
-	ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(t, td, offset + 29, &isnull)),
-					&out->tid);
-}
-
 bool
 ds_store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
 {
 	static Oid	key_types[2] = {TEXTOID, TEXTOID};
-	StoreSession s;
-	SPIPlanPtr	plan;
+	StoreSpi	s;
 	Datum		values[2];
 	int			rc;
 	bool		found = false;
 
-	store_begin(&s);
-	s.planning_level = ds_index_planning_begin();
-	plan = ds_prepare_kept(&lock_plan,
-						"SELECT " STEP_COLUMNS ", ctid FROM durable_steps.steps" STEP_KEY_WHERE
-						" FOR UPDATE", 2, key_types);
+	ds_store_spi_begin(&s);
+	if (lock_plan == NULL)
+		(void) ds_prepare_kept(&lock_plan,
+							   psprintf("SELECT %s, ctid FROM durable_steps.steps" STEP_KEY_WHERE
+										" FOR UPDATE", ds_step_column_list()),
+							   2, key_types);
 	values[0] = CStringGetTextDatum(run_id);
 	values[1] = CStringGetTextDatum(step_id);
-	rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	rc = SPI_execute_plan(lock_plan, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "step lookup failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 1)
 	{
 		found = true;
 		ds_store_record_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 0, s.caller_cxt,
-								out);
-		out->run_id = MemoryContextStrdup(s.caller_cxt, run_id);
-		out->step_id = MemoryContextStrdup(s.caller_cxt, step_id);
+								   out);
 	}
-	store_end(&s);
+	ds_store_spi_end(&s);
 	return found;
 }
-
-static Datum
-text_or_null(const char *s, char *null)
-{
-	*null = s ? ' ' : 'n';
-	return s ? CStringGetTextDatum(s) : (Datum) 0;
-}
-
-static Datum
-pointer_or_null(const void *p, char *null)
-{
-	*null = p ? ' ' : 'n';
-	return PointerGetDatum(p);
-}
-
-static Datum
-timestamptz_or_null(TimestampTz ts, char *null)
-{
-	*null = ts ? ' ' : 'n';
-	return TimestampTzGetDatum(ts);
-}
-
-static void
-record_to_params(const StepRecord *r, Datum *v, char *n)
-{
-	memset(n, ' ', STEP_NPARAMS);
-	v[0] = CStringGetTextDatum(r->run_id);
-	v[1] = CStringGetTextDatum(r->step_id);
-	v[2] = text_or_null(r->kind, &n[2]);
-	v[3] = text_or_null(r->sql, &n[3]);
-	v[4] = pointer_or_null(r->input, &n[4]);
-	v[5] = text_or_null(r->fingerprint, &n[5]);
-	v[6] = pointer_or_null(r->policy, &n[6]);
-	v[7] = Int32GetDatum(r->max_attempts);
-	v[8] = Int32GetDatum(r->attempt_base);
-	v[9] = Int32GetDatum(r->attempts);
-	v[10] = r->timeout > 0 ? IntervalPGetDatum(ds_usecs_to_interval(r->timeout)) : (Datum) 0;
-	n[10] = r->timeout > 0 ? ' ' : 'n';
-	v[11] = text_or_null(r->on_timeout, &n[11]);
-	v[12] = pointer_or_null(r->retry_on, &n[12]);
-	v[13] = pointer_or_null(r->fail_on, &n[13]);
-	v[14] = ObjectIdGetDatum(r->owner);
-	v[15] = text_or_null(r->search_path, &n[15]);
-	v[16] = CStringGetTextDatum(ds_step_status_name(r->status));
-	v[17] = pointer_or_null(r->result, &n[17]);
-	v[18] = text_or_null(r->error_class, &n[18]);
-	v[19] = text_or_null(r->error_code, &n[19]);
-	v[20] = text_or_null(r->error_message, &n[20]);
-	v[21] = text_or_null(r->error_detail, &n[21]);
-	v[22] = text_or_null(r->remediation, &n[22]);
-	v[23] = timestamptz_or_null(r->next_attempt_at, &n[23]);
-	v[24] = timestamptz_or_null(r->created_at, &n[24]);
-	v[25] = timestamptz_or_null(r->updated_at, &n[25]);
-	v[26] = timestamptz_or_null(r->finished_at, &n[26]);
-	v[27] = pointer_or_null(r->request, &n[27]);
-	v[28] = timestamptz_or_null(r->lease_expires_at, &n[28]);
-	v[29] = Int32GetDatum(r->claimed_by);
-	n[29] = r->claimed_by != 0 ? ' ' : 'n';
-}
-
-/* attempt_to_params' values: identity, number, class, error, finish and start times */
-#define ATTEMPT_NPARAMS 9
-
-static void
-attempt_to_params(const StepRecord *rec, int attempt, const AttemptOutcome *o, Datum *v, char *n)
-{
-	bool		failed = o->cls != ATTEMPT_COMPLETED;
-
-	memset(n, ' ', ATTEMPT_NPARAMS);
-	v[0] = CStringGetTextDatum(rec->run_id);
-	v[1] = CStringGetTextDatum(rec->step_id);
-	v[2] = Int32GetDatum(attempt);
-	v[3] = CStringGetTextDatum(ds_attempt_class_name(o->cls));
-	v[4] = text_or_null(failed ? unpack_sql_state(o->sqlerrcode) : NULL, &n[4]);
-	v[5] = text_or_null(failed ? o->message : NULL, &n[5]);
-	v[6] = text_or_null(failed ? o->detail : NULL, &n[6]);
-	v[7] = timestamptz_or_null(o->finished_at, &n[7]);
-	v[8] = TimestampTzGetDatum(o->started_at);
-}
-
-/* The columns of record_to_params' values, in order: run_id, step_id, then STEP_COLUMNS. */
-static const char *const step_param_columns[STEP_NPARAMS] = {
-	"run_id", "step_id", "kind", "sql", "input", "fingerprint", "policy", "max_attempts",
-	"attempt_base", "attempts", "timeout", "on_timeout", "retry_on", "fail_on", "owner",
-	"search_path", "status", "result", "error_class", "error_code", "error_message",
-	"error_detail", "remediation", "next_attempt_at", "created_at", "updated_at", "finished_at",
-	"request", "lease_expires_at", "claimed_by"
-};
-
-/* The columns of attempt_to_params' $1..$9, then the three a caller's attempt adds. */
-#define ATTEMPT_NCOLUMNS (ATTEMPT_NPARAMS + 4)
-static const char *const attempt_columns[ATTEMPT_NCOLUMNS] = {
-	"run_id", "step_id", "attempt", "class", "error_code", "error_message", "error_detail",
-	"finished_at", "started_at", "claimed_at", "executor", "backend_pid", "role"
-};
 
 /*
  * The one row of a finished attempt. A caller's attempt is claimed when it starts; a worker's
@@ -379,35 +334,42 @@ static void
 insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o, bool by_worker,
 			   TimestampTz claimed_at)
 {
-	Datum		av[ATTEMPT_NCOLUMNS];
-	char		an[ATTEMPT_NCOLUMNS];
-	bool		a_isnull[ATTEMPT_NCOLUMNS];
+	Datum		v[N_ATTEMPT_COLUMNS];
+	bool		n[N_ATTEMPT_COLUMNS];
+	bool		failed = o->cls != ATTEMPT_COMPLETED;
+	const char *texts[3] = {failed ? unpack_sql_state(o->sqlerrcode) : NULL,
+	failed ? o->message : NULL, failed ? o->detail : NULL};
 
-	attempt_to_params(rec, attempt, o, av, an);
-	av[ATTEMPT_NPARAMS] = by_worker ? TimestampTzGetDatum(claimed_at) : av[8];
-	an[ATTEMPT_NPARAMS] = ' ';
-	av[ATTEMPT_NPARAMS + 1] = CStringGetTextDatum(by_worker ? "worker" : "caller");
-	av[ATTEMPT_NPARAMS + 2] = Int32GetDatum(by_worker ? rec->claimed_by : MyProcPid);
-	av[ATTEMPT_NPARAMS + 3] = ObjectIdGetDatum(rec->owner);
-	an[ATTEMPT_NPARAMS + 1] = an[ATTEMPT_NPARAMS + 2] = an[ATTEMPT_NPARAMS + 3] = ' ';
-	for (int i = 0; i < ATTEMPT_NCOLUMNS; i++)
-		a_isnull[i] = an[i] == 'n';
-	ds_direct_insert_row(ds_store_relations()->attempts, attempt_columns, ATTEMPT_NCOLUMNS, av,
-					  a_isnull);
+	memset(n, false, sizeof(n));
+	v[ATTEMPT_COL_RUN_ID] = CStringGetTextDatum(rec->run_id);
+	v[ATTEMPT_COL_STEP_ID] = CStringGetTextDatum(rec->step_id);
+	v[ATTEMPT_COL_ATTEMPT] = Int32GetDatum(attempt);
+	v[ATTEMPT_COL_CLASS] = CStringGetTextDatum(ds_attempt_class_name(o->cls));
+	for (int i = 0; i < 3; i++)
+	{
+		n[ATTEMPT_COL_ERROR_CODE + i] = texts[i] == NULL;
+		v[ATTEMPT_COL_ERROR_CODE + i] = texts[i] ? CStringGetTextDatum(texts[i]) : (Datum) 0;
+	}
+	v[ATTEMPT_COL_EXECUTOR] = CStringGetTextDatum(by_worker ? "worker" : "caller");
+	v[ATTEMPT_COL_BACKEND_PID] = Int32GetDatum(by_worker ? rec->claimed_by : MyProcPid);
+	v[ATTEMPT_COL_ROLE] = ObjectIdGetDatum(rec->owner);
+	v[ATTEMPT_COL_CLAIMED_AT] = TimestampTzGetDatum(by_worker ? claimed_at : o->started_at);
+	v[ATTEMPT_COL_STARTED_AT] = TimestampTzGetDatum(o->started_at);
+	v[ATTEMPT_COL_FINISHED_AT] = TimestampTzGetDatum(o->finished_at);
+	ds_direct_insert_row(ds_store_relations()->attempts, ds_store_relations()->attempt_attnums,
+						 N_ATTEMPT_COLUMNS, v, n);
 }
 
 /* A synchronous caller's new step and its first attempt: the hot path of ds_run_step. */
 void
 ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
-	Datum		v[STEP_NPARAMS];
-	char		n[STEP_NPARAMS];
-	bool		isnull[STEP_NPARAMS];
+	Datum		v[N_STEP_COLUMNS];
+	bool		isnull[N_STEP_COLUMNS];
 
-	record_to_params(rec, v, n);
-	for (int i = 0; i < STEP_NPARAMS; i++)
-		isnull[i] = n[i] == 'n';
-	ds_direct_insert_row(ds_store_relations()->steps, step_param_columns, STEP_NPARAMS, v, isnull);
+	step_to_values(rec, v, isnull);
+	ds_direct_insert_row(ds_store_relations()->steps, ds_store_relations()->step_attnums,
+						 N_STEP_COLUMNS, v, isnull);
 	insert_attempt(rec, attempt, o, false, 0);
 }
 
@@ -415,17 +377,16 @@ ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt, const Atte
 void
 ds_store_update_step(StepRecord *rec)
 {
-	Datum		v[STEP_NPARAMS];
-	char		n[STEP_NPARAMS];
-	bool		isnull[STEP_NPARAMS];
+	Datum		v[N_STEP_COLUMNS];
+	bool		isnull[N_STEP_COLUMNS];
 	const StoreRelations *r = ds_store_relations();
-	static const RegProcedure key_eq[2] = {F_TEXTEQ, F_TEXTEQ};
+	static const RegProcedure key_eq[N_STEP_KEY_COLUMNS] = {F_TEXTEQ, F_TEXTEQ};
 
-	record_to_params(rec, v, n);
-	for (int i = 0; i < STEP_NPARAMS; i++)
-		isnull[i] = n[i] == 'n';
-	if (!ds_direct_update_row(r->steps, r->steps_pkey, 2, v, key_eq, &rec->tid,
-						   step_param_columns + 2, STEP_NPARAMS - 2, v + 2, isnull + 2))
+	step_to_values(rec, v, isnull);
+	if (!ds_direct_update_row(r->steps, r->steps_pkey, N_STEP_KEY_COLUMNS, v, key_eq, &rec->tid,
+							  r->step_attnums + N_STEP_KEY_COLUMNS,
+							  N_STEP_COLUMNS - N_STEP_KEY_COLUMNS, v + N_STEP_KEY_COLUMNS,
+							  isnull + N_STEP_KEY_COLUMNS))
 		elog(ERROR, "step %s/%s to update was not found", rec->run_id, rec->step_id);
 }
 

@@ -95,20 +95,121 @@ extern void ds_store_update_step_insert_attempt(StepRecord *rec, int attempt,
 											 const AttemptOutcome *outcome);
 
 /*
- * Fill *out (but run_id, step_id) from columns offset+1.. of a row in STEP_COLUMNS order
- * followed by the row's ctid (out->tid).
+ * The layout of durable_steps.steps (sql/durable_steps--0.1.0.sql), as pg_cron's cron_job.h
+ * lays out its table: one entry per column, naming the column, the StepRecord field that holds
+ * it and how. Statement column lists, direct writes, SPI tuple readers and index probes all
+ * derive from it; a new column is one line here and one in the install script.
+ */
+typedef enum StepColumn
+{
+	STEP_COL_RUN_ID,
+	STEP_COL_STEP_ID,
+	STEP_COL_KIND,
+	STEP_COL_SQL,
+	STEP_COL_INPUT,
+	STEP_COL_REQUEST,
+	STEP_COL_FINGERPRINT,
+	STEP_COL_POLICY,
+	STEP_COL_MAX_ATTEMPTS,
+	STEP_COL_ATTEMPT_BASE,
+	STEP_COL_ATTEMPTS,
+	STEP_COL_TIMEOUT,
+	STEP_COL_ON_TIMEOUT,
+	STEP_COL_RETRY_ON,
+	STEP_COL_FAIL_ON,
+	STEP_COL_OWNER,
+	STEP_COL_SEARCH_PATH,
+	STEP_COL_STATUS,
+	STEP_COL_RESULT,
+	STEP_COL_ERROR_CLASS,
+	STEP_COL_ERROR_CODE,
+	STEP_COL_ERROR_MESSAGE,
+	STEP_COL_ERROR_DETAIL,
+	STEP_COL_REMEDIATION,
+	STEP_COL_NEXT_ATTEMPT_AT,
+	STEP_COL_LEASE_EXPIRES_AT,
+	STEP_COL_CLAIMED_BY,
+	STEP_COL_CREATED_AT,
+	STEP_COL_UPDATED_AT,
+	STEP_COL_FINISHED_AT
+} StepColumn;
+
+#define N_STEP_COLUMNS (STEP_COL_FINISHED_AT + 1)
+/* the primary key is the first two columns */
+#define N_STEP_KEY_COLUMNS 2
+
+/* How a column's value sits in its StepRecord field. */
+typedef enum StepFieldType
+{
+	FIELD_TEXT,					/* char *, NULL = SQL NULL */
+	FIELD_STATUS,				/* StepStatus, stored as its name */
+	FIELD_VARLENA,				/* Jsonb * or ArrayType *, NULL = SQL NULL */
+	FIELD_INT4,					/* int, never NULL */
+	FIELD_INT4_ZERO_NULL,		/* int, 0 = SQL NULL */
+	FIELD_OID,					/* Oid (regrole), never NULL */
+	FIELD_USECS,				/* int64 microseconds of an interval, 0 = SQL NULL */
+	FIELD_TIMESTAMPTZ			/* TimestampTz, 0 = SQL NULL */
+} StepFieldType;
+
+typedef struct StepColumnDesc
+{
+	const char *name;
+	StepFieldType type;
+	size_t		field;			/* offsetof(StepRecord, ...) */
+} StepColumnDesc;
+
+extern const StepColumnDesc ds_step_columns[N_STEP_COLUMNS];
+
+/* "run_id, step_id, kind, ...": every column, in StepColumn order, for SELECT lists. */
+extern const char *ds_step_column_list(void);
+
+/* Set the field of `col` in *rec from a column value, copying into `cxt`. */
+extern void ds_step_set_field(StepRecord *rec, StepColumn col, Datum value, bool isnull,
+							  MemoryContext cxt);
+
+/*
+ * Fill *out from columns offset+1 .. offset+N_STEP_COLUMNS of a row read through SPI (the list
+ * of ds_step_column_list()), followed by the row's ctid (out->tid).
  */
 extern void ds_store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
-									StepRecord *out);
-/* Plan the statements run between these with sequential scans disabled (see step_store.c). */
-extern int	ds_index_planning_begin(void);
-extern void ds_index_planning_end(int level);
+									   StepRecord *out);
 
-#define STEP_COLUMNS \
-	"kind, sql, input, fingerprint, policy, max_attempts, attempt_base, attempts, timeout, " \
-	"on_timeout, retry_on, fail_on, owner, search_path, status, result, error_class, " \
-	"error_code, error_message, error_detail, remediation, next_attempt_at, created_at, " \
-	"updated_at, finished_at, request, lease_expires_at, claimed_by"
+/* The columns of durable_steps.attempts, whose rows are written once and never read back. */
+typedef enum AttemptColumn
+{
+	ATTEMPT_COL_RUN_ID,
+	ATTEMPT_COL_STEP_ID,
+	ATTEMPT_COL_ATTEMPT,
+	ATTEMPT_COL_CLASS,
+	ATTEMPT_COL_ERROR_CODE,
+	ATTEMPT_COL_ERROR_MESSAGE,
+	ATTEMPT_COL_ERROR_DETAIL,
+	ATTEMPT_COL_EXECUTOR,
+	ATTEMPT_COL_BACKEND_PID,
+	ATTEMPT_COL_ROLE,
+	ATTEMPT_COL_CLAIMED_AT,
+	ATTEMPT_COL_STARTED_AT,
+	ATTEMPT_COL_FINISHED_AT
+} AttemptColumn;
+
+#define N_ATTEMPT_COLUMNS (ATTEMPT_COL_FINISHED_AT + 1)
+
+extern const char *const ds_attempt_column_names[N_ATTEMPT_COLUMNS];
+
+/*
+ * The extension's own statements: run as the tables' owner, through SPI, planned with
+ * sequential scans disabled (see step_store.c). Every internal statement goes between these.
+ */
+typedef struct StoreSpi
+{
+	int			planning_level;
+	Oid			save_userid;
+	int			save_sec_context;
+	MemoryContext caller_cxt;	/* where results are copied to */
+} StoreSpi;
+
+extern void ds_store_spi_begin(StoreSpi *s);
+extern void ds_store_spi_end(StoreSpi *s);
 
 /* The saved plan in *slot, prepared (and kept for the backend's life) on first use. */
 extern SPIPlanPtr ds_prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);

@@ -12,6 +12,8 @@
 
 #include "compat.h"
 
+#include "step_store.h"
+
 /* The extension's tables, looked up once per backend and forgotten on any relcache change. */
 typedef struct StoreRelations
 {
@@ -21,16 +23,22 @@ typedef struct StoreRelations
 	Oid			runs_pkey;
 	Oid			attempts;
 	Oid			owner;			/* owner of durable_steps.steps: the internal statements' role */
+	/* attribute numbers of the columns, in StepColumn and AttemptColumn order */
+	AttrNumber	step_attnums[N_STEP_COLUMNS];
+	AttrNumber	attempt_attnums[N_ATTEMPT_COLUMNS];
+	AttrNumber	runs_policy_attnum;
 } StoreRelations;
 
 /* Raises "extension is not installed" when the tables are missing. */
 extern const StoreRelations *ds_store_relations(void);
+
+/* Are the extension's tables here? (No error when they are not.) */
+extern bool ds_store_installed(void);
 
 /* From _PG_init: registers the storage layer's one relcache callback. */
 extern void ds_store_init_module(void);
 
 #include "direct_write.h"
 #include "step_probe.h"
-#include "step_store.h"
 
 #endif							/* DS_STORE_H */

@@ -4,7 +4,8 @@
  *
  * The storage modules read and write rows below the SQL level (index probes, direct writes):
  * that is only right for the tables the install script creates. So the lookup also checks what
- * they rely on: every table is a heap table.
+ * they rely on: every table is a heap table, and has every column of the layouts described in
+ * step_store.h. The columns' attribute numbers are looked up here, once, for every module.
  */
 #include "compat.h"
 
@@ -27,8 +28,6 @@ static void
 store_relcache_changed(Datum arg, Oid relid)
 {
 	relations_valid = false;
-	ds_probe_relcache_changed();
-	ds_direct_write_relcache_changed();
 	ds_replay_cache_relcache_changed(relid);
 }
 
@@ -36,6 +35,18 @@ void
 ds_store_init_module(void)
 {
 	CacheRegisterRelcacheCallback(store_relcache_changed, (Datum) 0);
+}
+
+/* Attribute numbers of columns names[0..n-1] of `relid`; each must exist. */
+static void
+lookup_attnums(Oid relid, const char *const *names, int n, AttrNumber *out)
+{
+	for (int i = 0; i < n; i++)
+	{
+		out[i] = get_attnum(relid, names[i]);
+		if (out[i] == InvalidAttrNumber)
+			elog(ERROR, "durable_steps.%s has no column \"%s\"", get_rel_name(relid), names[i]);
+	}
 }
 
 /* The owner of table `relid`, after checking that it is a heap table. */
@@ -60,13 +71,13 @@ heap_table_owner(Oid relid)
 	return owner;
 }
 
-const StoreRelations *
-ds_store_relations(void)
+/* Look the tables up; false when any is missing (the extension is not installed here). */
+static bool
+lookup_relations(void)
 {
 	Oid			nsp;
+	const char *step_names[N_STEP_COLUMNS];
 
-	if (relations_valid)
-		return &relations;
 	nsp = get_namespace_oid("durable_steps", true);
 	relations.steps = OidIsValid(nsp) ? get_relname_relid("steps", nsp) : InvalidOid;
 	relations.steps_pkey = OidIsValid(nsp) ? get_relname_relid("steps_pkey", nsp) : InvalidOid;
@@ -76,13 +87,34 @@ ds_store_relations(void)
 	if (!OidIsValid(relations.steps) || !OidIsValid(relations.steps_pkey) ||
 		!OidIsValid(relations.attempts) ||
 		!OidIsValid(relations.runs) || !OidIsValid(relations.runs_pkey))
+		return false;
+	relations.owner = heap_table_owner(relations.steps);
+	(void) heap_table_owner(relations.attempts);
+	(void) heap_table_owner(relations.runs);
+	for (int i = 0; i < N_STEP_COLUMNS; i++)
+		step_names[i] = ds_step_columns[i].name;
+	lookup_attnums(relations.steps, step_names, N_STEP_COLUMNS, relations.step_attnums);
+	lookup_attnums(relations.attempts, ds_attempt_column_names, N_ATTEMPT_COLUMNS,
+				   relations.attempt_attnums);
+	lookup_attnums(relations.runs, (const char *[]) {"policy"}, 1, &relations.runs_policy_attnum);
+	/* the lookups may have processed invalidations; they concern other relations or none */
+	relations_valid = true;
+	return true;
+}
+
+bool
+ds_store_installed(void)
+{
+	return relations_valid || lookup_relations();
+}
+
+const StoreRelations *
+ds_store_relations(void)
+{
+	if (!ds_store_installed())
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("extension \"durable_steps\" is not installed in this database"),
 				 errhint("Run CREATE EXTENSION durable_steps.")));
-	relations.owner = heap_table_owner(relations.steps);
-	(void) heap_table_owner(relations.attempts);
-	(void) heap_table_owner(relations.runs);
-	relations_valid = true;
 	return &relations;
 }
