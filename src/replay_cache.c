@@ -38,7 +38,10 @@
 #include "utils/inval.h"
 #include "utils/memutils.h"
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "replay_cache.h"
+#include "store.h"
 #include "worker_wakeup.h"
 
 /* durable_steps.replay_cache_entries: answers a backend keeps at most (0: none) */
@@ -147,8 +150,16 @@ ds_replay_cache_init_module(void)
 							NULL, NULL, NULL);
 }
 
-bool
-ds_replay_cache_generation(uint64 *generation)
+/* May this call use the cache? See the file header. */
+static bool
+cache_applies(void)
+{
+	return !IsolationUsesXactSnapshot() && !RecoveryInProgress();
+}
+
+/* The shared generation; false when there is no cache (not preloaded, or turned off). */
+static bool
+read_generation(uint64 *generation)
 {
 	WorkerShared *shared = ds_worker_shared();
 
@@ -167,7 +178,7 @@ ds_replay_cache_lookup(const char *run_id, const char *step_id, const char *sql,
 	ReplayEntry *e;
 	uint64		generation;
 
-	if (entries == NULL || !ds_replay_cache_generation(&generation))
+	if (entries == NULL || !cache_applies() || !read_generation(&generation))
 		return false;
 	if (generation != cached_generation)
 	{
@@ -189,18 +200,36 @@ ds_replay_cache_lookup(const char *run_id, const char *step_id, const char *sql,
 	return true;
 }
 
-void
-ds_replay_cache_remember(Oid steps_relid, uint64 generation, const char *run_id,
-					  const char *step_id, Oid owner, const char *sql, Jsonb *input,
-					  HeapTupleHeader answer)
+bool
+ds_replay_cache_probe(const char *run_id, const char *step_id, Snapshot snapshot,
+					  StepRecord *out, ReplayTicket *ticket)
 {
+	bool		found;
+	bool		settled = false;
+
+	/* the generation first, then the row's header (inside the probe) */
+	ticket->may_remember = cache_applies() && read_generation(&ticket->generation);
+	found = ds_probe_step(run_id, step_id, snapshot, out,
+						  ticket->may_remember ? &settled : NULL);
+	ticket->may_remember = ticket->may_remember && found && settled &&
+		out->status == STEP_SUCCEEDED;
+	ticket->steps_relid = ds_store_relations()->steps;
+	return found;
+}
+
+void
+ds_replay_cache_remember(const ReplayTicket *ticket, const char *run_id, const char *step_id,
+						 Oid owner, const char *sql, Jsonb *input, HeapTupleHeader answer)
+{
+	Oid			steps_relid = ticket->steps_relid;
+	uint64		generation = ticket->generation;
 	ReplayEntry *e;
 	MemoryContext old;
 	size_t		bytes = strlen(sql) + (input ? VARSIZE(input) : 0) +
 		HeapTupleHeaderGetDatumLength(answer);
 	HeapTupleData tuple;
 
-	if (max_entries == 0 || bytes > REPLAY_CACHE_MAX_BYTES)
+	if (!ticket->may_remember || max_entries == 0 || bytes > REPLAY_CACHE_MAX_BYTES)
 		return;
 	if (entries != NULL && (cached_relid != steps_relid || cached_generation != generation))
 		forget_all();

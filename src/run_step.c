@@ -208,40 +208,46 @@ timeout_arg(FunctionCallInfo fcinfo, int argno)
 	return usecs;
 }
 
-/*
- * ds_run_step(run_id, step_id, sql, input, policy, timeout, nowait, retry_on, fail_on,
- *             on_timeout) → ds_step_result
- */
-Datum
-ds_run_step(PG_FUNCTION_ARGS)
+/* The arguments of one ds_run_step call, checked. */
+typedef struct StepCall
 {
-	char	   *run_id = identity_arg(fcinfo, 0, "run_id");
-	char	   *step_id = identity_arg(fcinfo, 1, "step_id");
+	char	   *run_id;
+	char	   *step_id;
 	char	   *sql;
-	Jsonb	   *input = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
-	Jsonb	   *policy_arg = PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4);
-	int64		timeout = timeout_arg(fcinfo, 5);
+	Jsonb	   *input;
+	Jsonb	   *policy;			/* as given; NULL: none */
+	int64		timeout;
 	bool		nowait;
-	ArrayType  *retry_on = PG_ARGISNULL(7) ? NULL : PG_GETARG_ARRAYTYPE_P_COPY(7);
-	ArrayType  *fail_on = PG_ARGISNULL(8) ? NULL : PG_GETARG_ARRAYTYPE_P_COPY(8);
+	ArrayType  *retry_on;
+	ArrayType  *fail_on;
 	char	   *on_timeout;
-	char	   *fingerprint;
+	char	   *fingerprint;	/* computed when a replay needs it, or for a new step */
+} StepCall;
+
+/*
+ * Check every argument: a malformed one is an error whether the call would replay or run, and
+ * changes nothing.
+ */
+static void
+parse_step_call(FunctionCallInfo fcinfo, StepCall *call)
+{
 	RetryPolicy parsed;
 	ClassOverrides overrides;
-	StepRecord	rec;
-	bool		found;
-	bool		cacheable;
-	bool		settled = false;
-	uint64		generation = 0;
-	Oid			owner;
-	HeapTuple	answer;
 
+	memset(call, 0, sizeof(*call));
+	call->run_id = identity_arg(fcinfo, 0, "run_id");
+	call->step_id = identity_arg(fcinfo, 1, "step_id");
+	call->input = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
+	call->policy = PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4);
+	call->timeout = timeout_arg(fcinfo, 5);
+	call->retry_on = PG_ARGISNULL(7) ? NULL : PG_GETARG_ARRAYTYPE_P_COPY(7);
+	call->fail_on = PG_ARGISNULL(8) ? NULL : PG_GETARG_ARRAYTYPE_P_COPY(8);
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("sql must not be null")));
-	sql = text_to_cstring(PG_GETARG_TEXT_PP(2));
-	if (strspn(sql, " \t\r\n\f\v;") == strlen(sql))
+	call->sql = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	if (strspn(call->sql, " \t\r\n\f\v;") == strlen(call->sql))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("sql must contain a statement")));
@@ -249,125 +255,165 @@ ds_run_step(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("nowait must not be null")));
-	nowait = PG_GETARG_BOOL(6);
+	call->nowait = PG_GETARG_BOOL(6);
 	if (PG_ARGISNULL(9))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("on_timeout must not be null")));
-	on_timeout = text_to_cstring(PG_GETARG_TEXT_PP(9));
-	if (strcmp(on_timeout, "retry") != 0 && strcmp(on_timeout, "fail") != 0)
+	call->on_timeout = text_to_cstring(PG_GETARG_TEXT_PP(9));
+	if (strcmp(call->on_timeout, "retry") != 0 && strcmp(call->on_timeout, "fail") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("on_timeout must be 'retry' or 'fail'")));
-	/* validated on every call, replay or not: a malformed argument is an error either way */
-	ds_policy_parse(policy_arg, &parsed);
+	ds_policy_parse(call->policy, &parsed);
 	memset(&overrides, 0, sizeof(overrides));
-	ds_parse_sqlstate_list(retry_on, "retry_on", &overrides.n_retry, &overrides.retry_on,
-						&overrides.retry_is_class);
-	ds_parse_sqlstate_list(fail_on, "fail_on", &overrides.n_fail, &overrides.fail_on,
-						&overrides.fail_is_class);
-
-	if (ds_step_context_is_executing(run_id, step_id))
+	ds_parse_sqlstate_list(call->retry_on, "retry_on", &overrides.n_retry, &overrides.retry_on,
+						   &overrides.retry_is_class);
+	ds_parse_sqlstate_list(call->fail_on, "fail_on", &overrides.n_fail, &overrides.fail_on,
+						   &overrides.fail_is_class);
+	if (ds_step_context_is_executing(call->run_id, call->step_id))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_STEP_RECURSION),
-				 errmsg("step %s/%s calls itself", run_id, step_id)));
+				 errmsg("step %s/%s calls itself", call->run_id, call->step_id)));
+}
 
-	/*
-	 * The common case, a replay: answered from what this backend remembers of succeeded steps
-	 * (see replay_cache.c: READ COMMITTED only, and not on a standby, where the primary's
-	 * deletions arrive as WAL and fire no trigger), or from the row without any lock.
-	 */
-	cacheable = !IsolationUsesXactSnapshot() && !RecoveryInProgress();
-	if (cacheable && ds_replay_cache_lookup(run_id, step_id, sql, input, &owner, &answer))
-	{
-		check_owner(owner, run_id, step_id);
-		PG_RETURN_DATUM(HeapTupleGetDatum(answer));
-	}
-	fingerprint = step_fingerprint(sql, input);
-	if (ds_probe_step(run_id, step_id, statement_snapshot(), &rec, cacheable ? &settled : NULL,
-				   &generation) &&
-		strcmp(rec.fingerprint, fingerprint) == 0 && answer_from_store(&rec, fingerprint))
-	{
-		Datum		result = step_result_datum(fcinfo, &rec, true);
+/*
+ * The common case, a replay: answered from what this backend remembers of succeeded steps
+ * (replay_cache.c), or from the row without any lock. False: there may be work to do.
+ */
+static bool
+answer_replay(FunctionCallInfo fcinfo, StepCall *call, Datum *result)
+{
+	ReplayTicket ticket;
+	StepRecord	rec;
+	Oid			owner;
+	HeapTuple	answer;
 
-		if (cacheable && settled)
-			ds_replay_cache_remember(ds_store_relations()->steps, generation, run_id, step_id,
-								  rec.owner, sql, input, DatumGetHeapTupleHeader(result));
-		PG_RETURN_DATUM(result);
+	if (ds_replay_cache_lookup(call->run_id, call->step_id, call->sql, call->input, &owner,
+							   &answer))
+	{
+		check_owner(owner, call->run_id, call->step_id);
+		*result = HeapTupleGetDatum(answer);
+		return true;
 	}
+	call->fingerprint = step_fingerprint(call->sql, call->input);
+	if (!ds_replay_cache_probe(call->run_id, call->step_id, statement_snapshot(), &rec, &ticket) ||
+		strcmp(rec.fingerprint, call->fingerprint) != 0 ||
+		!answer_from_store(&rec, call->fingerprint))
+		return false;
+	*result = step_result_datum(fcinfo, &rec, true);
+	ds_replay_cache_remember(&ticket, call->run_id, call->step_id, rec.owner, call->sql,
+							 call->input, DatumGetHeapTupleHeader(*result));
+	return true;
+}
+
+/*
+ * Take the step's lock (waiting for, or with nowait refusing, a transaction that has it in
+ * flight) and read the row again under it, locked; false when there is no step yet.
+ */
+static bool
+lock_and_read(const StepCall *call, StepRecord *rec)
+{
+	bool		found;
 
 	/* from here on the call may write: refuse where writing is not allowed, before anything */
 	PreventCommandIfReadOnly("ds_run_step()");
 	PreventCommandIfParallelMode("ds_run_step()");
-	if (!ds_step_lock_acquire(run_id, step_id, nowait))
+	if (!ds_step_lock_acquire(call->run_id, call->step_id, call->nowait))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_IN_PROGRESS),
-				 errmsg("step %s/%s is in progress in another transaction", run_id, step_id),
+				 errmsg("step %s/%s is in progress in another transaction", call->run_id,
+						call->step_id),
 				 errhint("Retry after a moment, or call without nowait to wait for it.")));
 
 	/*
 	 * Under the lock, the latest snapshot sees whatever the previous holder committed. Most
 	 * often there is nothing: a new step, inserted without reading the row again.
 	 */
-	found = ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL, NULL);
+	found = ds_probe_step(call->run_id, call->step_id, GetLatestSnapshot(), rec, NULL);
 	if (found && IsolationUsesXactSnapshot() &&
-		!ds_probe_step(run_id, step_id, GetTransactionSnapshot(), &rec, NULL, NULL))
+		!ds_probe_step(call->run_id, call->step_id, GetTransactionSnapshot(), rec, NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access due to concurrent creation of step %s/%s",
-						run_id, step_id),
+						call->run_id, call->step_id),
 				 errhint("Retry the transaction.")));
-	if (found)
-		found = ds_store_lock_step(run_id, step_id, &rec);
-	if (found && rec.status == STEP_RUNNING && strcmp(rec.fingerprint, fingerprint) == 0)
+	return found && ds_store_lock_step(call->run_id, call->step_id, rec);
+}
+
+/*
+ * A running step whose lock we hold: the worker's executor holds it for as long as an attempt
+ * is in flight, so that executor is gone. Record its attempt as lost, as the worker would.
+ */
+static void
+settle_lost_attempt(StepRecord *rec, const char *fingerprint)
+{
+	if (rec->status != STEP_RUNNING || strcmp(rec->fingerprint, fingerprint) != 0)
+		return;
+	check_access(rec);
+	ds_fail_started_attempt(rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
+							psprintf("The process running attempt %d ended before recording its outcome.",
+									 rec->attempts));
+}
+
+/* The record of a step this call creates, about to run its first attempt. */
+static void
+new_step_record(const StepCall *call, StepRecord *rec)
+{
+	RetryPolicy resolved;
+	TimestampTz now = GetCurrentTimestamp();
+	Jsonb	   *run_policy = ds_probe_run_policy(call->run_id);
+
+	memset(rec, 0, sizeof(*rec));
+	if (run_policy == NULL && call->policy == NULL)
+		rec->policy = ds_policy_default_jsonb(&resolved);
+	else
 	{
-		/*
-		 * The worker's executor holds its lock for as long as an attempt is in flight; having
-		 * it ourselves means that executor is gone. Record its attempt as lost, as the worker
-		 * would, then answer by the state that leaves.
-		 */
-		check_access(&rec);
-		ds_fail_started_attempt(&rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
-							 psprintf("The process running attempt %d ended before recording its outcome.",
-									  rec.attempts));
+		ds_policy_resolve(run_policy, call->policy, &resolved);
+		rec->policy = ds_policy_to_jsonb(&resolved);
 	}
+	rec->run_id = call->run_id;
+	rec->step_id = call->step_id;
+	rec->kind = "sql";
+	rec->sql = call->sql;
+	rec->input = call->input;
+	rec->fingerprint = call->fingerprint;
+	rec->max_attempts = resolved.max_attempts;
+	rec->timeout = call->timeout;
+	rec->on_timeout = call->on_timeout;
+	rec->retry_on = call->retry_on;
+	rec->fail_on = call->fail_on;
+	rec->owner = GetUserId();
+	rec->search_path = namespace_search_path;
+	rec->status = STEP_RUNNING;
+	rec->created_at = now;
+	rec->updated_at = now;
+}
+
+/*
+ * ds_run_step(run_id, step_id, sql, input, policy, timeout, nowait, retry_on, fail_on,
+ *             on_timeout) -> ds_step_result
+ */
+Datum
+ds_run_step(PG_FUNCTION_ARGS)
+{
+	StepCall	call;
+	StepRecord	rec;
+	Datum		result;
+	bool		found;
+
+	parse_step_call(fcinfo, &call);
+	if (answer_replay(fcinfo, &call, &result))
+		PG_RETURN_DATUM(result);
+	found = lock_and_read(&call, &rec);
 	if (found)
 	{
-		if (answer_from_store(&rec, fingerprint))
+		settle_lost_attempt(&rec, call.fingerprint);
+		if (answer_from_store(&rec, call.fingerprint))
 			PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, true));
 	}
 	else
-	{
-		RetryPolicy resolved;
-		TimestampTz now = GetCurrentTimestamp();
-
-		Jsonb	   *run_policy = ds_probe_run_policy(run_id);
-
-		memset(&rec, 0, sizeof(rec));
-		if (run_policy == NULL && policy_arg == NULL)
-			rec.policy = ds_policy_default_jsonb(&resolved);
-		else
-		{
-			ds_policy_resolve(run_policy, policy_arg, &resolved);
-			rec.policy = ds_policy_to_jsonb(&resolved);
-		}
-		rec.run_id = run_id;
-		rec.step_id = step_id;
-		rec.kind = "sql";
-		rec.sql = sql;
-		rec.input = input;
-		rec.fingerprint = fingerprint;
-		rec.max_attempts = resolved.max_attempts;
-		rec.timeout = timeout;
-		rec.on_timeout = on_timeout;
-		rec.retry_on = retry_on;
-		rec.fail_on = fail_on;
-		rec.owner = GetUserId();
-		rec.search_path = namespace_search_path;
-		rec.status = STEP_RUNNING;
-		rec.created_at = now;
-		rec.updated_at = now;
-	}
+		new_step_record(&call, &rec);
 	ds_run_next_attempt(&rec, !found, false);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }

@@ -31,7 +31,6 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "replay_cache.h"
 #include "store.h"
 
 /* The columns an answer reads (the definition columns are left NULL). */
@@ -92,7 +91,7 @@ row_is_settled(TupleTableSlot *slot)
 
 bool
 ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRecord *out,
-		   bool *settled, uint64 *generation)
+		   bool *settled)
 {
 	const StoreRelations *r = ds_store_relations();
 	const char *keys[2] = {run_id, step_id};
@@ -115,10 +114,8 @@ ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRe
 			ds_step_set_field(out, answer_columns[i], slot->tts_values[att],
 							  slot->tts_isnull[att], CurrentMemoryContext);
 		}
-		/* the generation first, then the row's header: see replay_cache.c */
 		if (settled != NULL)
-			*settled = out->status == STEP_SUCCEEDED &&
-				ds_replay_cache_generation(generation) && row_is_settled(slot);
+			*settled = row_is_settled(slot);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	/* keep the locks to the end of the transaction, as a query would */

@@ -12,14 +12,14 @@
 
 /*
  * Read what an answer needs (status, fingerprint, owner, result, attempt counters, next attempt
- * time, error, remediation) of step (run_id, step_id) as `snapshot` sees it; the definition
- * columns (sql, input, policy, ...) are left NULL. Returns false when there is no such row.
- * With `settled` not NULL, *settled tells whether the found row may go into the replay cache
- * (replay_cache.c): then it was committed by another transaction and nobody deletes or updates
- * it, as of the replay cache generation it sets in *generation.
+ * time, error, remediation, kind) of step (run_id, step_id) as `snapshot` sees it; the
+ * definition columns (sql, input, policy, ...) are left NULL. Returns false when there is no
+ * such row. With `settled` not NULL, *settled tells whether the row version was committed by
+ * another transaction and nobody deletes or updates it, as its header tells now (the replay
+ * cache's test: see replay_cache.c).
  */
 extern bool ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot,
-					   StepRecord *out, bool *settled, uint64 *generation);
+						  StepRecord *out, bool *settled);
 
 /* The default policy of run `run_id`, or NULL when there is no such run or it sets none. */
 extern Jsonb *ds_probe_run_policy(const char *run_id);
