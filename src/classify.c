@@ -1,6 +1,6 @@
 /*
- * classify.c -- which class an attempt's error falls in (README, "Outcome classes"), and the helpers that let a
- * step body choose its class explicitly.
+ * classify.c -- which class an attempt's error falls in (README, "Outcome classes"), and the
+ * helpers that let a step body choose its class explicitly.
  *
  * Order of decision: the explicit helpers (DS001-DS003) always mean what they say; then an exact
  * SQLSTATE in fail_on or retry_on; then a two-character class in fail_on or retry_on; then the
@@ -42,6 +42,7 @@ ds_attempt_class_name(AttemptClass cls)
 	return "permanent";
 }
 
+/* Is `c` one of the characters a SQLSTATE is made of (digits and upper-case letters)? */
 static bool
 is_sqlstate_char(char c)
 {
@@ -103,6 +104,7 @@ ds_parse_sqlstate_list(ArrayType *arr, const char *argname, int *n, int **codes,
 	*n = nelems;
 }
 
+/* Does the error match a code (or, with want_class, a class) of the list? */
 static bool
 list_matches(int n, const int *codes, const bool *is_class, int sqlerrcode, bool want_class)
 {
@@ -116,6 +118,7 @@ list_matches(int n, const int *codes, const bool *is_class, int sqlerrcode, bool
 	return false;
 }
 
+/* The class of an error no retry_on/fail_on list names (README, "Outcome classes"). */
 static AttemptClass
 default_class(int sqlerrcode)
 {
@@ -196,6 +199,7 @@ ds_retry_after_get(int64 *usecs)
 	return retry_after_set;
 }
 
+/* The message argument of a DS helper, which must not be NULL. */
 static char *
 message_arg(FunctionCallInfo fcinfo, int argno)
 {

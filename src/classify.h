@@ -1,5 +1,6 @@
 /*
- * classify.h -- the outcome classes of an attempt and the SQLSTATE rules behind them (README, "Outcome classes").
+ * classify.h -- the outcome classes of an attempt and the SQLSTATE rules behind them (README,
+ * "Outcome classes").
  */
 #ifndef DS_CLASSIFY_H
 #define DS_CLASSIFY_H

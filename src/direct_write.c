@@ -4,8 +4,9 @@
  * Every attempt writes rows: a fresh step inserts its step and attempt rows, and every later
  * outcome updates the step and adds an attempt. Through SPI each such statement pays for a
  * plan-cache check, an executor start with a projection of every column, and its shutdown:
- * measured at about a sixth of a fresh step's cost and half of the background worker's. The logical replication apply worker writes rows with
- * ExecSimpleRelationInsert / ExecSimpleRelationUpdate on a minimal executor state; so do we.
+ * measured at about a sixth of a fresh step's cost and half of the background worker's. The
+ * logical replication apply worker writes rows with ExecSimpleRelationInsert /
+ * ExecSimpleRelationUpdate on a minimal executor state; so do we.
  * Those check NOT NULL and CHECK constraints and maintain every index (unique checks included,
  * and no new index entries for a HOT update), like the statements would. Unlike statements they
  * fire no statement triggers, and AFTER ROW triggers would need a query level around them that
@@ -71,6 +72,7 @@ static struct
 
 static bool batch_callback_registered = false;
 
+/* Open `relid` as the one result relation of a new minimal executor state. */
 static void
 writer_open(DirectWrite *w, Oid relid)
 {
@@ -102,6 +104,7 @@ writer_open(DirectWrite *w, Oid relid)
 	ExecOpenIndices(w->rri, false);
 }
 
+/* Close a writer's indexes, executor state and relation. */
 static void
 writer_close(DirectWrite *w)
 {
@@ -159,6 +162,7 @@ ds_direct_write_batch_end(void)
 	batch.n = 0;
 }
 
+/* The writer for `relid`: the open batch's kept one, or `local` set up for one write. */
 static DirectWrite *
 direct_write_begin(DirectWrite *local, Oid relid)
 {
@@ -190,6 +194,7 @@ direct_write_begin(DirectWrite *local, Oid relid)
 	return w;
 }
 
+/* End one write: a writer that is not kept by the batch is closed. */
 static void
 direct_write_end(DirectWrite *w)
 {
@@ -207,6 +212,7 @@ direct_write_end(DirectWrite *w)
 	CommandCounterIncrement();
 }
 
+/* The virtual slot a writer builds new rows in, made on first use. */
 static TupleTableSlot *
 writer_new_slot(DirectWrite *w)
 {
@@ -222,6 +228,7 @@ writer_new_slot(DirectWrite *w)
 	return w->new_slot;
 }
 
+/* The table slot a writer reads existing rows into, made on first use. */
 static TupleTableSlot *
 writer_row_slot(DirectWrite *w)
 {

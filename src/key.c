@@ -58,6 +58,7 @@ canonical_numeric(Numeric num)
 	return s;
 }
 
+/* A date as ds_key renders it: ISO 8601, BC years marked, infinities by name. */
 static char *
 canonical_date(DateADT date)
 {
@@ -110,6 +111,7 @@ canonical_timestamptz(TimestampTz ts)
 	return buf.data;
 }
 
+/* Append part number `position` of a key, escaped, in its canonical form. */
 static void
 append_part(StringInfo buf, Datum value, Oid type, int position)
 {

@@ -82,6 +82,7 @@ ds_launcher_init_module(void)
 	RegisterBackgroundWorker(&worker);
 }
 
+/* Does database `name` exist and accept connections (pg_database, no connection needed)? */
 static bool
 database_exists(const char *name)
 {
@@ -112,6 +113,7 @@ database_exists(const char *name)
 	return found;
 }
 
+/* Register executor `slot` as a dynamic background worker; NULL when no slot is free. */
 static BackgroundWorkerHandle *
 start_executor(int slot)
 {

@@ -28,6 +28,7 @@ static Jsonb *default_policy_jsonb = NULL;
 PG_FUNCTION_INFO_V1(ds_retry_policy);
 PG_FUNCTION_INFO_V1(ds_backoff_delay);
 
+/* The built-in policy: 5 attempts, exponential from 1 s to 10 min, no jitter. */
 static void
 policy_builtin(RetryPolicy *p)
 {
@@ -40,7 +41,9 @@ policy_builtin(RetryPolicy *p)
 	p->jitter = 0.0;
 }
 
+/* Raise the error of an invalid policy field. */
 pg_attribute_noreturn()
+/* Raise the error of an invalid policy field. */
 static void
 policy_field_error(const char *field, const char *problem)
 {
@@ -73,6 +76,7 @@ ds_usecs_to_interval(int64 usecs)
 	return result;
 }
 
+/* The numeric value of policy field `field`, which must be a JSON number. */
 static double
 jsonb_number(JsonbValue *v, const char *field)
 {
@@ -227,6 +231,7 @@ ds_policy_parse(Jsonb *policy, RetryPolicy *out)
 		policy_field_error("max_delay", "must not be less than initial_delay");
 }
 
+/* Copy the fields `upper` sets over those of `base`. */
 static void
 policy_overlay(RetryPolicy *base, const RetryPolicy *upper)
 {
@@ -273,6 +278,7 @@ ds_policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out)
 				 errhint("Set max_delay together with initial_delay.")));
 }
 
+/* Add key `key` to the jsonb object being built. */
 static void
 push_key(JsonbParseState **state, const char *key)
 {
@@ -284,6 +290,7 @@ push_key(JsonbParseState **state, const char *key)
 	pushJsonbValue(state, WJB_KEY, &k);
 }
 
+/* Add `key`: a JSON number given as text. */
 static void
 push_number(JsonbParseState **state, const char *key, const char *number)
 {
@@ -297,6 +304,7 @@ push_number(JsonbParseState **state, const char *key, const char *number)
 	pushJsonbValue(state, WJB_VALUE, &v);
 }
 
+/* Add `key`: a delay, as an interval's text. */
 static void
 push_delay(JsonbParseState **state, const char *key, int64 usecs)
 {
@@ -421,6 +429,7 @@ check_default_retry_policy(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/* Make the checked durable_steps.default_retry_policy the one in force. */
 static void
 assign_default_retry_policy(const char *newval, void *extra)
 {

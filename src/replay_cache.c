@@ -72,6 +72,7 @@ static uint64 cached_generation = 0;	/* the shared generation the entries belong
 /* the local transaction in which the extension's own UPDATE runs (an error ends it) */
 static LocalTransactionId internal_update_lxid = InvalidLocalTransactionId;
 
+/* Forget every remembered answer. */
 static void
 forget_all(void)
 {
@@ -89,6 +90,7 @@ ds_replay_cache_relcache_changed(Oid relid)
 		forget_all();
 }
 
+/* The hash key of identity (run_id, step_id). */
 static uint64
 identity_hash(const char *run_id, const char *step_id)
 {
@@ -97,6 +99,7 @@ identity_hash(const char *run_id, const char *step_id)
 	return hash_bytes_extended((const unsigned char *) step_id, (int) strlen(step_id), h);
 }
 
+/* The entry of (run_id, step_id); with create, a new empty one when there is none. */
 static ReplayEntry *
 find(const char *run_id, const char *step_id, bool create)
 {

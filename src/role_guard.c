@@ -109,6 +109,7 @@ count_unfinished_steps(DroppedRole *roles, int n)
 	ds_store_spi_end(&spi);
 }
 
+/* Warn once for each dropped role that owned unfinished steps. */
 static void
 warn_about_orphaned_steps(DroppedRole *roles, int n)
 {
@@ -131,6 +132,7 @@ warn_about_orphaned_steps(DroppedRole *roles, int n)
 	}
 }
 
+/* ProcessUtility hook: run the statement, then warn after a DROP ROLE that succeeded. */
 static void
 role_guard_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 						   ProcessUtilityContext context, ParamListInfo params,

@@ -1,5 +1,6 @@
 /*
- * run_step.c -- ds_run_step, ds_retry_step and ds_unwrap: the synchronous durable step (README, "How a step behaves").
+ * run_step.c -- ds_run_step, ds_retry_step and ds_unwrap: the synchronous durable step
+ * (README, "How a step behaves").
  *
  * A call first reads the step without any lock: a finished step, or one whose next attempt is
  * not yet due, is answered from its row at the cost of one index lookup. Only when there is work
@@ -41,6 +42,7 @@ PG_FUNCTION_INFO_V1(ds_run_step);
 PG_FUNCTION_INFO_V1(ds_retry_step);
 PG_FUNCTION_INFO_V1(ds_unwrap);
 
+/* Argument `argno`, a run_id or step_id: not NULL, not empty, at most 255 characters. */
 static char *
 identity_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 {
@@ -95,6 +97,7 @@ step_fingerprint(const char *sql, Jsonb *input)
 	return psprintf("%016" INT64_MODIFIER "x%016" INT64_MODIFIER "x", a, b);
 }
 
+/* The ds_step_result of the step as `rec` holds it. */
 static Datum
 step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec, bool replayed)
 {
@@ -161,6 +164,7 @@ check_owner(Oid owner, const char *run_id, const char *step_id)
 				 errhint("Only the role that created a step can run or replay it; choose another run_id or step_id.")));
 }
 
+/* check_owner for the step in `rec`. */
 static void
 check_access(const StepRecord *rec)
 {
@@ -168,8 +172,9 @@ check_access(const StepRecord *rec)
 }
 
 /*
- * The rows of the table in README, "How a step behaves", that do not run the body. Returns true when the stored state is
- * the answer; raises on a conflict; false means there is an attempt to run now.
+ * The rows of the table in README, "How a step behaves", that do not run the body. Returns true
+ * when the stored state is the answer; raises on a conflict; false means there is an attempt to
+ * run now.
  */
 static bool
 answer_from_store(const StepRecord *rec, const char *fingerprint)
@@ -193,6 +198,7 @@ answer_from_store(const StepRecord *rec, const char *fingerprint)
 	return false;
 }
 
+/* Argument `argno`, a step timeout, in microseconds: 0 for NULL, else in (0, 24 hours]. */
 static int64
 timeout_arg(FunctionCallInfo fcinfo, int argno)
 {
@@ -497,6 +503,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 #define RESULT_ATT_ERROR_CODE 9
 #define RESULT_ATT_ERROR_MESSAGE 10
 
+/* Text attribute `att` of a ds_step_result, or `if_null`. */
 static char *
 result_text(HeapTupleHeader row, AttrNumber att, const char *if_null)
 {

@@ -33,6 +33,7 @@ ds_overrides_from_record(const StepRecord *rec, ClassOverrides *out)
 	out->timeout_fails = rec->on_timeout != NULL && strcmp(rec->on_timeout, "fail") == 0;
 }
 
+/* Clear the error fields of the step record. */
 static void
 clear_error(StepRecord *rec)
 {

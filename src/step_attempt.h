@@ -18,7 +18,10 @@
  */
 extern void ds_run_next_attempt(StepRecord *rec, bool is_new, bool by_worker);
 
-/* The state rules of README, "Outcome classes", for attempt `attempt`: status, result, error, next attempt time. */
+/*
+ * The state rules of README, "Outcome classes", for attempt `attempt`: status, result, error,
+ * next attempt time.
+ */
 extern void ds_apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome);
 
 /*

@@ -20,8 +20,9 @@ typedef struct ClaimedStep
 /*
  * In the current transaction, claim up to `limit` due steps: lock their rows (skipping rows
  * others hold), take each step's session lock (skipping steps in flight elsewhere), mark them
- * running, count their attempts and record this process as the claimant. The caller commits, runs each attempt, and
- * releases each step's session lock after the attempt's outcome commits. Each claim carries
+ * running, count their attempts and record this process as the claimant. Claims come sorted by
+ * owner, then due time. The caller commits, runs each attempt, and releases each step's session
+ * lock after the attempt's outcome commits. Each claim carries
  * the whole step as it was claimed: while its session lock is held nobody else changes a
  * running step, so the attempt needs no second read.
  * *skipped counts due steps passed over because someone else held them.

@@ -29,6 +29,7 @@ PG_FUNCTION_INFO_V1(ds_max_attempts);
 PG_FUNCTION_INFO_V1(ds_run_id);
 PG_FUNCTION_INFO_V1(ds_step_id);
 
+/* Free the identity strings of a context entry. */
 static void
 release_entry(StepContext *ctx)
 {
@@ -71,6 +72,7 @@ ds_step_context_is_executing(const char *run_id, const char *step_id)
 	return false;
 }
 
+/* Transaction callback: no context outlives its transaction. */
 static void
 reset_at_transaction_end(XactEvent event, void *arg)
 {
@@ -89,6 +91,7 @@ ds_step_context_init_module(void)
 	RegisterXactCallback(reset_at_transaction_end, NULL);
 }
 
+/* The innermost executing step's context; an error outside any step. */
 static StepContext *
 current_context(const char *function)
 {

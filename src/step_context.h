@@ -1,5 +1,6 @@
 /*
- * step_context.h -- the attempt context a running step body sees (README, "Keys" and "How a step behaves").
+ * step_context.h -- the attempt context a running step body sees (README, "Keys" and "How a
+ * step behaves").
  */
 #ifndef DS_STEP_CONTEXT_H
 #define DS_STEP_CONTEXT_H

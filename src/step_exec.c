@@ -55,6 +55,7 @@ static TimestampTz active_deadline = 0;
 static volatile TimestampTz worker_deadline = 0;
 static volatile sig_atomic_t worker_cancel_ignored = false;
 
+/* Timeout handler (signal context): cancel the body, and past the grace period end the executor. */
 static void
 step_timeout_handler(void)
 {
@@ -111,6 +112,7 @@ capped_error_text(char *text)
 	return psprintf("%.*s ...", len, text);
 }
 
+/* The jsonb value null. */
 static Jsonb *
 jsonb_null(void)
 {

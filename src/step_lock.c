@@ -21,6 +21,7 @@
 /* 'DS' in the objsubid column of pg_locks */
 #define DS_LOCKTAG_FIELD4 0x4453
 
+/* The lock tag of identity (run_id, step_id). */
 static void
 step_locktag(LOCKTAG *tag, const char *run_id, const char *step_id)
 {
@@ -46,12 +47,14 @@ step_locktag(LOCKTAG *tag, const char *run_id, const char *step_id)
  */
 static HTAB *held_session_locks = NULL;
 
+/* The key of a lock tag in held_session_locks. */
 static uint64
 locktag_key(const LOCKTAG *tag)
 {
 	return ((uint64) tag->locktag_field2 << 32) | tag->locktag_field3;
 }
 
+/* Does this process hold that identity for its session (a claim of the worker)? */
 static bool
 held_by_this_process(const LOCKTAG *tag)
 {

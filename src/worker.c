@@ -1,5 +1,6 @@
 /*
- * worker.c -- an executor: claims due steps and runs their attempts (README, "The background worker").
+ * worker.c -- an executor: claims due steps and runs their attempts (README, "The background
+ * worker").
  *
  * One pass of the loop:
  *   1. find attempts whose executor is gone and record them as lost (invocation_lost);
@@ -77,6 +78,7 @@ ds_executor_init_module(void)
 							NULL, NULL, NULL);
 }
 
+/* Exit callback: this executor's latch is no longer one to wake. */
 static void
 release_slot(int code, Datum arg)
 {
@@ -86,6 +88,7 @@ release_slot(int code, Datum arg)
 		shared->executor_latch[my_slot] = NULL;
 }
 
+/* Start a transaction with a snapshot, and say so in pg_stat_activity. */
 static void
 begin_transaction(const char *activity)
 {
@@ -95,6 +98,7 @@ begin_transaction(const char *activity)
 	pgstat_report_activity(STATE_RUNNING, activity);
 }
 
+/* Commit the transaction begun by begin_transaction, and report its statistics. */
 static void
 commit_transaction(void)
 {
@@ -155,6 +159,7 @@ extension_ready(void)
 	return ready;
 }
 
+/* Release the session locks of claims steps[0..n-1]. */
 static void
 release_session_locks(ClaimedStep *steps, int n)
 {
@@ -162,6 +167,7 @@ release_session_locks(ClaimedStep *steps, int n)
 		ds_step_lock_release_session(steps[i].run_id, steps[i].step_id);
 }
 
+/* Record the attempts of executors that are gone, in batches, each batch one transaction. */
 static void
 recover_pass(void)
 {
@@ -179,6 +185,7 @@ recover_pass(void)
 	} while (n >= batch_size);
 }
 
+/* Run one claimed attempt as its owner; a step whose owner is gone fails closed. */
 static void
 run_claimed_attempt(ClaimedStep *claim)
 {

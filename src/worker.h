@@ -1,5 +1,6 @@
 /*
- * worker.h -- the background worker: a launcher and the executors it starts (README, "The background worker").
+ * worker.h -- the background worker: a launcher and the executors it starts (README, "The
+ * background worker").
  */
 #ifndef DS_WORKER_H
 #define DS_WORKER_H

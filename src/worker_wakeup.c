@@ -26,6 +26,7 @@ static bool warned_not_preloaded = false;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
+/* shmem_request_hook: reserve the shared state. */
 static void
 worker_shmem_request(void)
 {
@@ -34,6 +35,7 @@ worker_shmem_request(void)
 	RequestAddinShmemSpace(MAXALIGN(sizeof(WorkerShared)));
 }
 
+/* shmem_startup_hook: find or create the shared state. */
 static void
 worker_shmem_startup(void)
 {
@@ -70,6 +72,7 @@ ds_worker_shared(void)
 	return shared;
 }
 
+/* Set the latch of one live executor, a different one each time. */
 static void
 wake_one_executor(void)
 {
@@ -91,6 +94,7 @@ wake_one_executor(void)
 	}
 }
 
+/* Resource release callback: after a commit that made work due, wake an executor. */
 static void
 wake_after_locks_released(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
 {
