@@ -24,7 +24,7 @@ CREATE SCHEMA durable_steps;
 -- restore into another cluster resolves it to that cluster's OID for the role. pg_upgrade keeps
 -- regrole columns (it preserves role OIDs).
 --
--- A run groups steps under one run_id and carries their default retry policy (SPEC §6).
+-- A run groups steps under one run_id and carries their default retry policy (README, "Views"; runs are not built yet).
 CREATE TABLE durable_steps.runs (
     run_id          text COLLATE "C" PRIMARY KEY,
     workflow        text,
@@ -203,7 +203,7 @@ CREATE TYPE @extschema@.ds_step_result AS (
     replayed        boolean
 );
 
--- Keys and attempt context (SPEC §2)
+-- Keys and attempt context (README, "Keys")
 CREATE FUNCTION @extschema@.ds_key(VARIADIC "any") RETURNS text
     AS 'MODULE_PATHNAME', 'ds_key' LANGUAGE C IMMUTABLE PARALLEL SAFE;
 CREATE FUNCTION @extschema@.ds_idempotency_key() RETURNS text
@@ -219,7 +219,7 @@ CREATE FUNCTION @extschema@.ds_run_id() RETURNS text
 CREATE FUNCTION @extschema@.ds_step_id() RETURNS text
     AS 'MODULE_PATHNAME', 'ds_step_id' LANGUAGE C VOLATILE;
 
--- Retry policy (SPEC §3)
+-- Retry policy (README, "Retry policy")
 CREATE FUNCTION @extschema@.ds_retry_policy(
         max_attempts integer DEFAULT NULL,
         initial_delay interval DEFAULT NULL,
@@ -232,7 +232,7 @@ CREATE FUNCTION @extschema@.ds_retry_policy(
 CREATE FUNCTION @extschema@.ds_backoff_delay(policy jsonb, attempt integer) RETURNS interval
     AS 'MODULE_PATHNAME', 'ds_backoff_delay' LANGUAGE C VOLATILE;
 
--- Classification helpers (SPEC §4): each raises an error of the extension's own class DS.
+-- Classification helpers (README, "Outcome classes"): each raises an error of the extension's own class DS.
 CREATE FUNCTION @extschema@.ds_non_retriable(message text) RETURNS void
     AS 'MODULE_PATHNAME', 'ds_non_retriable' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_retry_after(message text, delay interval) RETURNS void
@@ -240,7 +240,7 @@ CREATE FUNCTION @extschema@.ds_retry_after(message text, delay interval) RETURNS
 CREATE FUNCTION @extschema@.ds_blocked(message text, remediation text) RETURNS void
     AS 'MODULE_PATHNAME', 'ds_blocked' LANGUAGE C VOLATILE;
 
--- The synchronous durable step (SPEC §5)
+-- The synchronous durable step (README, "How a step behaves")
 CREATE FUNCTION @extschema@.ds_run_step(
         run_id text,
         step_id text,
@@ -260,7 +260,7 @@ CREATE FUNCTION @extschema@.ds_retry_step(run_id text, step_id text, input jsonb
 CREATE FUNCTION @extschema@.ds_unwrap(step @extschema@.ds_step_result) RETURNS jsonb
     AS 'MODULE_PATHNAME', 'ds_unwrap' LANGUAGE C IMMUTABLE;
 
--- Observability (SPEC §11). The views run with their owner's rights so that they can read the
+-- Observability (README, "Views", "Security model"). The views run with their owner's rights so that they can read the
 -- private tables, and show a role only the rows of roles it has the privileges of, unless it is
 -- a member of durable_steps_admin.
 CREATE VIEW @extschema@.ds_runs WITH (security_barrier) AS

@@ -10,9 +10,10 @@
  * Those check NOT NULL and CHECK constraints and maintain every index (unique checks included,
  * and no new index entries for a HOT update), like the statements would. Unlike statements they
  * fire no statement triggers, and AFTER ROW triggers would need a query level around them that
- * is not set up here: the extension's tables have no row triggers, and their statement
- * triggers are for SQL written by others (steps_forget_replays, see replay_cache.c; the deletion
- * of a deleted step's attempts, see the install script). The direct writes never delete.
+ * is not set up here: the extension's tables have no row triggers (a writer refuses a table
+ * that has one), and their statement triggers are for SQL written by others
+ * (steps_forget_replays, see replay_cache.c; the deletion of a deleted step's attempts, see the
+ * install script). The direct writes never delete.
  */
 #include "compat.h"
 
