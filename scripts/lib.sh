@@ -72,10 +72,15 @@ ds_install_packages() {
         ds_log "Debian packages: all ${#DS_PACKAGES[@]} already installed"
         return 0
     fi
-    ds_log "Debian packages missing: ${missing[*]} -- installing"
-    ds_as_root apt-get update
-    ds_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        "${DS_PACKAGES[@]}" </dev/null
+    local log
+    log=$(mktemp "${TMPDIR:-/tmp}/durable_steps_apt.XXXXXX.log")
+    ds_log "Debian packages missing: ${missing[*]} -- installing (log: $log)"
+    if ! { ds_as_root apt-get update && ds_as_root env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y --no-install-recommends "${DS_PACKAGES[@]}" </dev/null; } \
+            >"$log" 2>&1; then
+        tail -n 40 "$log" >&2
+        ds_die "apt-get failed (whole log: $log)"
+    fi
     [ -x "$PG_CONFIG" ] || ds_die "$PG_CONFIG not found after installing packages"
 }
 
@@ -119,12 +124,17 @@ ds_cleanup_workdir() {
     fi
 }
 
-# Build in the copy as DS_RUNNER, install as root. Fails the caller on a compile error.
+# Build in the copy as DS_RUNNER, install as root, the output in $DS_WORK/build.log (shown when
+# either fails). Fails the caller on a compile error.
 ds_build_install() {
-    local src=$1 jobs
+    local src=$1 jobs log=$DS_WORK/build.log
     jobs=$(nproc 2>/dev/null || echo 2)
-    ds_log "building durable_steps (make -j$jobs)"
-    ds_as_runner_in "$src" make -j"$jobs" PG_CONFIG="$PG_CONFIG" || return 1
-    ds_log "installing durable_steps (make install)"
-    (cd "$src" && ds_as_root make install PG_CONFIG="$PG_CONFIG") || return 1
+    ds_log "building and installing durable_steps (make -j$jobs; log: $log)"
+    if ! { ds_as_runner_in "$src" make -j"$jobs" PG_CONFIG="$PG_CONFIG" \
+            && (cd "$src" && ds_as_root make install PG_CONFIG="$PG_CONFIG"); } >"$log" 2>&1; then
+        echo "----- $log -----" >&2
+        cat "$log" >&2
+        echo "----- end of $log -----" >&2
+        return 1
+    fi
 }
