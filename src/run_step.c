@@ -303,8 +303,11 @@ answer_replay(FunctionCallInfo fcinfo, StepCall *call, Datum *result)
 		return true;
 	}
 	call->fingerprint = step_fingerprint(call->sql, call->input);
-	if (!ds_replay_cache_probe(call->run_id, call->step_id, statement_snapshot(), &rec, &ticket) ||
-		strcmp(rec.fingerprint, call->fingerprint) != 0 ||
+	if (!ds_replay_cache_probe(call->run_id, call->step_id, statement_snapshot(), &rec, &ticket))
+		return false;
+	/* before anything about the definition: another role must not learn whether it guessed it */
+	check_access(&rec);
+	if (strcmp(rec.fingerprint, call->fingerprint) != 0 ||
 		!answer_from_store(&rec, call->fingerprint))
 		return false;
 	*result = step_result_datum(fcinfo, &rec, true);

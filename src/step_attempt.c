@@ -26,9 +26,11 @@ void
 ds_overrides_from_record(const StepRecord *rec, ClassOverrides *out)
 {
 	memset(out, 0, sizeof(*out));
-	ds_parse_sqlstate_list(rec->retry_on, "retry_on", &out->n_retry, &out->retry_on,
+	ds_parse_sqlstate_list(rec->retry_on ? DatumGetArrayTypeP(PointerGetDatum(rec->retry_on)) : NULL,
+						   "retry_on", &out->n_retry, &out->retry_on,
 						&out->retry_is_class);
-	ds_parse_sqlstate_list(rec->fail_on, "fail_on", &out->n_fail, &out->fail_on,
+	ds_parse_sqlstate_list(rec->fail_on ? DatumGetArrayTypeP(PointerGetDatum(rec->fail_on)) : NULL,
+						   "fail_on", &out->n_fail, &out->fail_on,
 						&out->fail_is_class);
 	out->timeout_fails = rec->on_timeout != NULL && strcmp(rec->on_timeout, "fail") == 0;
 }
@@ -80,7 +82,7 @@ ds_apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *out
 					delay = outcome->retry_after;
 				else
 				{
-					ds_policy_resolve(NULL, rec->policy, &policy);
+					ds_policy_resolve(NULL, DatumGetJsonbP(PointerGetDatum(rec->policy)), &policy);
 					delay = ds_policy_backoff_delay(&policy, attempt - rec->attempt_base);
 				}
 				rec->status = STEP_RETRYING;

@@ -175,18 +175,20 @@ result_to_jsonb(SPITupleTable *tuptable, uint64 processed)
 
 /*
  * Bodies are parsed and planned once per backend: the same step SQL runs again and again (every
- * order's "reserve-stock" step, every retry). Plans are kept by their SQL text; the plan cache
- * re-plans them when the objects they use or the search_path change, and permissions are checked
- * at every execution, so one plan serves every role. Kept plans are never freed, since a nested
- * step may be running one: past MAX_BODY_PLANS texts (or on a hash collision) a body is planned
- * for the one attempt only.
+ * order's "reserve-stock" step, every retry). Plans are kept by SQL text *and role*: the plan
+ * cache re-plans them when the objects they use, their privileges or the search_path change,
+ * but some permissions are checked only when a statement is parsed or planned (USAGE on the
+ * schemas it names, EXECUTE on an SQL function it inlines), so a plan made for one role must
+ * never run for another. Kept plans are never freed, since a nested step may be running one:
+ * past MAX_BODY_PLANS (or on a hash collision) a body is planned for the one attempt only.
  */
 #define MAX_BODY_PLANS 256
 
 typedef struct BodyPlan
 {
-	uint64		hash;			/* key: hash of the SQL text */
+	uint64		hash;			/* key: hash of the SQL text and the role */
 	char	   *sql;			/* in TopMemoryContext, to tell hash collisions apart */
+	Oid			role;
 	SPIPlanPtr	plan;
 } BodyPlan;
 
@@ -197,7 +199,8 @@ static SPIPlanPtr
 body_plan(const char *sql)
 {
 	Oid			argtypes[1] = {JSONBOID};
-	uint64		hash = hash_bytes_extended((const unsigned char *) sql, strlen(sql), 0);
+	Oid			role = GetUserId();
+	uint64		hash = hash_bytes_extended((const unsigned char *) sql, strlen(sql), role);
 	BodyPlan   *entry;
 	bool		found;
 	SPIPlanPtr	plan;
@@ -212,7 +215,7 @@ body_plan(const char *sql)
 								 HASH_ELEM | HASH_BLOBS);
 	}
 	entry = hash_search(body_plans, &hash, HASH_FIND, NULL);
-	if (entry != NULL && strcmp(entry->sql, sql) == 0)
+	if (entry != NULL && entry->role == role && strcmp(entry->sql, sql) == 0)
 		return entry->plan;
 
 	plan = SPI_prepare(sql, 1, argtypes);
@@ -229,6 +232,7 @@ body_plan(const char *sql)
 		elog(ERROR, "SPI_keepplan failed");
 	entry = hash_search(body_plans, &hash, HASH_ENTER, &found);
 	entry->sql = MemoryContextStrdup(TopMemoryContext, sql);
+	entry->role = role;
 	entry->plan = plan;
 	return plan;
 }
@@ -371,6 +375,9 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	{
 		ErrorData  *edata;
 
+		/* no second cancel from our timer while we clean up: it would escape this handler */
+		if (active_deadline != outer_deadline)
+			arm_deadline(0);
 		MemoryContextSwitchTo(oldcxt);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -385,19 +392,22 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 			my_deadline != 0 && GetCurrentTimestamp() >= my_deadline)
 		{
 			/* our own timer cancelled the body: that is the step's timeout */
-			step_timeout_fired = false;
 			describe_timeout(edata, my_deadline - outcome->started_at, by_ceiling);
 		}
-		else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !isolated)
 		{
 			/* somebody cancelled the caller, or an outer step's timer fired: not ours to record */
 			active_deadline = outer_deadline;
 			arm_deadline(outer_deadline);
-			if (isolated)
-				worker_deadline = 0;
 			ds_step_context_pop();
 			ReThrowError(edata);
 		}
+
+		/*
+		 * In the worker, any other cancel is the attempt's outcome, recorded like any error: an
+		 * operator's pg_cancel_backend() stops the attempt, not the executor, and a body that
+		 * raises query_canceled itself cannot end the executor (and lose the claims it holds).
+		 */
 		outcome->cls = ds_classify_sqlstate(edata->sqlerrcode, body->overrides);
 		outcome->sqlerrcode = edata->sqlerrcode;
 		outcome->message = capped_error_text(edata->message);

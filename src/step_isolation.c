@@ -16,20 +16,22 @@
  *     at commit;
  *   - deferrable constraints are checked at the end of each statement (SET CONSTRAINTS ALL
  *     IMMEDIATE), so that nothing of the body is left queued for the shared commit;
- *   - after the body, still as its owner, its cursors and portals are closed, its temporary
- *     objects (functions and types can still be made in pg_temp) dropped and the sequence values
- *     it saw forgotten, as DISCARD ALL would; its session-level advisory locks go with the
- *     shared transaction (worker.c, step_lock.c).
+ *   - the worker never has a temporary schema, and the restricted operation cannot create one:
+ *     no temporary object of any kind can shadow a name for a later attempt;
+ *   - after the body, still as its owner, its cursors and portals are closed, the sequence
+ *     values it saw forgotten and random() seeded afresh, as DISCARD ALL would; its
+ *     session-level advisory locks go with the shared transaction (worker.c, step_lock.c).
  *
  * Every setting, the session user included, is undone by the attempt's GUC nest level.
  */
 #include "compat.h"
 
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
+#include "utils/fmgrprotos.h"
+#include "utils/timestamp.h"
 #include "nodes/makefuncs.h"
 #include "nodes/parsenodes.h"
 #include "utils/guc.h"
@@ -64,18 +66,30 @@ ds_isolation_enter(Oid owner, int save_sec_context)
 	AfterTriggerSetState(all_immediate);
 }
 
+/* Seed random() afresh: a seed set by one role's setseed() must not choose the next one's. */
+static void
+reseed_random(void)
+{
+	uint32		seed;
+
+	if (!pg_strong_random(&seed, sizeof(seed)))
+		seed = (uint32) GetCurrentTimestamp();
+	(void) DirectFunctionCall1(setseed, Float8GetDatum((double) seed / PG_UINT32_MAX * 2.0 - 1.0));
+}
+
 void
 ds_isolation_reset_session(void)
 {
-	/* the worker itself keeps no portal, temporary object or sequence value */
+	/* the worker itself keeps no portal or sequence value; it never has a temporary schema */
 	PortalHashTableDeleteAll();
-	ResetTempTableNamespace();
 	ResetSequenceCaches();
+	reseed_random();
 }
 
 void
 ds_isolation_reset_after_abort(void)
 {
-	/* the abort closed the body's portals and dropped its temporary objects, not these */
+	/* the abort closed the body's portals; not these */
 	ResetSequenceCaches();
+	reseed_random();
 }

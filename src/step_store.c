@@ -21,6 +21,7 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/fmgroids.h"
@@ -125,8 +126,14 @@ ds_step_set_field(StepRecord *rec, StepColumn col, Datum value, bool isnull, Mem
 															 TextDatumGetCString(value));
 			break;
 		case FIELD_VARLENA:
+			/*
+			 * As stored, compressed or out of line: a claimed batch must not hold every
+			 * input decompressed at once, and an update that writes the value back as it was
+			 * keeps its TOAST data instead of writing it again. Users detoast what they read.
+			 */
 			old = MemoryContextSwitchTo(cxt);
-			*(struct varlena **) field = isnull ? NULL : PG_DETOAST_DATUM_COPY(value);
+			*(struct varlena **) field = isnull ? NULL :
+				(struct varlena *) DatumGetPointer(datumCopy(value, false, -1));
 			MemoryContextSwitchTo(old);
 			break;
 		case FIELD_INT4:

@@ -143,7 +143,8 @@ typedef enum StepFieldType
 {
 	FIELD_TEXT,					/* char *, NULL = SQL NULL */
 	FIELD_STATUS,				/* StepStatus, stored as its name */
-	FIELD_VARLENA,				/* Jsonb * or ArrayType *, NULL = SQL NULL */
+	FIELD_VARLENA,				/* Jsonb * or ArrayType * as stored (maybe compressed or out
+								 * of line: detoast before reading), NULL = SQL NULL */
 	FIELD_INT4,					/* int, never NULL */
 	FIELD_INT4_ZERO_NULL,		/* int, 0 = SQL NULL */
 	FIELD_OID,					/* Oid (regrole), never NULL */

@@ -183,6 +183,70 @@ SELECT string_agg(DISTINCT backend_pid::text, ',') = string_agg(DISTINCT backend
   FROM ds_attempts WHERE step_id IN ('leave-state', 'look') AND executor = 'worker'}),
 	't', 'look: both attempts ran in the same executor');
 
+# 4b. Neither does a random() seed, and a plan made for one role never runs for another.
+is(worker_step('mallory', 'seed', 'SELECT setseed(0.5)'), 'succeeded||', 'seed: mallory seeded random()');
+my $seeded = $node->safe_psql('postgres', 'SELECT setseed(0.5); SELECT random()');
+my $alice_random = worker_step('alice', 'random', 'SELECT random()');
+isnt($alice_random, "succeeded|$seeded|", 'random: alice\'s random() is not chosen by mallory\'s seed');
+
+$node->safe_psql('postgres', q{
+SET ROLE alice;
+CREATE FUNCTION alice.private() RETURNS text LANGUAGE sql AS $$SELECT 'alice''s secret'$$;
+REVOKE ALL ON FUNCTION alice.private() FROM PUBLIC;
+});
+is(worker_step('alice', 'plan-alice', 'SELECT alice.private()'), "succeeded|alice's secret|",
+	'plan: alice runs her private function in the worker (its plan is kept)');
+# mallory's own first attempt is refused at once; re-armed, the worker runs the same text
+is($node->safe_psql('postgres', q{SET ROLE mallory;
+SELECT error_code FROM ds_run_step('iso', 'plan-mallory',
+  'SELECT CASE WHEN ds_attempt_number() = 1 THEN ds_retry_after(''to the worker'', ''0 s'')::text
+               ELSE (SELECT alice.private())::text END');
+SELECT status FROM ds_retry_step('iso', 'plan-mallory');}), "42501\npending",
+	'plan: mallory\'s attempt 1 is refused, and she re-arms the step for the worker');
+ok($node->poll_query_until('postgres',
+		"SELECT status = 'blocked' FROM ds_steps WHERE step_id = 'plan-mallory'"),
+	'plan: the worker ran mallory\'s attempt 2');
+is($node->safe_psql('postgres',
+		"SELECT error_code || ' ' || attempt FROM ds_steps WHERE step_id = 'plan-mallory'"),
+	'42501 2', 'plan: refused in the worker too, not run on alice\'s kept plan');
+
+# 4c. Cancels: a body raising query_canceled, or an operator's pg_cancel_backend(), ends the
+#     attempt (recorded as 57014), not the executor.
+my $executor = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'");
+$node->safe_psql('postgres', q{
+SET ROLE mallory;
+CREATE FUNCTION mallory.fake_cancel() RETURNS text LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION USING ERRCODE = 'query_canceled', MESSAGE = 'fake cancel'; END $$;
+});
+is(worker_step('mallory', 'fake-cancel', 'SELECT mallory.fake_cancel()'), 'failed||57014',
+	'fake-cancel: a body raising query_canceled fails its own attempt');
+$node->safe_psql('postgres', q{
+SET ROLE alice;
+SELECT status FROM ds_run_step('iso', 'hangs',
+  'SELECT CASE WHEN ds_attempt_number() = 1 THEN ds_retry_after(''later'', ''0 s'')::text
+               ELSE pg_sleep(600)::text END');
+});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'durable_steps worker' "
+		  . "AND query LIKE '%/hangs attempt 2' AND wait_event = 'PgSleep'"),
+	'hangs: the worker is running the hanging attempt');
+# an attempt by another role with a guess at its definition learns nothing, even with nowait
+$node->psql('postgres', q{SET ROLE mallory;
+SELECT ds_run_step('iso', 'hangs', 'SELECT a_guess', nowait => true)}, stderr => \my $guess_err);
+like($guess_err, qr/belongs to another role/,
+	'guess: a wrong guess gets 42501, as any definition does, not DS409');
+$node->safe_psql('postgres',
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'");
+ok($node->poll_query_until('postgres',
+		"SELECT status = 'failed' AND error_code = '57014' FROM ds_steps WHERE step_id = 'hangs'"),
+	'hangs: pg_cancel_backend() recorded the attempt as cancelled (57014)');
+is(worker_step('alice', 'after-cancels', 'SELECT 8'), 'succeeded|8|',
+	'after-cancels: the executor goes on with the next step');
+is($node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'"),
+	$executor, 'after-cancels: the same executor process, never restarted');
+
 # 5. A role cannot hold an executor without bound: the ceiling stops a step that asks for an hour.
 $node->append_conf('postgresql.conf', "durable_steps.max_worker_attempt_time = '2s'\n");
 $node->reload;
