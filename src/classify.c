@@ -134,6 +134,8 @@ default_class(int sqlerrcode)
 		case ERRCODE_DS_STEP_TIMEOUT:
 		case ERRCODE_DS_INVOCATION_LOST:
 		case ERRCODE_DS_IN_PROGRESS:
+			/* recorded only in the worker: an operator stopped the attempt, not the step */
+		case ERRCODE_QUERY_CANCELED:
 			return ATTEMPT_RETRYABLE;
 		case ERRCODE_INSUFFICIENT_PRIVILEGE:
 			return ATTEMPT_CORRECTABLE;

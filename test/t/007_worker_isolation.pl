@@ -231,13 +231,15 @@ SET ROLE mallory;
 CREATE FUNCTION mallory.fake_cancel() RETURNS text LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION USING ERRCODE = 'query_canceled', MESSAGE = 'fake cancel'; END $$;
 });
-is(worker_step('mallory', 'fake-cancel', 'SELECT mallory.fake_cancel()'), 'failed||57014',
-	'fake-cancel: a body raising query_canceled fails its own attempt');
+is(worker_step('mallory', 'fake-cancel', 'SELECT mallory.fake_cancel()',
+		q{, policy => ds_retry_policy(max_attempts => 3, initial_delay => '0 s')}), 'failed||57014',
+	'fake-cancel: a body raising query_canceled fails its own attempts (retryable: 57014 twice)');
 $node->safe_psql('postgres', q{
 SET ROLE alice;
 SELECT status FROM ds_run_step('iso', 'hangs',
   'SELECT CASE WHEN ds_attempt_number() = 1 THEN ds_retry_after(''later'', ''0 s'')::text
-               ELSE pg_sleep(600)::text END');
+               ELSE pg_sleep(600)::text END',
+  policy => ds_retry_policy(max_attempts => 2));
 });
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'durable_steps worker' "
@@ -252,7 +254,7 @@ $node->safe_psql('postgres',
 	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'");
 ok($node->poll_query_until('postgres',
 		"SELECT status = 'failed' AND error_code = '57014' FROM ds_steps WHERE step_id = 'hangs'"),
-	'hangs: pg_cancel_backend() recorded the attempt as cancelled (57014)');
+	'hangs: pg_cancel_backend() recorded the attempt as cancelled (57014, its last by its policy)');
 is(worker_step('alice', 'after-cancels', 'SELECT 8'), 'succeeded|8|',
 	'after-cancels: the executor goes on with the next step');
 is($node->safe_psql('postgres',
