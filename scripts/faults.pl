@@ -41,8 +41,8 @@ for my $k (qw(workdir runner bindir))
 
 # Sizes and bounds: --short stays well under a minute on a 2-CPU machine.
 my %cfg = $opt{short}
-  ? (trials => 4, steps => 50, clients => 4, gap_min => 0.15, gap_max => 0.5,
-	fault_window => 8, calls_deadline => 40, settle_timeout => 40)
+  ? (trials => 3, steps => 40, clients => 4, gap_min => 0.15, gap_max => 0.5,
+	fault_window => 6, calls_deadline => 40, settle_timeout => 40)
   : (trials => 20, steps => 150, clients => 6, gap_min => 0.2, gap_max => 0.9,
 	fault_window => 25, calls_deadline => 120, settle_timeout => 120);
 $cfg{trials}  = $opt{trials}  if defined $opt{trials};
@@ -208,7 +208,6 @@ restart_after_crash = on
 # kill -9 and immediate stops end processes, not the machine: the kernel keeps written WAL
 fsync = off
 log_line_prefix = '%m [%p] %b '
-log_min_messages = log
 EOF
 	($rc, $out, $err) = run_cmd([ as_runner('sh', '-c', 'cat >> "$1"', 'sh', "$DATA/postgresql.conf") ],
 		stdin => $conf);
@@ -773,7 +772,7 @@ sub run_trial
 	my %fc;
 	my $nfaults = 0;
 	my $fault_end = $t0 + $cfg{fault_window};
-	my $in = join ', ', map { '(' . lit($_->{run}) . ', ' . lit($_->{step}) . ')' } @steps;
+	@fault_bag = ();
 	my $busy_sql = "SELECT count(*) FROM ds_steps WHERE run_id LIKE '$prefix%' "
 	  . "AND status IN ('pending', 'retrying', 'running')";
 	while (time() < $fault_end)
@@ -908,7 +907,7 @@ sub run_trial
 	$v->('settle', "steps still pending, retrying or running after $cfg{settle_timeout} s") unless $settled;
 
 	my %status_n;
-	my ($lost_n, $n_att, $n_caller, $n_worker) = (0, 0, 0, 0);
+	my ($lost_n, $n_att, $n_caller, $n_worker, $n_caller_retry) = (0, 0, 0, 0, 0);
 	for my $k (sort keys %srow)
 	{
 		my $row = $srow{$k};
@@ -929,7 +928,10 @@ sub run_trial
 		{
 			$n_att++;
 			$at->{$n}[6] eq 'caller' ? $n_caller++ : $n_worker++;
+			$n_caller_retry++ if $n > 1 && $at->{$n}[6] eq 'caller';
 			$v->('attempt without outcome', "attempt: " . $fmt->($at->{$n})) if $at->{$n}[3] eq '';
+			$v->('first attempt not in the caller', "attempt: " . $fmt->($at->{$n}))
+			  if $n == 1 && $at->{$n}[6] ne 'caller';
 			$v->('attempt role', "attempt run as $at->{$n}[8], step owned by $row->[8]: " . $fmt->($at->{$n}))
 			  if $at->{$n}[8] ne $row->[8];
 		}
@@ -1044,6 +1046,8 @@ sub run_trial
 	$tot->{attempts} += $n_att;
 	$tot->{caller} += $n_caller;
 	$tot->{worker} += $n_worker;
+	$tot->{caller_retry} += $n_caller_retry;
+	$tot->{"${_}_mid"} += $fc{"${_}_mid_attempt"} || 0 for qw(kill9 terminate cancel);
 	$tot->{lost} += $lost_n;
 	$tot->{lost_logged} += $lost_logged;
 	$tot->{reconnects} += $reconnects;
@@ -1079,13 +1083,15 @@ if (!$ok)
 }
 my $elapsed = time() - $start;
 printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d duplicate) | "
-  . "%d faults (%s; %d hit an executor mid-attempt) | succeeded %d, failed %d, blocked %d "
-  . "(%d re-armed) | %d attempts (caller %d, worker %d), %d lost (DS007; %d logged by the worker) | %d executor exit(s), "
+  . "%d faults (%s; mid-attempt: kill9 %d, terminate %d, cancel %d) | succeeded %d, failed %d, "
+  . "blocked %d (%d re-armed) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
+  . "worker %d), %d lost (DS007; %d logged by the worker) | %d executor exit(s), "
   . "%d client reconnects | longest settle %.1f s | %d invariant violation(s) in %d trial(s)\n",
   $tot{trials} || 0, $seed, $elapsed, $tot{steps} || 0, $tot{calls} || 0, $tot{dups} || 0,
-  $tot{faults} || 0, join(' ', map { "$_ " . ($tot{fault}{$_} || 0) } @FAULTS), $tot{mid} || 0,
+  $tot{faults} || 0, join(' ', map { "$_ " . ($tot{fault}{$_} || 0) } @FAULTS),
+  map({ $tot{"${_}_mid"} || 0 } qw(kill9 terminate cancel)),
   $tot{succeeded} || 0, $tot{failed} || 0, $tot{blocked} || 0, $tot{rearmed} || 0,
-  $tot{attempts} || 0, $tot{caller} || 0, $tot{worker} || 0, $tot{lost} || 0, $tot{lost_logged} || 0,
+  $tot{attempts} || 0, $tot{caller} || 0, $tot{caller_retry} || 0, $tot{worker} || 0, $tot{lost} || 0, $tot{lost_logged} || 0,
   $tot{executor_exits} || 0, $tot{reconnects} || 0, $tot{max_settle} || 0,
   $tot{violations} || 0, $tot{bad_trials} || 0;
 $rc = 1 if !$rc && $tot{violations};
