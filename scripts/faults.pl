@@ -28,6 +28,9 @@ use POSIX ();
 use Time::HiRes qw(time usleep);
 
 $| = 1;
+# a psql that ends early (its connection lost) must not kill us by SIGPIPE while IPC::Run writes
+# its stdin: IPC::Run then fails, and run_cmd says so
+$SIG{PIPE} = 'IGNORE';
 
 my %opt = (short => 0, verbose => 0);
 GetOptions(
@@ -62,6 +65,7 @@ my $PORT   = 5432;                 # names the socket file in our private direct
 my $SU     = 'postgres';           # the bootstrap superuser (initdb -U)
 my @ROLES  = qw(fh_alice fh_bob);  # the steps' owners
 my $US     = "\x1f";               # field separator of psql's unaligned output
+(my $PRIVLIB = $BINDIR) =~ s{/bin$}{/lib};   # the lib directory of the PostgreSQL in --bindir
 
 $ENV{PGCONNECT_TIMEOUT} = 5;
 delete @ENV{qw(PGHOST PGPORT PGUSER PGDATABASE PGOPTIONS PGSERVICE)};
@@ -121,7 +125,7 @@ sub psql
 # A connection-level failure (server restarting, session killed) rather than an SQL error.
 my $transient_re = qr/could not connect|connection to server|server closed the connection|
 	terminating\ connection|no\ connection\ to\ the\ server|the\ database\ system\ is|
-	FATAL|57P0[1-4]|Connection\ refused|No\ such\ file\ or\ directory|harness:\ timed\ out/x;
+	FATAL|57P0[1-4]|Connection\ refused|No\ such\ file\ or\ directory|\[harness:\ /x;
 
 # Rows of a superuser query, retried while the server is coming back (bounded).
 sub rows
@@ -221,6 +225,24 @@ sub cluster_start
 	die "pg_ctl start failed:\n$out$err\n" . log_tail(40) if $rc;
 	$cluster_started = 1;
 	wait_ready(60);
+	my $lib = loaded_library();
+	die "the postmaster loaded $lib, not the private copy under $PRIVLIB\n"
+	  unless index($lib, "$PRIVLIB/") == 0;
+}
+
+# The durable_steps.so the running postmaster has mapped (from /proc), with " (deleted)" when
+# the file was replaced after it was loaded.
+sub loaded_library
+{
+	open my $pf, '<', "$DATA/postmaster.pid" or die "$DATA/postmaster.pid: $!\n";
+	my $pid = <$pf>;
+	close $pf;
+	chomp $pid;
+	open my $mf, '<', "/proc/$pid/maps" or die "/proc/$pid/maps: $!\n";
+	my ($lib) = map { m{(/\S*durable_steps\.so(?: \(deleted\))?)$} ? $1 : () } <$mf>;
+	close $mf;
+	die "the postmaster (pid $pid) has no durable_steps.so mapped\n" unless $lib;
+	return $lib;
 }
 
 sub cluster_stop
@@ -396,7 +418,7 @@ sub client_main
 	open my $fh, '>', $outfile or die "$outfile: $!";
 	$fh->autoflush(1);
 	my @queue = @$calls;
-	my ($reconnects, $unknown) = (0, 0);
+	my ($reconnects, $unknown, $round) = (0, 0, 0);
 	while (@queue)
 	{
 		if (time() > $deadline)
@@ -406,8 +428,15 @@ sub client_main
 			last;
 		}
 		my $left = $deadline - time();
-		my ($rc, $out, $err) = psql($role, join('', map { $_->{sql} } @queue),
+		# a file, not stdin: a psql that stops early (lost connection, ON_ERROR_STOP) must not
+		# leave IPC::Run writing into a closed pipe
+		$round++;
+		open my $sf, '>', "$outfile.$round.sql" or die "$outfile.$round.sql: $!";
+		print $sf map { $_->{sql} } @queue;
+		close $sf;
+		my ($rc, $out, $err) = run_cmd([ @{ psql_cmd($role) }, '-f', "$outfile.$round.sql" ],
 			timeout => $left < 5 ? 5 : $left);
+		unlink "$outfile.$round.sql";
 		my %acked;
 		for my $line (split /\n/, $out)
 		{
@@ -486,6 +515,16 @@ sub rearm_main
 	print $fh "stat\t$reconnects\n";
 	close $fh;
 	POSIX::_exit(0);
+}
+
+# A client process ended: anything but exit 0 means its calls' fate is unknown to the harness.
+sub child_ended
+{
+	my ($pid, $child, $errs) = @_;
+	my $name = delete $child->{$pid};
+	return unless defined $name;
+	push @$errs, "$name ended with " . (($? & 127) ? 'signal ' . ($? & 127) : 'exit code ' . ($? >> 8))
+	  if $?;
 }
 
 sub spawn
@@ -754,6 +793,7 @@ sub run_trial
 
 	my $log_off = log_size();
 	my %child;
+	my @harness_errs;
 	my $deadline = time() + $cfg{calls_deadline};
 	for my $c (0 .. $nc - 1)
 	{
@@ -777,7 +817,7 @@ sub run_trial
 	  . "AND status IN ('pending', 'retrying', 'running')";
 	while (time() < $fault_end)
 	{
-		while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { delete $child{$pid} }
+		while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { child_ended($pid, \%child, \@harness_errs) }
 		if (!%child)
 		{
 			my ($rc, $out) = psql($SU, $busy_sql, timeout => 10);
@@ -798,7 +838,7 @@ sub run_trial
 	while (%child && time() < $reap_deadline)
 	{
 		my $pid = waitpid(-1, POSIX::WNOHANG());
-		if ($pid > 0) { delete $child{$pid}; next }
+		if ($pid > 0) { child_ended($pid, \%child, \@harness_errs); next }
 		usleep(50_000);
 	}
 	if (%child)
@@ -1009,6 +1049,12 @@ sub run_trial
 	my $lost_logged = () = $log =~ /durable_steps: attempt \d+ of step \Q$prefix\E\S+ was lost/g;
 	my $executor_exits = () = $log =~ /"durable_steps worker" \(PID \d+\) exited with exit code 1/g;
 
+	# a client that died, or left no closing line: its calls' fate is unknown to the harness
+	for my $c (0 .. $nc - 1)
+	{
+		push @harness_errs, "client$c left no closing line in $dir/client$c"
+		  unless -s "$dir/client$c" && `tail -n 1 $dir/client$c` =~ /^stat\t/;
+	}
 	my $nviol = 0;
 	$nviol += @$_ for values %viol;
 	my $calls_n = scalar @calls;
@@ -1030,6 +1076,8 @@ sub run_trial
 		print "    ... and " . (@l - 30) . " more\n" if @l > 30;
 	}
 	# a lost attempt found by a caller's ds_run_step (run_step.c) is recorded without a log line
+	print "  HARNESS ERROR: $_\n" for @harness_errs;
+	$tot->{harness_errors} += @harness_errs;
 	print "  note: $lost_n lost attempt(s) recorded, $lost_logged logged by the worker\n"
 	  if $opt{verbose};
 
@@ -1068,7 +1116,7 @@ my $ok = eval {
 	cluster_create();
 	setup_database();
 	my $v = rows("SELECT extversion FROM pg_extension WHERE extname = 'durable_steps'");
-	note("durable_steps $v->[0][0] in $DATA");
+	print "faults: durable_steps $v->[0][0] from " . loaded_library() . ", cluster in $DATA\n";
 	for my $t (1 .. $cfg{trials})
 	{
 		run_trial($t, $seed + $t - 1, \%tot);
@@ -1086,7 +1134,8 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d du
   . "%d faults (%s; mid-attempt: kill9 %d, terminate %d, cancel %d) | succeeded %d, failed %d, "
   . "blocked %d (%d re-armed) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
   . "worker %d), %d lost (DS007; %d logged by the worker) | %d executor exit(s), "
-  . "%d client reconnects | longest settle %.1f s | %d invariant violation(s) in %d trial(s)\n",
+  . "%d client reconnects | longest settle %.1f s | %d invariant violation(s) in %d trial(s)"
+  . ($tot{harness_errors} ? ", $tot{harness_errors} HARNESS ERROR(S)" : '') . "\n",
   $tot{trials} || 0, $seed, $elapsed, $tot{steps} || 0, $tot{calls} || 0, $tot{dups} || 0,
   $tot{faults} || 0, join(' ', map { "$_ " . ($tot{fault}{$_} || 0) } @FAULTS),
   map({ $tot{"${_}_mid"} || 0 } qw(kill9 terminate cancel)),
@@ -1095,5 +1144,6 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d du
   $tot{executor_exits} || 0, $tot{reconnects} || 0, $tot{max_settle} || 0,
   $tot{violations} || 0, $tot{bad_trials} || 0;
 $rc = 1 if !$rc && $tot{violations};
+$rc = 2 if !$rc && $tot{harness_errors};
 print "faults: " . ($rc == 0 ? 'PASS' : $rc == 1 ? 'FAIL (invariants violated)' : 'ERROR') . "\n";
 exit $rc;
