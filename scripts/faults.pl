@@ -546,7 +546,8 @@ sub spawn
 my @FAULTS = qw(kill9 immediate fast_restart terminate cancel reload);
 my @fault_bag;
 
-# Every kind of fault comes once in each round of six, in a random order.
+# Every kind of fault comes once in each round of six, in a random order; the rounds run on from
+# trial to trial, so that a run of six faults or more has had every kind.
 sub next_fault
 {
 	@fault_bag = @FAULTS unless @fault_bag;
@@ -812,7 +813,6 @@ sub run_trial
 	my %fc;
 	my $nfaults = 0;
 	my $fault_end = $t0 + $cfg{fault_window};
-	@fault_bag = ();
 	my $busy_sql = "SELECT count(*) FROM ds_steps WHERE run_id LIKE '$prefix%' "
 	  . "AND status IN ('pending', 'retrying', 'running')";
 	while (time() < $fault_end)
