@@ -225,9 +225,15 @@ sub cluster_start
 	die "pg_ctl start failed:\n$out$err\n" . log_tail(40) if $rc;
 	$cluster_started = 1;
 	wait_ready(60);
+	check_library();
+}
+
+# A new postmaster must have loaded the private copy of the library, not another one.
+sub check_library
+{
 	my $lib = loaded_library();
 	die "the postmaster loaded $lib, not the private copy under $PRIVLIB\n"
-	  unless index($lib, "$PRIVLIB/") == 0;
+	  unless index($lib, "$PRIVLIB/") == 0 && $lib !~ /\(deleted\)$/;
 }
 
 # The durable_steps.so the running postmaster has mapped (from /proc), with " (deleted)" when
@@ -614,6 +620,7 @@ sub inject
 		my ($rc, $out, $err) = pg_ctl('-l', $LOG, '-m', 'fast', '-w', '-t', '60', 'restart');
 		die "pg_ctl restart failed:\n$out$err\n" . log_tail(40) if $rc;
 		wait_ready(60);
+		check_library();
 		return 'fast restart';
 	}
 	if ($f eq 'reload')
