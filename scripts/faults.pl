@@ -1,0 +1,1156 @@
+#!/usr/bin/perl
+# scripts/faults.pl -- the trials of scripts/faults (run that wrapper: it builds and installs the
+# extension and hands this script a work directory owned by the user that runs PostgreSQL).
+#
+# One throwaway cluster (unix socket only, in --workdir) with durable_steps preloaded and two
+# executors. Each trial creates --steps steps from several concurrent client sessions (two
+# owning roles), each step's body scripted to write one ledger row and then succeed or fail on
+# chosen attempt numbers; duplicate calls of the same identity race each other and the worker.
+# While the clients run and the worker drains the steps, faults are injected at random: kill -9
+# of an executor, immediate stop and start, fast restart, pg_terminate_backend and
+# pg_cancel_backend of an executor, reloads that change batch_size and poll_interval. When no
+# step is pending, retrying or running any more (polled, with a bound), the invariants are
+# checked against ds_steps, ds_attempts and the ledger; every violation is printed with its rows.
+#
+# Options: --trials N --steps N --seed S --clients N --short --verbose
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in five
+#          known ways (see tamper()); the run must then fail with exactly those violations
+#          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
+# Exit status: 0 all invariants held, 1 an invariant was violated, 2 the harness could not run.
+
+use strict;
+use warnings;
+
+use Getopt::Long qw(GetOptions);
+use IPC::Run ();
+use JSON::PP ();
+use POSIX ();
+use Time::HiRes qw(time usleep);
+
+$| = 1;
+# a psql that ends early (its connection lost) must not kill us by SIGPIPE while IPC::Run writes
+# its stdin: IPC::Run then fails, and run_cmd says so
+$SIG{PIPE} = 'IGNORE';
+
+my %opt = (short => 0, verbose => 0);
+GetOptions(
+	\%opt, 'trials=i', 'steps=i', 'seed=i', 'clients=i', 'short', 'verbose',
+	'tamper', 'workdir=s', 'runner=s', 'bindir=s')
+  or die "usage: scripts/faults [--short] [--trials N] [--steps N] [--seed S] [--clients N]\n";
+for my $k (qw(workdir runner bindir))
+{
+	die "faults.pl: --$k is required (run scripts/faults, not this helper)\n" unless $opt{$k};
+}
+
+# Sizes and bounds: --short stays well under a minute on a 2-CPU machine.
+my %cfg = $opt{short}
+  ? (trials => 3, steps => 40, clients => 4, gap_min => 0.15, gap_max => 0.5,
+	fault_window => 6, calls_deadline => 40, settle_timeout => 40)
+  : (trials => 20, steps => 150, clients => 6, gap_min => 0.2, gap_max => 0.9,
+	fault_window => 25, calls_deadline => 120, settle_timeout => 120);
+$cfg{trials}  = $opt{trials}  if defined $opt{trials};
+$cfg{steps}   = $opt{steps}   if defined $opt{steps};
+$cfg{clients} = $opt{clients} if defined $opt{clients};
+$cfg{clients} = 2 if $cfg{clients} < 2;
+my $seed = defined $opt{seed} ? $opt{seed} : (int(time() * 1000) ^ $$) % 1_000_000_000;
+
+my $WORK   = $opt{workdir};
+my $RUNNER = $opt{runner};
+my $BINDIR = $opt{bindir};
+my $CDIR   = "$WORK/cluster";
+my $DATA   = "$CDIR/data";
+my $SOCK   = "$CDIR/sock";
+my $LOG    = "$CDIR/postgres.log";
+my $PORT   = 5432;                 # names the socket file in our private directory only
+my $SU     = 'postgres';           # the bootstrap superuser (initdb -U)
+my @ROLES  = qw(fh_alice fh_bob);  # the steps' owners
+my $US     = "\x1f";               # field separator of psql's unaligned output
+(my $PRIVLIB = $BINDIR) =~ s{/bin$}{/lib};   # the lib directory of the PostgreSQL in --bindir
+
+$ENV{PGCONNECT_TIMEOUT} = 5;
+delete @ENV{qw(PGHOST PGPORT PGUSER PGDATABASE PGOPTIONS PGSERVICE)};
+chdir $WORK or die "cannot chdir to $WORK: $!\n";
+
+my $json = JSON::PP->new->canonical;
+my $parent_pid = $$;
+my $cluster_started = 0;
+
+sub note { print @_, "\n" if $opt{verbose} }
+
+# ---- processes ----------------------------------------------------------------------------------
+
+# A command as the user that owns the cluster (initdb and pg_ctl refuse root).
+sub as_runner
+{
+	my @cmd = @_;
+	return @cmd if $> != 0;
+	return ('runuser', '-u', $RUNNER, '--', 'env', "HOME=$WORK", "TMPDIR=$WORK/tmp", @cmd);
+}
+
+# Runs a command; returns (exit code, stdout, stderr). A timeout kills it and returns 124.
+sub run_cmd
+{
+	my ($cmd, %o) = @_;
+	my ($out, $err) = ('', '');
+	my $in = defined $o{stdin} ? $o{stdin} : '';
+	my $rc;
+	my $ok = eval {
+		IPC::Run::run($cmd, '<', \$in, '>', \$out, '2>', \$err,
+			IPC::Run::timeout($o{timeout} || 120));
+		$rc = $? >> 8;
+		1;
+	};
+	if (!$ok)
+	{
+		$err .= "\n[harness: " . ($@ =~ /timeout/i ? 'timed out' : "failed: $@") . "]";
+		$rc = 124;
+	}
+	return ($rc, $out, $err);
+}
+
+sub psql_cmd
+{
+	my ($user) = @_;
+	return [ "$BINDIR/psql", '-X', '-q', '-A', '-t', '-F', $US, '-v', 'ON_ERROR_STOP=1',
+		'-v', 'VERBOSITY=verbose', '-h', $SOCK, '-p', $PORT, '-U', $user, '-d', 'postgres' ];
+}
+
+# psql as $user with $sql on stdin: (exit code, stdout, stderr)
+sub psql
+{
+	my ($user, $sql, %o) = @_;
+	return run_cmd(psql_cmd($user), stdin => $sql, timeout => $o{timeout} || 60);
+}
+
+# A connection-level failure (server restarting, session killed) rather than an SQL error.
+my $transient_re = qr/could not connect|connection to server|server closed the connection|
+	terminating\ connection|no\ connection\ to\ the\ server|the\ database\ system\ is|
+	FATAL|57P0[1-4]|Connection\ refused|No\ such\ file\ or\ directory|\[harness:\ /x;
+
+# Rows of a superuser query, retried while the server is coming back (bounded).
+sub rows
+{
+	my ($sql, $timeout) = @_;
+	my $deadline = time() + ($timeout || 60);
+	while (1)
+	{
+		my ($rc, $out, $err) = psql($SU, $sql);
+		return [ map { [ split /$US/, $_, -1 ] } grep { $_ ne '' } split /\n/, $out ] if $rc == 0;
+		die "query failed:\n$sql\n$err\n" if $err !~ $transient_re || time() > $deadline;
+		usleep(100_000);
+	}
+}
+
+sub value { my $r = rows(@_); return @$r ? $r->[0][0] : undef }
+
+sub pg_ctl
+{
+	my @args = @_;
+	return run_cmd([ as_runner("$BINDIR/pg_ctl", '-D', $DATA, @args) ], timeout => 120);
+}
+
+# Polls until the server answers a query (bounded); dies with the log's tail otherwise.
+sub wait_ready
+{
+	my ($timeout) = @_;
+	my $deadline = time() + ($timeout || 60);
+	while (time() < $deadline)
+	{
+		my ($rc) = psql($SU, 'SELECT 1', timeout => 10);
+		return 1 if $rc == 0;
+		usleep(50_000);
+	}
+	die "the server did not accept connections within ${\ ($timeout || 60)} s\n" . log_tail(40);
+}
+
+sub log_tail
+{
+	my ($n) = @_;
+	open my $fh, '<', $LOG or return "(no log at $LOG)\n";
+	my @l = <$fh>;
+	close $fh;
+	@l = @l[ -$n .. -1 ] if @l > $n;
+	return "----- tail of $LOG -----\n" . join('', @l) . "----- end of log -----\n";
+}
+
+sub log_size { return -s $LOG || 0 }
+
+sub log_since
+{
+	my ($off) = @_;
+	open my $fh, '<', $LOG or return '';
+	seek $fh, $off, 0;
+	local $/;
+	my $t = <$fh>;
+	close $fh;
+	return defined $t ? $t : '';
+}
+
+# ---- the cluster --------------------------------------------------------------------------------
+
+sub cluster_create
+{
+	my ($rc, $out, $err) = run_cmd([ as_runner('mkdir', '-p', $CDIR, $SOCK, "$WORK/tmp") ]);
+	die "mkdir: $err\n" if $rc;
+	($rc, $out, $err) = run_cmd(
+		[ as_runner("$BINDIR/initdb", '-D', $DATA, '-U', $SU, '-A', 'trust', '-E', 'UTF8',
+			'--no-sync') ],
+		timeout => 300);
+	die "initdb failed:\n$out$err\n" if $rc;
+	my $conf = <<"EOF";
+
+# ---- scripts/faults ----
+listen_addresses = ''
+unix_socket_directories = '$SOCK'
+port = $PORT
+max_connections = 60
+shared_preload_libraries = 'durable_steps'
+durable_steps.database = 'postgres'
+durable_steps.max_workers = 2
+durable_steps.poll_interval = '50ms'
+restart_after_crash = on
+# kill -9 and immediate stops end processes, not the machine: the kernel keeps written WAL
+fsync = off
+log_line_prefix = '%m [%p] %b '
+EOF
+	($rc, $out, $err) = run_cmd([ as_runner('sh', '-c', 'cat >> "$1"', 'sh', "$DATA/postgresql.conf") ],
+		stdin => $conf);
+	die "cannot write postgresql.conf: $err\n" if $rc;
+	cluster_start();
+}
+
+sub cluster_start
+{
+	my ($rc, $out, $err) = pg_ctl('-l', $LOG, '-w', '-t', '60', 'start');
+	die "pg_ctl start failed:\n$out$err\n" . log_tail(40) if $rc;
+	$cluster_started = 1;
+	wait_ready(60);
+	check_library();
+}
+
+# A new postmaster must have loaded the private copy of the library, not another one.
+sub check_library
+{
+	my $lib = loaded_library();
+	die "the postmaster loaded $lib, not the private copy under $PRIVLIB\n"
+	  unless index($lib, "$PRIVLIB/") == 0 && $lib !~ /\(deleted\)$/;
+}
+
+# The durable_steps.so the running postmaster has mapped (from /proc), with " (deleted)" when
+# the file was replaced after it was loaded.
+sub loaded_library
+{
+	open my $pf, '<', "$DATA/postmaster.pid" or die "$DATA/postmaster.pid: $!\n";
+	my $pid = <$pf>;
+	close $pf;
+	chomp $pid;
+	open my $mf, '<', "/proc/$pid/maps" or die "/proc/$pid/maps: $!\n";
+	my ($lib) = map { m{(/\S*durable_steps\.so(?: \(deleted\))?)$} ? $1 : () } <$mf>;
+	close $mf;
+	die "the postmaster (pid $pid) has no durable_steps.so mapped\n" unless $lib;
+	return $lib;
+}
+
+sub cluster_stop
+{
+	my ($mode) = @_;
+	my ($rc, $out, $err) = pg_ctl('-m', $mode, '-w', '-t', '60', 'stop');
+	die "pg_ctl stop -m $mode failed:\n$out$err\n" . log_tail(40) if $rc;
+}
+
+END
+{
+	if ($$ == $parent_pid && $cluster_started)
+	{
+		local $?;
+		pg_ctl('-m', 'immediate', '-w', 'stop');
+	}
+}
+
+sub setup_database
+{
+	my $roles = join '', map { "CREATE ROLE $_ LOGIN;\n" } @ROLES;
+	my ($rc, $out, $err) = psql($SU, <<"EOF");
+CREATE EXTENSION durable_steps;
+$roles
+-- The effect ledger: no unique constraint, so that a duplicated effect shows.
+CREATE TABLE fh_ledger (
+    id       bigserial PRIMARY KEY,
+    run_id   text NOT NULL,
+    step_id  text NOT NULL,
+    attempt  integer NOT NULL,
+    kind     text NOT NULL,
+    who      text NOT NULL DEFAULT current_user,
+    pid      integer NOT NULL DEFAULT pg_backend_pid(),
+    at       timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+GRANT SELECT, INSERT ON fh_ledger TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_ledger_id_seq TO PUBLIC;
+
+-- A step's body. plan->'p' scripts attempt n by its element n-1 (missing: succeed):
+--   ra ds_retry_after (DS002)     rx RAISE EXCEPTION (P0001)    -- retryable
+--   nr ds_non_retriable (DS001)   ix RAISE ... XX000            -- permanent
+--   bk ds_blocked (DS003)         dz division by zero (22012)   -- correctable
+-- Every attempt first writes its ledger row: 'success effect' on an attempt scripted to succeed,
+-- 'failed attempt effect' otherwise (that row must roll back with the failure). The attempt
+-- then sleeps plan->>'sleep' ms (a window for faults) and returns its attempt number.
+CREATE FUNCTION fh_body(plan jsonb) RETURNS integer LANGUAGE plpgsql AS \$\$
+DECLARE
+    a   integer := ds_attempt_number();
+    act text := coalesce(plan->'p'->>(a - 1), 'ok');
+BEGIN
+    INSERT INTO fh_ledger(run_id, step_id, attempt, kind)
+    VALUES (ds_run_id(), ds_step_id(), a,
+            CASE WHEN act = 'ok' THEN 'success effect' ELSE 'failed attempt effect' END);
+    IF coalesce((plan->>'sleep')::integer, 0) > 0 THEN
+        PERFORM pg_sleep((plan->>'sleep')::integer / 1000.0);
+    END IF;
+    CASE act
+        WHEN 'ok' THEN NULL;
+        WHEN 'ra' THEN PERFORM ds_retry_after('scripted retry_after at attempt ' || a,
+                                              make_interval(secs => (plan->>'ra')::integer / 1000.0));
+        WHEN 'rx' THEN RAISE EXCEPTION 'scripted raise at attempt %', a;
+        WHEN 'nr' THEN PERFORM ds_non_retriable('scripted non_retriable at attempt ' || a);
+        WHEN 'ix' THEN RAISE EXCEPTION 'scripted internal error at attempt %', a USING ERRCODE = 'XX000';
+        WHEN 'bk' THEN PERFORM ds_blocked('scripted block at attempt ' || a, 'correct the input');
+        WHEN 'dz' THEN PERFORM 1 / (a - a);
+        ELSE RAISE EXCEPTION 'fh_body: unknown action %', act USING ERRCODE = 'XX001';
+    END CASE;
+    RETURN a;
+END
+\$\$;
+EOF
+	die "setting up the database failed:\n$err\n" if $rc;
+}
+
+# ---- step plans ---------------------------------------------------------------------------------
+
+# The expected outcome of each scripted action: class and SQLSTATE.
+my %ACTION = (
+	ok => [ 'completed',   '' ],
+	ra => [ 'retryable',   'DS002' ],
+	rx => [ 'retryable',   'P0001' ],
+	nr => [ 'permanent',   'DS001' ],
+	ix => [ 'permanent',   'XX000' ],
+	bk => [ 'correctable', 'DS003' ],
+	dz => [ 'correctable', '22012' ],
+);
+
+sub pick { return $_[ int rand @_ ] }
+
+# One step's script: its kind, plan (input), policy and whether it is re-armed once it stops.
+sub make_step
+{
+	my $r = rand();
+	my $fail = sub { return map { pick('ra', 'rx') } 1 .. $_[0] };
+	my ($kind, @p, $m);
+	if ($r < 0.20) { $kind = 'ok'; $m = 1 + int rand 3; }
+	elsif ($r < 0.55)
+	{
+		$kind = 'retry';
+		my $k = 1 + int rand 3;
+		@p = $fail->($k);
+		$m = $k + 1 + int rand 3;
+	}
+	elsif ($r < 0.65) { $kind = 'exhaust'; $m = 1 + int rand 3; @p = $fail->($m + 3); }
+	elsif ($r < 0.75)
+	{
+		$kind = 'permanent';
+		my $j = int rand 3;
+		@p = ($fail->($j), pick('nr', 'ix'));
+		$m = $j + 1 + int rand 3;
+	}
+	else
+	{
+		$kind = $r < 0.88 ? 'blocked' : 'rearm';
+		my $j = int rand 3;
+		@p = ($fail->($j), pick('bk', 'dz'));
+		$m = $j + 1 + int rand 3;
+	}
+	# a third of the bodies are slow (a window for faults); a fifth of the steps wait a while
+	# between attempts, so that the worker still has work after the clients are done
+	my $sleep = rand() < 0.3 ? 20 + int rand 100 : int rand 6;
+	my $slow = rand() < 0.2;
+	my $ra = $slow ? 100 + int rand 500 : int rand 30;
+	my $input = { k => $kind, p => \@p, sleep => $sleep, ra => $ra };
+	my $delay = $slow ? 50 + int rand 150 : int rand 30;
+	my $backoff = pick('fixed', 'exponential');
+	my $policy = { max_attempts => $m, initial_delay => $delay, max_delay => 200,
+		backoff => $backoff, multiplier => 2 };
+	return {
+		kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra,
+		delay => $delay, backoff => $backoff,
+		input => $json->encode($input), policy => $json->encode($policy),
+		fixed_input => $json->encode({ %$input, p => [], fixed => JSON::PP::true }),
+	};
+}
+
+# Fisher-Yates with rand(), so that --seed reproduces the order
+sub shuffled
+{
+	my @l = @_;
+	for (my $i = $#l; $i > 0; $i--)
+	{
+		my $j = int rand($i + 1);
+		@l[ $i, $j ] = @l[ $j, $i ];
+	}
+	return \@l;
+}
+
+sub lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'" }
+
+sub call_sql
+{
+	my ($idx, $st, $nowait, $pause_ms) = @_;
+	my $sql = '';
+	$sql .= sprintf("SELECT pg_sleep(%.3f);\n", $pause_ms / 1000) if $pause_ms;
+	$sql .= sprintf(
+		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s);\n",
+		$idx, lit($st->{run}), lit($st->{step}), lit($st->{input}), lit($st->{policy}),
+		$nowait ? 'true' : 'false');
+	return $sql;
+}
+
+# ---- client sessions (forked children) ----------------------------------------------------------
+
+# Runs its calls in order, one psql per stretch of calls (ON_ERROR_STOP): the calls acknowledged
+# by a printed row committed; after a connection failure the rest run again in a new session (a
+# call is an idempotent ds_run_step); an SQL error is recorded against the first unanswered call.
+# Writes "ack idx status attempt replayed", "err idx sqlstate message" and "stat reconnects".
+sub client_main
+{
+	my ($role, $calls, $outfile, $deadline, $start_delay) = @_;
+	usleep($start_delay * 1e6) if $start_delay;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	$fh->autoflush(1);
+	my @queue = @$calls;
+	my ($reconnects, $unknown, $round) = (0, 0, 0);
+	while (@queue)
+	{
+		if (time() > $deadline)
+		{
+			print $fh "err\t$_->{idx}\tTIMEOUT\tnot answered before the clients' deadline\n"
+			  for @queue;
+			last;
+		}
+		my $left = $deadline - time();
+		# a file, not stdin: a psql that stops early (lost connection, ON_ERROR_STOP) must not
+		# leave IPC::Run writing into a closed pipe
+		$round++;
+		open my $sf, '>', "$outfile.$round.sql" or die "$outfile.$round.sql: $!";
+		print $sf map { $_->{sql} } @queue;
+		close $sf;
+		my ($rc, $out, $err) = run_cmd([ @{ psql_cmd($role) }, '-f', "$outfile.$round.sql" ],
+			timeout => $left < 5 ? 5 : $left);
+		unlink "$outfile.$round.sql";
+		my %acked;
+		for my $line (split /\n/, $out)
+		{
+			my @f = split /$US/, $line, -1;
+			next unless @f >= 5 && $f[0] eq 'ack';
+			$acked{ $f[1] } = 1;
+			print $fh join("\t", 'ack', @f[ 1 .. 4 ]), "\n";
+		}
+		@queue = grep { !$acked{ $_->{idx} } } @queue;
+		last unless @queue;
+		if ($err =~ $transient_re)
+		{
+			$reconnects++;
+			usleep(50_000 + int rand 150_000);
+			next;
+		}
+		if ($err =~ /ERROR:\s+([0-9A-Z]{5}):\s*([^\n]*)/)
+		{
+			my $c = shift @queue;
+			print $fh "err\t$c->{idx}\t$1\t$2\n";
+			$unknown = 0;
+			next;
+		}
+		if (++$unknown > 20)
+		{
+			my $c = shift @queue;
+			(my $e = $err) =~ s/\s+/ /g;
+			print $fh "err\t$c->{idx}\tUNKNOWN\tpsql exit $rc: $e\n";
+			$unknown = 0;
+		}
+		usleep(100_000);
+	}
+	print $fh "stat\t$reconnects\n";
+	close $fh;
+	POSIX::_exit(0);
+}
+
+# Re-arms each of its steps once with corrected input (ds_retry_step as the owner) as soon as
+# it has stopped (blocked, or failed); a step counts as re-armed when ds_steps shows that input,
+# and needs none when it succeeded without (see check_step).
+sub rearm_main
+{
+	my ($steps, $outfile, $deadline) = @_;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	$fh->autoflush(1);
+	my %todo = map { ("$_->{run}/$_->{step}" => $_) } @$steps;
+	my $list = join ', ', map { '(' . lit($_->{run}) . ', ' . lit($_->{step}) . ')' } @$steps;
+	my $reconnects = 0;
+	while (%todo && time() < $deadline)
+	{
+		my ($rc, $out, $err) = psql($SU,
+			"SELECT run_id, step_id, status, coalesce(input->>'fixed', '') FROM ds_steps "
+			  . "WHERE (run_id, step_id) IN ($list)");
+		if ($rc != 0) { $reconnects++; usleep(100_000); next; }
+		for my $line (split /\n/, $out)
+		{
+			my ($run, $step, $status, $fixed) = split /$US/, $line, -1;
+			my $st = $todo{"$run/$step"} or next;
+			# a lost attempt can use up the number scripted to block: then the step succeeds
+			if ($fixed eq 'true' || $status eq 'succeeded') { delete $todo{"$run/$step"}; next; }
+			next unless $status eq 'failed' || $status eq 'blocked';
+			my ($rc2, $out2, $err2) = psql($st->{role},
+				sprintf("SELECT 'ack', status FROM ds_retry_step(%s, %s, %s::jsonb);\n",
+					lit($run), lit($step), lit($st->{fixed_input})));
+			if ($out2 =~ /^ack$US(\w+)/m) { print $fh "rearm\t$run\t$step\t$1\n"; }
+			elsif ($err2 =~ $transient_re) { $reconnects++; }
+			elsif ($err2 =~ /ERROR:\s+([0-9A-Z]{5}):\s*([^\n]*)/ && $1 ne 'DS103')
+			{
+				print $fh "err\t$run\t$step\t$1\t$2\n";
+				delete $todo{"$run/$step"};
+			}
+		}
+		usleep(50_000);
+	}
+	print $fh "left\t$_\n" for sort keys %todo;
+	print $fh "stat\t$reconnects\n";
+	close $fh;
+	POSIX::_exit(0);
+}
+
+# A client process ended: anything but exit 0 means its calls' fate is unknown to the harness.
+sub child_ended
+{
+	my ($pid, $child, $errs) = @_;
+	my $name = delete $child->{$pid};
+	return unless defined $name;
+	push @$errs, "$name ended with " . (($? & 127) ? 'signal ' . ($? & 127) : 'exit code ' . ($? >> 8))
+	  if $?;
+}
+
+sub spawn
+{
+	my ($code) = @_;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		$SIG{__DIE__} = sub { print STDERR "child $$: @_"; POSIX::_exit(3) };
+		$code->();
+		POSIX::_exit(0);
+	}
+	return $pid;
+}
+
+# ---- faults -------------------------------------------------------------------------------------
+
+my @FAULTS = qw(kill9 immediate fast_restart terminate cancel reload);
+my @fault_bag;
+
+# Every kind of fault comes once in each round of six, in a random order; the rounds run on from
+# trial to trial, so that a run of six faults or more has had every kind.
+sub next_fault
+{
+	@fault_bag = @FAULTS unless @fault_bag;
+	my $i = int rand @fault_bag;
+	return splice(@fault_bag, $i, 1);
+}
+
+# An executor's pid, preferring one that is running an attempt (waits up to 0.5 s for that).
+# Returns (pid, running an attempt?) or () when there is no executor.
+sub pick_executor
+{
+	my $deadline = time() + 0.5;
+	my @any;
+	while (1)
+	{
+		my ($rc, $out) = psql($SU,
+			"SELECT pid, (query LIKE 'durable_steps: running %')::int FROM pg_stat_activity "
+			  . "WHERE backend_type = 'durable_steps worker'", timeout => 10);
+		if ($rc == 0)
+		{
+			my @ex = map { [ split /$US/ ] } grep { $_ ne '' } split /\n/, $out;
+			my @busy = grep { $_->[1] } @ex;
+			return ($busy[ int rand @busy ][0], 1) if @busy;
+			@any = @ex;
+		}
+		last if time() > $deadline;
+		usleep(20_000);
+	}
+	return @any ? ($any[ int rand @any ][0], 0) : ();
+}
+
+# Injects one fault; returns a short description, or undef when it could not be placed.
+sub inject
+{
+	my ($f, $count) = @_;
+	if ($f eq 'kill9' || $f eq 'terminate' || $f eq 'cancel')
+	{
+		my ($pid, $busy) = pick_executor();
+		return undef unless $pid;
+		$count->{"${f}_mid_attempt"}++ if $busy;
+		if ($f eq 'kill9')
+		{
+			kill 'KILL', $pid;
+			# the postmaster restarts every process after a crash; wait until it answers again
+			usleep(100_000);
+			wait_ready(60);
+		}
+		else
+		{
+			my $fn = $f eq 'terminate' ? 'pg_terminate_backend' : 'pg_cancel_backend';
+			psql($SU, "SELECT $fn($pid)", timeout => 10);
+		}
+		return "$f pid $pid" . ($busy ? ' (mid-attempt)' : '');
+	}
+	if ($f eq 'immediate')
+	{
+		cluster_stop('immediate');
+		usleep(int rand 300_000);
+		cluster_start();
+		return 'immediate stop/start';
+	}
+	if ($f eq 'fast_restart')
+	{
+		my ($rc, $out, $err) = pg_ctl('-l', $LOG, '-m', 'fast', '-w', '-t', '60', 'restart');
+		die "pg_ctl restart failed:\n$out$err\n" . log_tail(40) if $rc;
+		wait_ready(60);
+		check_library();
+		return 'fast restart';
+	}
+	if ($f eq 'reload')
+	{
+		my $batch = pick(1, 2, 5, 10, 50, 100);
+		my $poll = pick('10ms', '50ms', '100ms', '250ms');
+		my ($rc, $out, $err) = psql($SU,
+			"ALTER SYSTEM SET durable_steps.batch_size = $batch;\n"
+			  . "ALTER SYSTEM SET durable_steps.poll_interval = '$poll';\n"
+			  . "SELECT pg_reload_conf();\n", timeout => 20);
+		return undef if $rc;
+		return "reload batch_size=$batch poll_interval=$poll";
+	}
+	die "unknown fault $f";
+}
+
+# ---- checks -------------------------------------------------------------------------------------
+
+# Delay in seconds the policy puts after failed attempt $n (counted from the last re-arm).
+sub backoff_s
+{
+	my ($st, $n) = @_;
+	my $d = $st->{backoff} eq 'fixed' ? $st->{delay} : $st->{delay} * 2**($n - 1);
+	$d = 200 if $d > 200;
+	return $d / 1000;
+}
+
+# Walks a step's recorded attempts against its script and returns the violations found. An
+# attempt recorded as lost (DS007 invocation_lost) stands for a retryable failure that used up
+# its attempt number; every other attempt must end as its number's script says. The walk stops
+# where the script and the budget end the step (switching to the corrected input, with a fresh
+# budget, when the step was re-armed), and the step row must agree with that end.
+sub check_step
+{
+	my ($st, $row, $atts) = @_;
+	my @v;
+	my $id = "$st->{run}/$st->{step}";
+	my ($status, $attempt, $max, $eclass, $ecode, $result, $owner, $input) = @$row[ 2 .. 9 ];
+	my $fixed = eval { $json->decode($input)->{fixed} } ? 1 : 0;
+	push @v, "step $id is marked re-armed but is not a re-arm step" if $fixed && $st->{kind} ne 'rearm';
+	push @v, "step $id is owned by $owner, created by $st->{role}" if $owner ne $st->{role};
+	my @plan = @{ $st->{plan} };
+	my ($base, $limit, $switched) = (0, $st->{max}, 0);
+	my ($n, $end_status, $end_class, $end_code) = (0);
+	my $lost = 0;
+	while (1)
+	{
+		$n++;
+		my $rec = $atts->{$n};
+		my $act = $switched ? 'ok' : (defined $plan[ $n - 1 ] ? $plan[ $n - 1 ] : 'ok');
+		if (!$rec)
+		{
+			push @v, "step $id: attempt $n should exist by its script (step says $status at $attempt)";
+			last if $n >= $attempt;
+			# a hole in the history: walk on as if it had ended as scripted
+			$rec = [ ('') x 3, @{ $ACTION{$act} }, 'missing', 'worker' ];
+		}
+		my ($cls, $code, $msg, $executor) = @$rec[ 3 .. 6 ];
+		my $outcome;
+		if ($code eq 'DS007')
+		{
+			$lost++;
+			push @v, "step $id attempt $n: lost attempt recorded as $cls/$msg by $executor"
+			  unless $cls eq 'retryable' && $msg eq 'invocation_lost' && $executor eq 'worker';
+			$outcome = 'retryable';
+		}
+		else
+		{
+			my ($want_cls, $want_code) = @{ $ACTION{$act} };
+			push @v, "step $id attempt $n: scripted '$act' ($want_cls $want_code), recorded $cls $code ($msg)"
+			  unless $cls eq $want_cls && $code eq $want_code;
+			$outcome = $cls;
+		}
+		($end_code) = $code;
+		if ($outcome eq 'completed') { $end_status = 'succeeded'; $end_class = ''; }
+		elsif ($outcome eq 'retryable')
+		{
+			next if $n < $base + $limit;
+			($end_status, $end_class) = ('failed', 'exhausted');
+		}
+		elsif ($outcome eq 'correctable') { ($end_status, $end_class) = ('blocked', 'correctable'); }
+		else { ($end_status, $end_class) = ('failed', 'permanent'); }
+		if ($fixed && !$switched && $end_status ne 'succeeded')
+		{
+			# re-armed here with the corrected input: a fresh budget from this attempt on
+			($base, $switched) = ($n, 1);
+			next;
+		}
+		last;
+	}
+	my $want_max = $base + $limit;
+	push @v, "step $id: its script (with $lost lost attempt(s)) ends $end_status/$end_class at attempt $n "
+	  . "of $want_max; the step is $status/$eclass at attempt $attempt of $max (error $ecode)"
+	  if defined $end_status
+	  && ($status ne $end_status || $eclass ne $end_class || $attempt != $n || $max != $want_max
+		|| ($end_status ne 'succeeded' && $ecode ne $end_code));
+	push @v, "step $id: succeeded with result $result, not its attempt number $attempt"
+	  if $status eq 'succeeded' && $result ne $attempt;
+	push @v, "step $id: re-arm step ended $status without being re-armed" if $st->{kind} eq 'rearm'
+	  && !$fixed && $status ne 'succeeded';
+	return (\@v, $lost);
+}
+
+# --tamper: what a broken extension could leave behind, written by hand into trial 1's rows.
+sub tamper
+{
+	my ($prefix) = @_;
+	my ($rc, $out, $err) = psql($SU, <<"EOF");
+-- a second ledger row for one succeeded attempt: [duplicate effect]
+INSERT INTO fh_ledger(run_id, step_id, attempt, kind, who, pid)
+SELECT run_id, step_id, attempt, kind, who, pid FROM fh_ledger
+ WHERE run_id LIKE '$prefix%' ORDER BY id LIMIT 1;
+-- the effect of a failed attempt committed: [effect of a failed attempt]
+INSERT INTO fh_ledger(run_id, step_id, attempt, kind)
+SELECT run_id, step_id, attempt, 'failed attempt effect' FROM durable_steps.attempts
+ WHERE run_id LIKE '$prefix%' AND class = 'retryable' ORDER BY run_id, step_id, attempt LIMIT 1;
+-- a hole in a step's attempt numbers: [attempt numbers]
+DELETE FROM durable_steps.attempts a
+ WHERE (run_id, step_id, attempt) IN (SELECT run_id, step_id, 1 FROM durable_steps.steps
+                                        WHERE run_id LIKE '$prefix%' AND attempts >= 3
+                                        ORDER BY run_id, step_id LIMIT 1);
+-- a succeeded step recorded as exhausted: [end state], [success effect count]
+UPDATE durable_steps.steps SET status = 'failed', error_class = 'exhausted', error_code = 'P0001'
+ WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
+                              WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND attempts = 1
+                              ORDER BY run_id, step_id LIMIT 1);
+-- a scripted failure passed off as a lost attempt: [end state]
+UPDATE durable_steps.attempts SET error_code = 'DS007'
+ WHERE (run_id, step_id, attempt) IN (SELECT run_id, step_id, attempt FROM durable_steps.attempts
+                                       WHERE run_id LIKE '$prefix%' AND error_code = 'DS003'
+                                       ORDER BY run_id, step_id LIMIT 1);
+EOF
+	die "tampering failed: $err\n" if $rc;
+	print "  (--tamper: trial 1's rows were corrupted by hand in five ways)\n";
+}
+
+sub run_trial
+{
+	my ($t, $tseed, $tot) = @_;
+	srand($tseed);
+	my $t0 = time();
+	my $prefix = "f$tseed-";
+	my $dir = "$WORK/tmp/trial$t";
+	mkdir $dir;
+	my $nc = $cfg{clients};
+	my @client_role = map { $ROLES[ $_ % @ROLES ] } 0 .. $nc - 1;
+
+	# the steps, a primary call each from a client of its owner, and duplicate calls
+	my (@steps, @calls_of, @calls);
+	for my $i (1 .. $cfg{steps})
+	{
+		my $st = make_step();
+		$st->{run}  = $prefix . 'r' . ($i % 5);
+		$st->{step} = "s$i";
+		my $c = int rand $nc;
+		$st->{role} = $client_role[$c];
+		push @steps, $st;
+		my @mine = grep { $client_role[$_] eq $st->{role} } 0 .. $nc - 1;
+		my @targets = ([ $c, 0, 0 ]);
+		my $dups = rand() < 0.4 ? 1 + (rand() < 0.3 ? 1 : 0) : 0;
+		for (1 .. $dups)
+		{
+			my $nowait = rand() < 0.25 ? 1 : 0;
+			my $pause = rand() < 0.4 ? 20 + int rand 200 : 0;
+			push @targets, [ pick(@mine), $nowait, $pause ];
+		}
+		for my $tg (@targets)
+		{
+			my $idx = scalar @calls;
+			my $call = { idx => $idx, st => $st, nowait => $tg->[1], dup => ($tg != $targets[0]) };
+			$call->{sql} = call_sql($idx, $st, $tg->[1], $tg->[2]);
+			push @calls, $call;
+			push @{ $calls_of[ $tg->[0] ] }, $call;
+		}
+	}
+	# shuffle each client's queue: a duplicate may come before, or long after, its primary
+	for my $q (@calls_of) { $q = shuffled(@{ $q || [] }) }
+
+	my $log_off = log_size();
+	my %child;
+	my @harness_errs;
+	my $deadline = time() + $cfg{calls_deadline};
+	for my $c (0 .. $nc - 1)
+	{
+		my $delay = rand() < 0.5 ? 0 : rand(0.4);
+		my $pid = spawn(sub { client_main($client_role[$c], $calls_of[$c], "$dir/client$c", $deadline, $delay) });
+		$child{$pid} = "client$c";
+	}
+	my @rearm = grep { $_->{kind} eq 'rearm' } @steps;
+	if (@rearm)
+	{
+		my $pid = spawn(sub { rearm_main(\@rearm, "$dir/rearm", $deadline) });
+		$child{$pid} = 'rearm';
+	}
+
+	# faults while the clients run and the worker drains
+	my %fc;
+	my $nfaults = 0;
+	my $fault_end = $t0 + $cfg{fault_window};
+	my $busy_sql = "SELECT count(*) FROM ds_steps WHERE run_id LIKE '$prefix%' "
+	  . "AND status IN ('pending', 'retrying', 'running')";
+	while (time() < $fault_end)
+	{
+		while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { child_ended($pid, \%child, \@harness_errs) }
+		if (!%child)
+		{
+			my ($rc, $out) = psql($SU, $busy_sql, timeout => 10);
+			last if $rc == 0 && $out =~ /^0$/m;
+		}
+		usleep(1e6 * ($cfg{gap_min} + rand($cfg{gap_max} - $cfg{gap_min})));
+		my $f = next_fault();
+		my $what = inject($f, \%fc);
+		next unless defined $what;
+		$fc{$f}++;
+		$nfaults++;
+		note("  trial $t +" . sprintf('%.2f', time() - $t0) . "s: $what");
+	}
+	my $fault_time = time() - $t0;
+
+	# the clients end by their deadline; a child still there well after it is a harness fault
+	my $reap_deadline = $deadline + 30;
+	while (%child && time() < $reap_deadline)
+	{
+		my $pid = waitpid(-1, POSIX::WNOHANG());
+		if ($pid > 0) { child_ended($pid, \%child, \@harness_errs); next }
+		usleep(50_000);
+	}
+	if (%child)
+	{
+		kill 'KILL', keys %child;
+		die "client processes did not end: " . join(', ', values %child) . "\n";
+	}
+	wait_ready(60);
+
+	# settle: nothing pending, retrying or running (polled, bounded)
+	my $settle_start = time();
+	my $settled = 0;
+	while (time() - $settle_start < $cfg{settle_timeout})
+	{
+		if (value($busy_sql) == 0) { $settled = 1; last }
+		usleep(100_000);
+	}
+	my $settle_time = time() - $settle_start;
+	tamper($prefix) if $opt{tamper} && $t == 1;
+
+	# ---- what the clients saw
+	my (%acks, @client_errs, $reconnects);
+	$reconnects = 0;
+	for my $f (map { "$dir/client$_" } 0 .. $nc - 1)
+	{
+		open my $fh, '<', $f or die "$f: $!";
+		while (<$fh>)
+		{
+			chomp;
+			my @f = split /\t/;
+			if ($f[0] eq 'ack') { $acks{ $calls[ $f[1] ]{st} }++ }
+			elsif ($f[0] eq 'err') { push @client_errs, [ $calls[ $f[1] ], $f[2], $f[3] ] }
+			elsif ($f[0] eq 'stat') { $reconnects += $f[1] }
+		}
+		close $fh;
+	}
+	my (@rearm_left, @rearm_errs);
+	if (@rearm)
+	{
+		open my $fh, '<', "$dir/rearm" or die "$dir/rearm: $!";
+		while (<$fh>)
+		{
+			chomp;
+			my @f = split /\t/;
+			push @rearm_left, $f[1] if $f[0] eq 'left';
+			push @rearm_errs, "@f[1..4]" if $f[0] eq 'err';
+			$reconnects += $f[1] if $f[0] eq 'stat';
+		}
+		close $fh;
+	}
+
+	# ---- the database's view
+	my $steps_rows = rows(
+		"SELECT s.run_id, s.step_id, s.status, s.attempt, s.max_attempts, coalesce(s.error_class, ''), "
+		  . "coalesce(s.error_code, ''), coalesce(s.result::text, ''), s.owner::text, s.input::text "
+		  . "FROM ds_steps s WHERE s.run_id LIKE '$prefix%'");
+	my $att_rows = rows(
+		"SELECT run_id, step_id, attempt, coalesce(class, ''), coalesce(error_code, ''), "
+		  . "coalesce(error_message, ''), executor, coalesce(backend_pid, 0), coalesce(role::text, ''), "
+		  . "extract(epoch FROM claimed_at), extract(epoch FROM started_at), "
+		  . "coalesce(extract(epoch FROM finished_at)::text, '') "
+		  . "FROM ds_attempts WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt");
+	my $ledger_rows = rows(
+		"SELECT run_id, step_id, attempt, kind, who, pid, id FROM fh_ledger "
+		  . "WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt, id");
+
+	my %srow = map { ("$_->[0]/$_->[1]" => $_) } @$steps_rows;
+	my (%att, %att_count);
+	for my $r (@$att_rows)
+	{
+		my $k = "$r->[0]/$r->[1]";
+		$att_count{$k}{ $r->[2] }++;
+		$att{$k}{ $r->[2] } = $r;
+	}
+	my %ledger;
+	push @{ $ledger{"$_->[0]/$_->[1]"} }, $_ for @$ledger_rows;
+	my %planned = map { ("$_->{run}/$_->{step}" => $_) } @steps;
+
+	my %viol;    # check => [ lines ]
+	my $v = sub { push @{ $viol{ $_[0] } }, $_[1] };
+	my $fmt = sub { return join ' | ', @{ $_[0] } };
+
+	# nothing lost: every planned step exists; an acknowledged one above all
+	for my $st (@steps)
+	{
+		my $k = "$st->{run}/$st->{step}";
+		next if $srow{$k};
+		$v->('lost', "step $k (acknowledged " . ($acks{$st} || 0) . " time(s)) does not exist");
+	}
+	for my $k (sort keys %srow)
+	{
+		$v->('unknown step', "step $k exists but no client created it") unless $planned{$k};
+	}
+	# client errors: only DS409 on a nowait duplicate and DS422 on a re-armed step are answers
+	for my $e (@client_errs)
+	{
+		my ($call, $code, $msg) = @$e;
+		my $k = "$call->{st}{run}/$call->{st}{step}";
+		next if $code eq 'DS409' && $call->{nowait};
+		next if $code eq 'DS422' && $call->{st}{kind} eq 'rearm';
+		$v->('client error', "call #$call->{idx} of $k (role $call->{st}{role}"
+			  . ($call->{nowait} ? ', nowait' : '') . "): $code $msg");
+	}
+	$v->('rearm', "ds_retry_step error: $_") for @rearm_errs;
+	$v->('rearm', "step $_ was never re-armed") for @rearm_left;
+	$v->('settle', "steps still pending, retrying or running after $cfg{settle_timeout} s") unless $settled;
+
+	my %status_n;
+	my ($lost_n, $n_att, $n_caller, $n_worker, $n_caller_retry) = (0, 0, 0, 0, 0);
+	for my $k (sort keys %srow)
+	{
+		my $row = $srow{$k};
+		my $st = $planned{$k} or next;
+		my $status = $row->[2];
+		$status_n{$status}++;
+		# terminal, and nothing running
+		$v->('not terminal', "step: " . $fmt->($row))
+		  unless $status =~ /^(succeeded|failed|blocked)$/;
+		my $at = $att{$k} || {};
+		# contiguous attempt numbers 1..attempt, each recorded once, each with an outcome
+		my @nums = sort { $a <=> $b } keys %$at;
+		my $want = join ',', 1 .. $row->[3];
+		$v->('attempt numbers', "step $k is at attempt $row->[3]; ds_attempts has attempts "
+			  . join(',', map { $_ . ($att_count{$k}{$_} > 1 ? "(x$att_count{$k}{$_})" : '') } @nums))
+		  if join(',', @nums) ne $want || grep { $att_count{$k}{$_} > 1 } @nums;
+		for my $n (@nums)
+		{
+			$n_att++;
+			$at->{$n}[6] eq 'caller' ? $n_caller++ : $n_worker++;
+			$n_caller_retry++ if $n > 1 && $at->{$n}[6] eq 'caller';
+			$v->('attempt without outcome', "attempt: " . $fmt->($at->{$n})) if $at->{$n}[3] eq '';
+			$v->('first attempt not in the caller', "attempt: " . $fmt->($at->{$n}))
+			  if $n == 1 && $at->{$n}[6] ne 'caller';
+			$v->('attempt role', "attempt run as $at->{$n}[8], step owned by $row->[8]: " . $fmt->($at->{$n}))
+			  if $at->{$n}[8] ne $row->[8];
+		}
+		# the ledger: only completed attempts' rows, one each; one per succeeded step
+		my @l = @{ $ledger{$k} || [] };
+		my %per;
+		$per{ $_->[2] }++ for @l;
+		for my $n (sort { $a <=> $b } keys %per)
+		{
+			$v->('duplicate effect', "ledger has $per{$n} rows for $k attempt $n: "
+				  . join(' ; ', map { $fmt->($_) } grep { $_->[2] == $n } @l))
+			  if $per{$n} > 1;
+		}
+		for my $l (@l)
+		{
+			my $rec = $at->{ $l->[2] };
+			if ($l->[3] ne 'success effect')
+			{
+				$v->('effect of a failed attempt', "ledger: " . $fmt->($l)
+					  . " / attempt: " . ($rec ? $fmt->($rec) : 'none'));
+			}
+			elsif (!$rec || $rec->[3] ne 'completed')
+			{
+				$v->('effect without a completed attempt', "ledger: " . $fmt->($l)
+					  . " / attempt: " . ($rec ? $fmt->($rec) : 'none'));
+			}
+			elsif ($rec->[7] != $l->[5] || $l->[4] ne $row->[8])
+			{
+				$v->('effect by another process or role', "ledger: " . $fmt->($l)
+					  . " / attempt: " . $fmt->($rec) . " / owner $row->[8]");
+			}
+		}
+		my $success_rows = grep { $_->[3] eq 'success effect' } @l;
+		$v->('success effect count', "step $k is $status with $success_rows success effect row(s)")
+		  if $success_rows != ($status eq 'succeeded' ? 1 : 0);
+		for my $n (@nums)
+		{
+			next unless $at->{$n}[3] eq 'completed';
+			$v->('completed attempt without effect', "attempt: " . $fmt->($at->{$n})) unless $per{$n};
+		}
+		# the end state as the script, the policy and the lost attempts predict
+		my ($pv, $lost) = check_step($st, $row, $at);
+		$lost_n += $lost;
+		if (@$pv)
+		{
+			$v->('end state', $_) for @$pv;
+			$v->('end state', "  attempts of $k: " . join(' ; ',
+					map { join(' ', @{ $at->{$_} }[ 2 .. 7 ]) } @nums))
+			  if @nums;
+		}
+		# no attempt earlier than its schedule: started >= previous finished + delay
+		if ($st->{kind} ne 'rearm')
+		{
+			for my $n (@nums)
+			{
+				next if $n == 1 || !$at->{ $n - 1 } || $at->{ $n - 1 }[11] eq '';
+				my $prev = $at->{ $n - 1 };
+				next unless $prev->[3] eq 'retryable';
+				my $d = $prev->[4] eq 'DS002' ? $st->{ra} / 1000 : backoff_s($st, $n - 1);
+				my $due = $prev->[11] + $d;
+				$v->('early attempt', sprintf("step %s attempt %d claimed %.6f / started %.6f, due at %.6f "
+						  . "(attempt %d %s finished %.6f + %.3f s)", $k, $n, $at->{$n}[9], $at->{$n}[10], $due,
+						$n - 1, $prev->[4], $prev->[11], $d))
+				  if $at->{$n}[9] < $due - 0.001 || $at->{$n}[10] < $due - 0.001;
+			}
+		}
+	}
+
+	# the server log: nothing died of a signal but our kill -9s, no PANIC, the lost attempts logged
+	my $log = log_since($log_off);
+	for my $line ($log =~ /^(.*(?:terminated by signal (?!9:)\d+|PANIC:|TRAP:|server process .* exited with exit code [^01]).*)$/mg)
+	{
+		$v->('server crash', $line);
+	}
+	my $lost_logged = () = $log =~ /durable_steps: attempt \d+ of step \Q$prefix\E\S+ was lost/g;
+	my $executor_exits = () = $log =~ /"durable_steps worker" \(PID \d+\) exited with exit code 1/g;
+
+	# a client that died, or left no closing line: its calls' fate is unknown to the harness
+	for my $c (0 .. $nc - 1)
+	{
+		push @harness_errs, "client$c left no closing line in $dir/client$c"
+		  unless -s "$dir/client$c" && `tail -n 1 $dir/client$c` =~ /^stat\t/;
+	}
+	my $nviol = 0;
+	$nviol += @$_ for values %viol;
+	my $calls_n = scalar @calls;
+	my $dups = grep { $_->{dup} } @calls;
+	my $fdesc = join(' ', map { "$_=" . ($fc{$_} || 0) } @FAULTS);
+	my $mid = ($fc{kill9_mid_attempt} || 0) + ($fc{terminate_mid_attempt} || 0) + ($fc{cancel_mid_attempt} || 0);
+	printf "trial %2d/%d seed %d: %d steps, %d calls (%d dup), %d faults [%s; %d mid-attempt] | "
+	  . "succeeded %d failed %d blocked %d | attempts %d (caller %d, worker %d, lost %d) | "
+	  . "reconnects %d | %.1fs (settle %.1fs) | %s\n",
+	  $t, $cfg{trials}, $tseed, scalar @steps, $calls_n, $dups, $nfaults, $fdesc, $mid,
+	  $status_n{succeeded} || 0, $status_n{failed} || 0, $status_n{blocked} || 0,
+	  $n_att, $n_caller, $n_worker, $lost_n, $reconnects, time() - $t0, $settle_time,
+	  $nviol ? "$nviol VIOLATION(S)" : 'ok';
+	for my $check (sort keys %viol)
+	{
+		my @l = @{ $viol{$check} };
+		print "  VIOLATION [$check] (" . scalar(@l) . ")\n";
+		print "    $_\n" for @l[ 0 .. ($#l < 29 ? $#l : 29) ];
+		print "    ... and " . (@l - 30) . " more\n" if @l > 30;
+	}
+	# a lost attempt found by a caller's ds_run_step (run_step.c) is recorded without a log line
+	print "  HARNESS ERROR: $_\n" for @harness_errs;
+	$tot->{harness_errors} += @harness_errs;
+	print "  note: $lost_n lost attempt(s) recorded, $lost_logged logged by the worker\n"
+	  if $opt{verbose};
+
+	$tot->{trials}++;
+	$tot->{violations} += $nviol;
+	$tot->{bad_trials}++ if $nviol;
+	$tot->{steps} += @steps;
+	$tot->{calls} += $calls_n;
+	$tot->{dups} += $dups;
+	$tot->{faults} += $nfaults;
+	$tot->{fault}{$_} += $fc{$_} || 0 for @FAULTS;
+	$tot->{mid} += $mid;
+	$tot->{$_} += $status_n{$_} || 0 for qw(succeeded failed blocked);
+	$tot->{attempts} += $n_att;
+	$tot->{caller} += $n_caller;
+	$tot->{worker} += $n_worker;
+	$tot->{caller_retry} += $n_caller_retry;
+	$tot->{"${_}_mid"} += $fc{"${_}_mid_attempt"} || 0 for qw(kill9 terminate cancel);
+	$tot->{lost} += $lost_n;
+	$tot->{lost_logged} += $lost_logged;
+	$tot->{reconnects} += $reconnects;
+	$tot->{executor_exits} += $executor_exits;
+	$tot->{rearmed} += grep { my $r = $srow{"$_->{run}/$_->{step}"}; $r && $r->[9] =~ /"fixed": true/ } @rearm;
+	$tot->{max_settle} = $settle_time if $settle_time > ($tot->{max_settle} || 0);
+	return $nviol;
+}
+
+# ---- main ---------------------------------------------------------------------------------------
+
+my $start = time();
+print "faults: seed $seed, $cfg{trials} trial(s) of $cfg{steps} steps, $cfg{clients} clients"
+  . ($opt{short} ? ' (short)' : '') . "\n";
+my %tot;
+my $rc = 0;
+my $ok = eval {
+	cluster_create();
+	setup_database();
+	my $v = rows("SELECT extversion FROM pg_extension WHERE extname = 'durable_steps'");
+	print "faults: durable_steps $v->[0][0] from " . loaded_library() . ", cluster in $DATA\n";
+	for my $t (1 .. $cfg{trials})
+	{
+		run_trial($t, $seed + $t - 1, \%tot);
+	}
+	1;
+};
+if (!$ok)
+{
+	print "faults: HARNESS ERROR: $@";
+	print log_tail(60);
+	$rc = 2;
+}
+my $elapsed = time() - $start;
+printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d duplicate) | "
+  . "%d faults (%s; mid-attempt: kill9 %d, terminate %d, cancel %d) | succeeded %d, failed %d, "
+  . "blocked %d (%d re-armed) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
+  . "worker %d), %d lost (DS007; %d logged by the worker) | %d executor exit(s), "
+  . "%d client reconnects | longest settle %.1f s | %d invariant violation(s) in %d trial(s)"
+  . ($tot{harness_errors} ? ", $tot{harness_errors} HARNESS ERROR(S)" : '') . "\n",
+  $tot{trials} || 0, $seed, $elapsed, $tot{steps} || 0, $tot{calls} || 0, $tot{dups} || 0,
+  $tot{faults} || 0, join(' ', map { "$_ " . ($tot{fault}{$_} || 0) } @FAULTS),
+  map({ $tot{"${_}_mid"} || 0 } qw(kill9 terminate cancel)),
+  $tot{succeeded} || 0, $tot{failed} || 0, $tot{blocked} || 0, $tot{rearmed} || 0,
+  $tot{attempts} || 0, $tot{caller} || 0, $tot{caller_retry} || 0, $tot{worker} || 0, $tot{lost} || 0, $tot{lost_logged} || 0,
+  $tot{executor_exits} || 0, $tot{reconnects} || 0, $tot{max_settle} || 0,
+  $tot{violations} || 0, $tot{bad_trials} || 0;
+$rc = 1 if !$rc && $tot{violations};
+$rc = 2 if !$rc && $tot{harness_errors};
+print "faults: " . ($rc == 0 ? 'PASS' : $rc == 1 ? 'FAIL (invariants violated)' : 'ERROR') . "\n";
+exit $rc;
