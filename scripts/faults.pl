@@ -649,8 +649,9 @@ sub backoff_s
 }
 
 # Walks a step's recorded attempts against its script and returns the violations found. An
-# attempt recorded as lost (DS007 invocation_lost) stands for a retryable failure that used up
-# its attempt number; every other attempt must end as its number's script says. The walk stops
+# attempt recorded as lost (DS007 invocation_lost) or cancelled (57014, the harness's
+# pg_cancel_backend() of an executor) stands for a retryable failure that used up its attempt
+# number; every other attempt must end as its number's script says. The walk stops
 # where the script and the budget end the step (switching to the corrected input, with a fresh
 # budget, when the step was re-armed), and the step row must agree with that end.
 sub check_step
@@ -680,11 +681,14 @@ sub check_step
 		}
 		my ($cls, $code, $msg, $executor) = @$rec[ 3 .. 6 ];
 		my $outcome;
-		if ($code eq 'DS007')
+		if ($code eq 'DS007' || $code eq '57014')
 		{
+			# lost with its executor, or stopped by the harness's pg_cancel_backend(): a
+			# retryable failure of the worker's, whatever the script said
 			$lost++;
-			push @v, "step $id attempt $n: lost attempt recorded as $cls/$msg by $executor"
-			  unless $cls eq 'retryable' && $msg eq 'invocation_lost' && $executor eq 'worker';
+			push @v, "step $id attempt $n: lost or cancelled attempt recorded as $cls/$code/$msg by $executor"
+			  unless $cls eq 'retryable' && $executor eq 'worker'
+			  && ($code eq 'DS007' ? $msg eq 'invocation_lost' : $msg =~ /^canceling statement/);
 			$outcome = 'retryable';
 		}
 		else
