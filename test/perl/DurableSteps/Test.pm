@@ -121,8 +121,6 @@ sub create_retry_fixtures
 	my ($node) = @_;
 	$node->safe_psql(
 	'postgres', q{
-CREATE EXTENSION durable_steps;
-
 -- every successful body execution leaves one row here
 CREATE TABLE effects (
     id      serial PRIMARY KEY,
