@@ -50,6 +50,7 @@ CREATE TABLE durable_steps.runs (
 -- run it later: SQL, input, resolved policy, timeout, classification overrides, owning role and
 -- the search_path it was created under) and its current state.
 CREATE TABLE durable_steps.steps (
+    -- what the step is: written once (a re-arm may replace input and fingerprint)
     run_id          text COLLATE "C" NOT NULL,
     step_id         text COLLATE "C" NOT NULL,
     kind            text NOT NULL DEFAULT 'sql',            -- 'sql' | 'http'
@@ -59,34 +60,36 @@ CREATE TABLE durable_steps.steps (
     fingerprint     text NOT NULL,
     policy          jsonb NOT NULL,
     max_attempts    integer NOT NULL,
-    -- attempts used before the last manual re-arm: the attempt budget counts from here, while
-    -- attempt numbers keep growing so that an attempt key is never issued twice
-    attempt_base    integer NOT NULL DEFAULT 0,
-    attempts        integer NOT NULL DEFAULT 0,
     timeout         interval,
     on_timeout      text NOT NULL DEFAULT 'retry',          -- 'retry' | 'fail'
     retry_on        text[],
     fail_on         text[],
     owner           pg_catalog.regrole NOT NULL,
     search_path     text NOT NULL,
+    created_at      timestamptz NOT NULL,
+    -- where it stands: written by every claim and outcome. Last in the row, so that an update
+    -- on the same page logs these bytes only (PostgreSQL logs the changed middle of a row).
+    -- attempts used before the last manual re-arm: the attempt budget counts from here, while
+    -- attempt numbers keep growing so that an attempt key is never issued twice
+    attempt_base    integer NOT NULL DEFAULT 0,
+    attempts        integer NOT NULL DEFAULT 0,
     -- pending | running | retrying | succeeded | failed | blocked | uncertain | cancelled
     status          text NOT NULL,
+    next_attempt_at timestamptz,
+    lease_expires_at timestamptz,
+    -- the executor process that claimed the attempt now running (status 'running'); with
+    -- updated_at (the claim's time) and attempts it is the running attempt's record
+    claimed_by      integer,
+    updated_at      timestamptz NOT NULL,
+    finished_at     timestamptz,
     result          jsonb,
     error_class     text,                                   -- retryable | correctable | permanent | exhausted
     error_code      text,
     error_message   text,
     error_detail    text,
     remediation     text,
-    next_attempt_at timestamptz,
-    lease_expires_at timestamptz,
-    -- the executor process that claimed the attempt now running (status 'running'); with
-    -- updated_at (the claim's time) and attempts it is the running attempt's record
-    claimed_by      integer,
-    created_at      timestamptz NOT NULL,
-    updated_at      timestamptz NOT NULL,
-    finished_at     timestamptz,
     PRIMARY KEY (run_id, step_id)
-);
+) WITH (fillfactor = 60);   -- room on each page for the claim's and the outcome's row versions
 
 -- The worker's hot path: the earliest due step that still has work to do.
 CREATE INDEX steps_due_idx ON durable_steps.steps (next_attempt_at)

@@ -18,9 +18,13 @@
  *     IMMEDIATE), so that nothing of the body is left queued for the shared commit;
  *   - the worker never has a temporary schema, and the restricted operation cannot create one:
  *     no temporary object of any kind can shadow a name for a later attempt;
- *   - after the body, still as its owner, its cursors and portals are closed, the sequence
- *     values it saw forgotten and random() seeded afresh, as DISCARD ALL would; its
- *     session-level advisory locks go with the shared transaction (worker.c, step_lock.c).
+ *   - after the body, still as its owner, its cursors and portals are closed and the sequence
+ *     values it saw forgotten, as DISCARD ALL would; its session-level advisory locks go with
+ *     the shared transaction (worker.c, step_lock.c);
+ *   - the worker's shared transactions hold one owner's attempts each: the session user is set
+ *     for the whole group (two GUC changes per attempt were a seventh of a drained step's CPU),
+ *     and at its end random() is seeded afresh, so that a setseed() of one role never chooses
+ *     another's numbers.
  *
  * Every setting, the session user included, is undone by the attempt's GUC nest level.
  */
@@ -51,21 +55,6 @@ ds_isolation_init_session(void)
 					PGC_SUSET, PGC_S_OVERRIDE);
 }
 
-void
-ds_isolation_enter(Oid owner, int save_sec_context)
-{
-	ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
-
-	/* in the caller's GUC nest level: ends with the attempt, whatever way it ends */
-	(void) set_config_option("session_authorization", GetUserNameFromId(owner, false),
-							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	all_immediate->constraints = NIL;
-	all_immediate->deferred = false;
-	AfterTriggerSetState(all_immediate);
-}
-
 /* Seed random() afresh: a seed set by one role's setseed() must not choose the next one's. */
 static void
 reseed_random(void)
@@ -77,13 +66,53 @@ reseed_random(void)
 	(void) DirectFunctionCall1(setseed, Float8GetDatum((double) seed / PG_UINT32_MAX * 2.0 - 1.0));
 }
 
+/* Make `owner` the session user, in the current GUC nest level. */
+static void
+become_session_user(Oid owner)
+{
+	(void) set_config_option("session_authorization", GetUserNameFromId(owner, false),
+							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
+int
+ds_isolation_begin_owner(Oid owner)
+{
+	int			level = NewGUCNestLevel();
+
+	/* a dropped owner's steps fail closed without running: nobody to become */
+	if (GetUserNameFromId(owner, true) != NULL)
+		become_session_user(owner);
+	return level;
+}
+
+void
+ds_isolation_end_owner(int level)
+{
+	AtEOXact_GUC(true, level);
+	reseed_random();
+}
+
+void
+ds_isolation_enter(Oid owner, int save_sec_context)
+{
+	ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
+
+	/* normally the owner's group made it so already; otherwise, for this attempt only */
+	if (GetSessionUserId() != owner)
+		become_session_user(owner);
+	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	all_immediate->constraints = NIL;
+	all_immediate->deferred = false;
+	AfterTriggerSetState(all_immediate);
+}
+
 void
 ds_isolation_reset_session(void)
 {
 	/* the worker itself keeps no portal or sequence value; it never has a temporary schema */
 	PortalHashTableDeleteAll();
 	ResetSequenceCaches();
-	reseed_random();
 }
 
 void
@@ -91,5 +120,4 @@ ds_isolation_reset_after_abort(void)
 {
 	/* the abort closed the body's portals; not these */
 	ResetSequenceCaches();
-	reseed_random();
 }

@@ -10,6 +10,13 @@
 extern void ds_isolation_init_session(void);
 
 /*
+ * Around a group of `owner`'s attempts in one worker transaction: the session user is the owner
+ * until ds_isolation_end_owner(level), which also seeds random() afresh. Call end before commit.
+ */
+extern int	ds_isolation_begin_owner(Oid owner);
+extern void ds_isolation_end_owner(int level);
+
+/*
  * Become `owner` (session and current user) in a security-restricted operation, with every
  * deferrable constraint immediate. Call inside the attempt's subtransaction and GUC nest level.
  */

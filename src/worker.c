@@ -215,6 +215,7 @@ run_claimed(ClaimedStep *claims, int n)
 	while (done < n)
 	{
 		int			first = done;
+		int			owner_level;
 		TimestampTz opened;
 
 		if (!begin_work("durable_steps: running steps"))
@@ -228,6 +229,7 @@ run_claimed(ClaimedStep *claims, int n)
 			ds_step_lock_pin(claims[i].run_id, claims[i].step_id);
 		/* the outcomes of this transaction's attempts share their writers' set-up */
 		ds_direct_write_batch_begin();
+		owner_level = ds_isolation_begin_owner(claims[first].rec.owner);
 		opened = GetCurrentTimestamp();
 		do
 		{
@@ -242,6 +244,7 @@ run_claimed(ClaimedStep *claims, int n)
 		} while (done < n && claims[done].rec.owner == claims[first].rec.owner &&
 				 !TimestampDifferenceExceeds(opened, GetCurrentTimestamp(), SHARED_TRANSACTION_MS));
 		ds_direct_write_batch_end();
+		ds_isolation_end_owner(owner_level);
 		/* the claims run now go with the commit; those still to run are held for the session */
 		ds_step_lock_release_all_session();
 		for (int i = done; i < n; i++)
