@@ -14,11 +14,12 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 my $node = worker_node('worker');
-$node->safe_psql(
-	'postgres', q{
-CREATE EXTENSION durable_steps;
-
-});
+$node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
+# the executor has seen the extension: it ran a step's second attempt
+$node->safe_psql('postgres', q{SELECT status FROM ds_run_step('seen', 's',
+  'SELECT CASE WHEN ds_attempt_number() = 1 THEN ds_retry_after(''later'', ''0 s'')::text ELSE ''ran'' END')});
+ok(poll_until($node, 'postgres', "SELECT status FROM ds_steps WHERE run_id = 'seen'", 'succeeded'),
+	'the executor runs steps before the DROP');
 
 {
 	my $t = 'DROP EXTENSION';

@@ -12,17 +12,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = worker_node('worker_retries', "durable_steps.database = 'postgres'\n");
-$node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
-create_retry_fixtures($node);
-
-# The worker is up: a launcher connected to no database and an executor in database postgres.
-ok( $node->poll_query_until(
-		'postgres',
-		"SELECT count(*) FILTER (WHERE backend_type = 'durable_steps launcher' AND datname IS NULL) = 1 "
-		  . "AND count(*) FILTER (WHERE backend_type = 'durable_steps worker' AND datname = 'postgres') >= 1 "
-		  . "FROM pg_stat_activity"),
-	'the launcher and an executor are running');
+my $node = retry_node('worker_retries');
 
 ############################################################################################
 # 4. A blocked step is never retried by the worker; re-armed with corrected input, the worker

@@ -11,19 +11,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = worker_node('worker_retries', "durable_steps.database = 'postgres'\n");
+my $node = retry_node('worker_retries');
 # the superuser this test connects as (the bootstrap superuser)
 my $su = $node->safe_psql('postgres', 'SELECT current_user');
-$node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
-create_retry_fixtures($node);
-
-# The worker is up: a launcher connected to no database and an executor in database postgres.
-ok( $node->poll_query_until(
-		'postgres',
-		"SELECT count(*) FILTER (WHERE backend_type = 'durable_steps launcher' AND datname IS NULL) = 1 "
-		  . "AND count(*) FILTER (WHERE backend_type = 'durable_steps worker' AND datname = 'postgres') >= 1 "
-		  . "FROM pg_stat_activity"),
-	'the launcher and an executor are running');
 
 ############################################################################################
 # 6. The worker runs a step as the role that created it, and that role cannot get out.

@@ -4,6 +4,7 @@
 #   poll_until($node, $db, $query [, $expected])           # poll, giving up on a crash
 #   log_offset($node), log_since($node, $offset), count_matches($text, $re)
 #   executor_pid($node), wait_executor_loops($node, $db, $pid, $ms)
+#   my $node = retry_node('name');   # a worker node with the extension and the retry fixtures
 #   create_retry_fixtures($node); settle, attempts, ran_in_worker, gap, started_within ($node, run, step, ...)
 package DurableSteps::Test;
 
@@ -17,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(worker_node log_since log_offset count_matches poll_until executor_pid
+our @EXPORT = qw(worker_node retry_node log_since log_offset count_matches poll_until executor_pid
   wait_executor_loops $crash_re create_retry_fixtures settle attempts ran_in_worker gap
   started_within);
 
@@ -112,6 +113,24 @@ sub wait_executor_loops
 	return poll_until($node, $db,
 		"SELECT state_change > '$now'::timestamptz + interval '$ms ms' FROM pg_stat_activity WHERE pid = $pid"
 	);
+}
+
+# A worker node serving database postgres, with the extension and the retry fixtures, once its
+# launcher and an executor are up.
+sub retry_node
+{
+	my ($name) = @_;
+	my $node = worker_node($name, "durable_steps.database = 'postgres'\n");
+	$node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
+	create_retry_fixtures($node);
+	# a launcher connected to no database and an executor in database postgres
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT count(*) FILTER (WHERE backend_type = 'durable_steps launcher' AND datname IS NULL) = 1 "
+			  . "AND count(*) FILTER (WHERE backend_type = 'durable_steps worker' AND datname = 'postgres') >= 1 "
+			  . "FROM pg_stat_activity"),
+		'the launcher and an executor are running');
+	return $node;
 }
 
 # The tables and functions the retry tests use: an effect ledger, a run counter, bodies that
