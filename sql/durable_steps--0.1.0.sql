@@ -254,7 +254,9 @@ CREATE FUNCTION @extschema@.ds_run_step(
         nowait boolean DEFAULT false,
         retry_on text[] DEFAULT NULL,
         fail_on text[] DEFAULT NULL,
-        on_timeout text DEFAULT 'retry')
+        on_timeout text DEFAULT 'retry',
+        defer boolean DEFAULT false,
+        run_at timestamptz DEFAULT NULL)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_run_step' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_retry_step(run_id text, step_id text, input jsonb DEFAULT NULL)

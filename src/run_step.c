@@ -227,6 +227,8 @@ typedef struct StepCall
 	ArrayType  *retry_on;
 	ArrayType  *fail_on;
 	char	   *on_timeout;
+	bool		defer;			/* store the step, run nothing now: the worker runs attempt 1 */
+	TimestampTz run_at;			/* with defer: when attempt 1 is due; 0 = at once */
 	char	   *fingerprint;	/* computed when a replay needs it, or for a new step */
 } StepCall;
 
@@ -271,6 +273,17 @@ parse_step_call(FunctionCallInfo fcinfo, StepCall *call)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("on_timeout must be 'retry' or 'fail'")));
+	if (PG_ARGISNULL(10))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("defer must not be null")));
+	/* a time to run at is a deferred step */
+	call->run_at = PG_ARGISNULL(11) ? 0 : PG_GETARG_TIMESTAMPTZ(11);
+	call->defer = PG_GETARG_BOOL(10) || !PG_ARGISNULL(11);
+	if (!PG_ARGISNULL(11) && TIMESTAMP_NOT_FINITE(call->run_at))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("run_at must be a finite time")));
 	ds_policy_parse(call->policy, &parsed);
 	memset(&overrides, 0, sizeof(overrides));
 	ds_parse_sqlstate_list(call->retry_on, "retry_on", &overrides.n_retry, &overrides.retry_on,
@@ -397,11 +410,17 @@ new_step_record(const StepCall *call, StepRecord *rec)
 	rec->status = STEP_RUNNING;
 	rec->created_at = now;
 	rec->updated_at = now;
+	if (call->defer)
+	{
+		/* stored with the caller's transaction; the worker runs attempt 1 once it is due */
+		rec->status = STEP_PENDING;
+		rec->next_attempt_at = call->run_at != 0 ? call->run_at : now;
+	}
 }
 
 /*
  * ds_run_step(run_id, step_id, sql, input, policy, timeout, nowait, retry_on, fail_on,
- *             on_timeout) -> ds_step_result
+ *             on_timeout, defer, run_at) -> ds_step_result
  */
 Datum
 ds_run_step(PG_FUNCTION_ARGS)
@@ -418,11 +437,20 @@ ds_run_step(PG_FUNCTION_ARGS)
 	if (found)
 	{
 		settle_lost_attempt(&rec, call.fingerprint);
-		if (answer_from_store(&rec, call.fingerprint))
+		/* a deferred call never runs the body itself, due or not: the stored state answers */
+		if (answer_from_store(&rec, call.fingerprint) || call.defer)
 			PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, true));
 	}
 	else
+	{
 		new_step_record(&call, &rec);
+		if (call.defer)
+		{
+			ds_store_insert_step(&rec);
+			ds_worker_wake_at_commit();
+			PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
+		}
+	}
 	ds_run_next_attempt(&rec, !found, false);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }

@@ -367,9 +367,9 @@ insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o, bool
 						 N_ATTEMPT_COLUMNS, v, n);
 }
 
-/* A synchronous caller's new step and its first attempt: the hot path of ds_run_step. */
+/* A deferred step: its row only, no attempt yet. */
 void
-ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+ds_store_insert_step(const StepRecord *rec)
 {
 	Datum		v[N_STEP_COLUMNS];
 	bool		isnull[N_STEP_COLUMNS];
@@ -377,6 +377,13 @@ ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt, const Atte
 	step_to_values(rec, v, isnull);
 	ds_direct_insert_row(ds_store_relations()->steps, ds_store_relations()->step_attnums,
 						 N_STEP_COLUMNS, v, isnull);
+}
+
+/* A synchronous caller's new step and its first attempt: the hot path of ds_run_step. */
+void
+ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
+{
+	ds_store_insert_step(rec);
 	insert_attempt(rec, attempt, o, false, 0);
 }
 

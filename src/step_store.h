@@ -82,6 +82,8 @@ typedef struct StepRecord
 /* Read the whole step and lock its row for the transaction; false when there is no such step. */
 extern bool ds_store_lock_step(const char *run_id, const char *step_id, StepRecord *out);
 extern void ds_store_update_step(StepRecord *rec);
+/* A new step's row alone (a deferred step: no attempt has run). */
+extern void ds_store_insert_step(const StepRecord *rec);
 extern void ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt,
 										   const AttemptOutcome *outcome);
 /*
