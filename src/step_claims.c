@@ -32,8 +32,8 @@ int
 ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped)
 {
 	Oid			due_types[1] = {INT4OID};
-	Oid			mark_types[4] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID};
-	Datum		args[4];
+	Oid			mark_types[5] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID};
+	Datum		args[5];
 	char	  **run_ids;
 	char	  **step_ids;
 	Datum	   *tids;
@@ -93,6 +93,8 @@ ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skip
 		args[2] = Int32GetDatum(MyProcPid);
 		/* no worker attempt runs longer than the ceiling, whatever its own timeout */
 		args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_max_worker_attempt_usecs()));
+		/* and a step without a timeout of its own has durable_steps.default_timeout */
+		args[4] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
 		/* claims never touch a succeeded row: no backend need forget its replays */
 		ds_replay_cache_internal_update(true);
 		if (mark_running_plan == NULL)
@@ -100,14 +102,14 @@ ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skip
 								   psprintf("WITH claimed AS ("
 										   " UPDATE durable_steps.steps s SET status = 'running',"
 										   "  attempts = s.attempts + 1, updated_at = $2,"
-										   "  lease_expires_at = $2 + least(coalesce(s.timeout, $4), $4),"
+										   "  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
 										   "  claimed_by = $3"
 										   " WHERE s.ctid = ANY ($1) AND s.status IN ('pending', 'retrying')"
 										   " RETURNING s.*, s.ctid AS row_tid) "
 										   "SELECT %s, row_tid FROM claimed"
 										   " ORDER BY owner::pg_catalog.oid, next_attempt_at",
 										   ds_step_column_list()),
-								   4, mark_types);
+								   5, mark_types);
 		rc = SPI_execute_plan(mark_running_plan, args, NULL, false, 0);
 		ds_replay_cache_internal_update(false);
 		if (rc != SPI_OK_SELECT)

@@ -40,6 +40,7 @@
 
 static int	max_result_size = 1024 * 1024;
 static int	max_worker_attempt_time_s = 3600;
+static int	default_timeout_s = 300;
 
 /* How long a worker attempt may go on ignoring its cancellation before the executor ends. */
 #define SWALLOWED_CANCEL_GRACE_USECS (5 * USECS_PER_SEC)
@@ -98,6 +99,14 @@ int64
 ds_max_worker_attempt_usecs(void)
 {
 	return (int64) max_worker_attempt_time_s * USECS_PER_SEC;
+}
+
+int64
+ds_worker_attempt_limit_usecs(int64 step_timeout)
+{
+	int64		limit = step_timeout > 0 ? step_timeout : (int64) default_timeout_s * USECS_PER_SEC;
+
+	return Min(limit, ds_max_worker_attempt_usecs());
 }
 
 /* Cut an error text at DS_MAX_ERROR_TEXT bytes, on a character boundary. */
@@ -273,33 +282,49 @@ run_body(const StepBody *body, int result_limit, MemoryContext result_cxt)
 	return copy;
 }
 
-/* The attempt's deadline: its own timeout, and in the worker the ceiling; 0 = none. */
+/* What set an attempt's deadline, for its timeout message. */
+typedef enum DeadlineSource
+{
+	DEADLINE_STEP,				/* the step's own timeout */
+	DEADLINE_DEFAULT,			/* durable_steps.default_timeout (worker, no timeout of its own) */
+	DEADLINE_CEILING			/* durable_steps.max_worker_attempt_time */
+} DeadlineSource;
+
+/*
+ * The attempt's deadline, 0 = none: its own timeout; in the worker, durable_steps.default_timeout
+ * when it has none, and never past durable_steps.max_worker_attempt_time.
+ */
 static TimestampTz
-attempt_deadline(const StepBody *body, TimestampTz started_at, bool *by_ceiling)
+attempt_deadline(const StepBody *body, TimestampTz started_at, DeadlineSource *source)
 {
 	int64		limit = body->timeout;
 
-	*by_ceiling = false;
-	if (OidIsValid(body->isolate_as) &&
-		(limit == 0 || limit > ds_max_worker_attempt_usecs()))
+	*source = DEADLINE_STEP;
+	if (OidIsValid(body->isolate_as))
 	{
-		limit = ds_max_worker_attempt_usecs();
-		*by_ceiling = true;
+		limit = ds_worker_attempt_limit_usecs(body->timeout);
+		if (limit == ds_max_worker_attempt_usecs() && body->timeout != limit)
+			*source = DEADLINE_CEILING;
+		else if (body->timeout == 0)
+			*source = DEADLINE_DEFAULT;
 	}
 	return limit > 0 ? started_at + limit : 0;
 }
 
 /* The recorded error of an attempt its own deadline cancelled. */
 static void
-describe_timeout(ErrorData *edata, int64 usecs, bool by_ceiling)
+describe_timeout(ErrorData *edata, int64 usecs, DeadlineSource source)
 {
 	char	   *span = DatumGetCString(DirectFunctionCall1(interval_out,
 														   IntervalPGetDatum(&(Interval)
 																			 {.time = usecs})));
 
 	edata->sqlerrcode = ERRCODE_DS_STEP_TIMEOUT;
-	edata->message = by_ceiling ?
+	edata->message =
+		source == DEADLINE_CEILING ?
 		psprintf("step attempt stopped after %s by durable_steps.max_worker_attempt_time", span) :
+		source == DEADLINE_DEFAULT ?
+		psprintf("step timed out after %s (durable_steps.default_timeout)", span) :
 		psprintf("step timed out after %s", span);
 	edata->detail = NULL;
 	edata->hint = NULL;
@@ -313,7 +338,7 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	ResourceOwner oldowner = CurrentResourceOwner;
 	TimestampTz outer_deadline = active_deadline;
 	volatile TimestampTz my_deadline = 0;
-	bool		by_ceiling;
+	DeadlineSource deadline_source;
 	bool		isolated = OidIsValid(body->isolate_as);
 	/* read before the body runs: a body cannot raise its own limit */
 	int			result_limit = max_result_size;
@@ -324,7 +349,7 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	/* pushed first: if it fails (nesting too deep) no timer is left armed */
 	ds_step_context_push(body->run_id, body->step_id, attempt, max_attempts);
 	outcome->started_at = GetCurrentTimestamp();
-	my_deadline = attempt_deadline(body, outcome->started_at, &by_ceiling);
+	my_deadline = attempt_deadline(body, outcome->started_at, &deadline_source);
 	if (my_deadline != 0 && (outer_deadline == 0 || my_deadline < outer_deadline))
 	{
 		active_deadline = my_deadline;
@@ -392,7 +417,7 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 			my_deadline != 0 && GetCurrentTimestamp() >= my_deadline)
 		{
 			/* our own timer cancelled the body: that is the step's timeout */
-			describe_timeout(edata, my_deadline - outcome->started_at, by_ceiling);
+			describe_timeout(edata, my_deadline - outcome->started_at, deadline_source);
 		}
 		else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !isolated)
 		{
@@ -453,6 +478,16 @@ ds_step_exec_init_module(void)
 							"Applies whatever timeout the step asks for; an attempt past it is stopped and recorded as timed out.",
 							&max_worker_attempt_time_s,
 							3600,
+							1,
+							24 * 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("durable_steps.default_timeout",
+							"Timeout of worker attempts whose step sets none.",
+							"A step's own timeout applies instead; durable_steps.max_worker_attempt_time bounds both.",
+							&default_timeout_s,
+							300,
 							1,
 							24 * 3600,
 							PGC_SIGHUP,

@@ -47,6 +47,9 @@ extern void ds_step_exec_init_module(void);
 /* durable_steps.max_worker_attempt_time, in microseconds: no worker attempt runs longer. */
 extern int64 ds_max_worker_attempt_usecs(void);
 
+/* How long a worker attempt of a step with this timeout (0 = none) may run, in microseconds. */
+extern int64 ds_worker_attempt_limit_usecs(int64 step_timeout);
+
 /* Longest error message, detail or hint an attempt records, in bytes. */
 #define DS_MAX_ERROR_TEXT 8192
 

@@ -261,7 +261,22 @@ is($node->safe_psql('postgres',
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'"),
 	$executor, 'after-cancels: the same executor process, never restarted');
 
-# 5. A role cannot hold an executor without bound: the ceiling stops a step that asks for an hour.
+# 5. Worker attempts have a timeout even when their step sets none: durable_steps.default_timeout.
+$node->append_conf('postgresql.conf', "durable_steps.default_timeout = '1s'\n");
+$node->reload;
+ok($node->poll_query_until('postgres', "SELECT current_setting('durable_steps.default_timeout') = '1s'"),
+	'default-timeout: the setting is reloaded');
+is(worker_step('alice', 'no-timeout', 'SELECT pg_sleep(30)',
+		q{, policy => ds_retry_policy(max_attempts => 2)}), 'failed||DS004',
+	'no-timeout: the worker attempt timed out');
+is($node->safe_psql('postgres',
+		"SELECT error_message FROM ds_attempts WHERE step_id = 'no-timeout' AND attempt = 2"),
+	'step timed out after 00:00:01 (durable_steps.default_timeout)',
+	'no-timeout: the message names the setting');
+$node->append_conf('postgresql.conf', "durable_steps.default_timeout = '5min'\n");
+$node->reload;
+
+# 6. A role cannot hold an executor without bound: the ceiling stops a step that asks for an hour.
 $node->append_conf('postgresql.conf', "durable_steps.max_worker_attempt_time = '2s'\n");
 $node->reload;
 my $ceiling = worker_step('mallory', 'long-sleep', 'SELECT pg_sleep(60)', q{, timeout => '1 hour'});
@@ -292,7 +307,7 @@ ok($node->log_contains('a step body ignored its cancellation past durable_steps.
 is(worker_step('alice', 'after-stubborn', 'SELECT 7'), 'succeeded|7|',
 	'after-stubborn: a new executor runs the next step');
 
-# 6. pg_stat_activity shows a worker's long identities whole and valid (no character cut in two).
+# 7. pg_stat_activity shows a worker's long identities whole and valid (no character cut in two).
 my $long_run = 'é' x 200;
 $node->safe_psql('postgres', qq{
 SET ROLE alice;
