@@ -262,6 +262,9 @@ CREATE FUNCTION @extschema@.ds_run_step(
 CREATE FUNCTION @extschema@.ds_retry_step(run_id text, step_id text, input jsonb DEFAULT NULL)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_retry_step' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_cancel_step(run_id text, step_id text)
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_cancel_step' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_unwrap(step @extschema@.ds_step_result) RETURNS jsonb
     AS 'MODULE_PATHNAME', 'ds_unwrap' LANGUAGE C IMMUTABLE;
 

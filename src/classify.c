@@ -38,6 +38,8 @@ ds_attempt_class_name(AttemptClass cls)
 			return "correctable";
 		case ATTEMPT_PERMANENT:
 			return "permanent";
+		case ATTEMPT_CANCELLED:
+			return "cancelled";
 	}
 	return "permanent";
 }

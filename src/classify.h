@@ -13,7 +13,8 @@ typedef enum AttemptClass
 	ATTEMPT_COMPLETED,
 	ATTEMPT_RETRYABLE,
 	ATTEMPT_CORRECTABLE,
-	ATTEMPT_PERMANENT
+	ATTEMPT_PERMANENT,
+	ATTEMPT_CANCELLED			/* stopped by ds_cancel_step(): the step is cancelled */
 } AttemptClass;
 
 /* A step's retry_on / fail_on overrides, parsed. */

@@ -40,6 +40,7 @@
 
 PG_FUNCTION_INFO_V1(ds_run_step);
 PG_FUNCTION_INFO_V1(ds_retry_step);
+PG_FUNCTION_INFO_V1(ds_cancel_step);
 PG_FUNCTION_INFO_V1(ds_unwrap);
 
 /* Argument `argno`, a run_id or step_id: not NULL, not empty, at most 255 characters. */
@@ -523,6 +524,59 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	rec.remediation = NULL;
 	ds_store_update_step(&rec);
 	ds_worker_wake_at_commit();
+	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
+}
+
+/*
+ * ds_cancel_step(run_id, step_id) -> ds_step_result: a step that has not finished becomes
+ * cancelled and never runs again. An attempt a worker is running is stopped first (its executor
+ * looks for the request every 100 ms and records the attempt as cancelled); one running in a
+ * caller's transaction is waited for.
+ */
+Datum
+ds_cancel_step(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = identity_arg(fcinfo, 0, "run_id");
+	char	   *step_id = identity_arg(fcinfo, 1, "step_id");
+	StepRecord	rec;
+	TimestampTz now;
+
+	PreventCommandIfReadOnly("ds_cancel_step()");
+	PreventCommandIfParallelMode("ds_cancel_step()");
+	if (ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL) &&
+		ds_store_may_access(rec.owner) && rec.status == STEP_RUNNING && rec.claimed_by != 0)
+		(void) ds_request_cancel(rec.claimed_by,
+								 ds_attempt_cancel_key(run_id, step_id, rec.attempts));
+	if (!ds_step_lock_acquire(run_id, step_id, false))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_IN_PROGRESS),
+				 errmsg("step %s/%s is in progress in this process", run_id, step_id)));
+	/* a step the caller may not see answers as one that does not exist */
+	if (!ds_store_lock_step(run_id, step_id, &rec) || !ds_store_may_access(rec.owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
+				 errmsg("step %s/%s does not exist", run_id, step_id)));
+	if (rec.status == STEP_RUNNING)
+		/* its lock was free: the process running it is gone, so the attempt is lost */
+		ds_fail_started_attempt(&rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
+								psprintf("The process running attempt %d ended before recording its outcome.",
+										 rec.attempts));
+	if (rec.status == STEP_CANCELLED)
+		PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
+	if (rec.status == STEP_SUCCEEDED || rec.status == STEP_FAILED)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
+				 errmsg("step %s/%s is %s and cannot be cancelled", run_id, step_id,
+						ds_step_status_name(rec.status)),
+				 errdetail("Only steps that have not finished can be cancelled.")));
+	now = GetCurrentTimestamp();
+	rec.status = STEP_CANCELLED;
+	rec.next_attempt_at = 0;
+	rec.lease_expires_at = 0;
+	rec.claimed_by = 0;
+	rec.updated_at = now;
+	rec.finished_at = now;
+	ds_store_update_step(&rec);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 

@@ -104,6 +104,11 @@ ds_apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *out
 			rec->remediation = outcome->hint ? outcome->hint : DEFAULT_REMEDIATION;
 			rec->finished_at = 0;
 			break;
+		case ATTEMPT_CANCELLED:
+			/* never retried */
+			rec->status = STEP_CANCELLED;
+			rec->error_class = "cancelled";
+			break;
 		default:
 			rec->status = STEP_FAILED;
 			rec->error_class = "permanent";
@@ -129,6 +134,7 @@ ds_run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 	body.input = rec->input;
 	body.timeout = rec->timeout;
 	body.isolate_as = by_worker ? rec->owner : InvalidOid;
+	body.cancel_key = by_worker ? ds_attempt_cancel_key(rec->run_id, rec->step_id, attempt) : 0;
 	/*
 	 * In the worker, pg_temp goes last: a temporary table made by one role's step must not shadow
 	 * the tables of the next step, which may belong to another role, in the same session.

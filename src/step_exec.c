@@ -37,6 +37,7 @@
 #include "step_context.h"
 #include "step_exec.h"
 #include "step_isolation.h"
+#include "worker_wakeup.h"
 
 static int	max_result_size = 1024 * 1024;
 static int	max_worker_attempt_time_s = 3600;
@@ -46,6 +47,8 @@ static int	default_timeout_s = 300;
 #define SWALLOWED_CANCEL_GRACE_USECS (5 * USECS_PER_SEC)
 /* How often a deadline that has passed cancels the body again. */
 #define CANCEL_REPEAT_MS 1000
+/* How often a worker attempt looks for a ds_cancel_step() request. */
+#define CANCEL_POLL_MS 100
 
 /* The step timeout timer, registered on first use in each backend. */
 static TimeoutId step_timeout_id = MAX_TIMEOUTS;
@@ -55,6 +58,46 @@ static TimestampTz active_deadline = 0;
 /* Deadline of the worker attempt running now; 0 = none (read by the signal handler). */
 static volatile TimestampTz worker_deadline = 0;
 static volatile sig_atomic_t worker_cancel_ignored = false;
+
+/* The running worker attempt's key for ds_cancel_step() (0 = none), and whether it was asked. */
+static TimeoutId cancel_poll_id = MAX_TIMEOUTS;
+static volatile uint64 polled_cancel_key = 0;
+static volatile sig_atomic_t cancelled_by_request = false;
+
+/* Timeout handler (signal context): stop the body when ds_cancel_step() asked for it. */
+static void
+cancel_poll_handler(void)
+{
+	if (polled_cancel_key != 0 && ds_cancel_requested(polled_cancel_key))
+	{
+		cancelled_by_request = true;
+		QueryCancelPending = true;
+		InterruptPending = true;
+		SetLatch(MyLatch);
+	}
+}
+
+/* Look for cancel requests of attempt `key` while it runs; 0 stops looking. */
+static void
+poll_cancel_requests(uint64 key)
+{
+	if (cancel_poll_id == MAX_TIMEOUTS)
+		cancel_poll_id = RegisterTimeout(USER_TIMEOUT, cancel_poll_handler);
+	if (key != 0)
+	{
+		cancelled_by_request = false;
+		polled_cancel_key = key;
+		enable_timeout_every(cancel_poll_id,
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CANCEL_POLL_MS),
+							 CANCEL_POLL_MS);
+	}
+	else
+	{
+		if (get_timeout_active(cancel_poll_id))
+			disable_timeout(cancel_poll_id, false);
+		polled_cancel_key = 0;
+	}
+}
 
 /* Timeout handler (signal context): cancel the body, and past the grace period end the executor. */
 static void
@@ -366,6 +409,8 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 			exit_logger_registered = true;
 		}
 		worker_deadline = my_deadline;
+		if (body->cancel_key != 0)
+			poll_cancel_requests(body->cancel_key);
 	}
 	ds_retry_after_clear();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
@@ -400,9 +445,11 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	{
 		ErrorData  *edata;
 
-		/* no second cancel from our timer while we clean up: it would escape this handler */
+		/* no second cancel from our timers while we clean up: it would escape this handler */
 		if (active_deadline != outer_deadline)
 			arm_deadline(0);
+		if (body->cancel_key != 0)
+			poll_cancel_requests(0);
 		MemoryContextSwitchTo(oldcxt);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -413,8 +460,15 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 		if (isolated)
 			ds_isolation_reset_after_abort();
 
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && step_timeout_fired &&
-			my_deadline != 0 && GetCurrentTimestamp() >= my_deadline)
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && cancelled_by_request)
+		{
+			/* ds_cancel_step() asked: the step ends cancelled, never retried */
+			outcome->cls = ATTEMPT_CANCELLED;
+			edata->message = pstrdup("cancelled by ds_cancel_step()");
+			edata->detail = edata->hint = NULL;
+		}
+		else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && step_timeout_fired &&
+				 my_deadline != 0 && GetCurrentTimestamp() >= my_deadline)
 		{
 			/* our own timer cancelled the body: that is the step's timeout */
 			describe_timeout(edata, my_deadline - outcome->started_at, deadline_source);
@@ -433,7 +487,8 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 		 * operator's pg_cancel_backend() stops the attempt, not the executor, and a body that
 		 * raises query_canceled itself cannot end the executor (and lose the claims it holds).
 		 */
-		outcome->cls = ds_classify_sqlstate(edata->sqlerrcode, body->overrides);
+		if (outcome->cls != ATTEMPT_CANCELLED)
+			outcome->cls = ds_classify_sqlstate(edata->sqlerrcode, body->overrides);
 		outcome->sqlerrcode = edata->sqlerrcode;
 		outcome->message = capped_error_text(edata->message);
 		outcome->detail = capped_error_text(edata->detail);
@@ -446,6 +501,15 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	ds_step_context_pop();
 	if (isolated)
 		worker_deadline = 0;
+	if (body->cancel_key != 0)
+	{
+		/* a request that came as the body ended is over too; its cancel must not outlive it */
+		poll_cancel_requests(0);
+		if (cancelled_by_request && outcome->cls != ATTEMPT_CANCELLED)
+			QueryCancelPending = false;
+		cancelled_by_request = false;
+		ds_cancel_request_clear(body->cancel_key);
+	}
 	if (active_deadline != outer_deadline)
 	{
 		active_deadline = outer_deadline;

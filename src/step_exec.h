@@ -24,6 +24,7 @@ typedef struct StepBody
 	 * caller's attempt, run as the caller in the caller's session.
 	 */
 	Oid			isolate_as;
+	uint64		cancel_key;		/* worker: this attempt's key for ds_cancel_step(); 0 = none */
 	const char *search_path;	/* search_path to run under; NULL = the current one */
 	const ClassOverrides *overrides;
 } StepBody;

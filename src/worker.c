@@ -85,7 +85,11 @@ release_slot(int code, Datum arg)
 	WorkerShared *shared = ds_worker_shared();
 
 	if (shared != NULL && my_slot >= 0)
+	{
 		shared->executor_latch[my_slot] = NULL;
+		pg_atomic_write_u32(&shared->executor_pid[my_slot], 0);
+		pg_atomic_write_u64(&shared->cancel_request[my_slot], 0);
+	}
 }
 
 /* Start a transaction with a snapshot, and say so in pg_stat_activity. */
@@ -366,6 +370,9 @@ start_executor(void)
 	if (shared != NULL && my_slot >= 0 && my_slot < DS_MAX_WORKERS)
 	{
 		shared->executor_latch[my_slot] = MyLatch;
+		pg_atomic_write_u64(&shared->cancel_request[my_slot], 0);
+		pg_atomic_write_u32(&shared->executor_pid[my_slot], (uint32) MyProcPid);
+		ds_executor_slot = my_slot;
 		on_shmem_exit(release_slot, (Datum) 0);
 	}
 	pass_cxt = AllocSetContextCreate(TopMemoryContext, "durable_steps worker pass",

@@ -8,6 +8,8 @@
  */
 #include "compat.h"
 
+#include "common/hashfn.h"
+
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -50,6 +52,11 @@ worker_shmem_startup(void)
 		memset(shared, 0, sizeof(WorkerShared));
 		pg_atomic_init_u32(&shared->next_executor, 0);
 		pg_atomic_init_u64(&shared->replay_generation, 0);
+		for (int i = 0; i < DS_MAX_WORKERS; i++)
+		{
+			pg_atomic_init_u32(&shared->executor_pid[i], 0);
+			pg_atomic_init_u64(&shared->cancel_request[i], 0);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -125,4 +132,46 @@ ds_worker_wake_at_commit(void)
 		callback_registered = true;
 	}
 	wake_pending = true;
+}
+
+int			ds_executor_slot = -1;
+
+uint64
+ds_attempt_cancel_key(const char *run_id, const char *step_id, int attempt)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) run_id, (int) strlen(run_id), attempt);
+
+	h = hash_bytes_extended((const unsigned char *) step_id, (int) strlen(step_id), h);
+	return h != 0 ? h : 1;
+}
+
+bool
+ds_request_cancel(int pid, uint64 key)
+{
+	if (shared == NULL || pid <= 0)
+		return false;
+	for (int i = 0; i < DS_MAX_WORKERS; i++)
+		if (pg_atomic_read_u32(&shared->executor_pid[i]) == (uint32) pid)
+		{
+			pg_atomic_write_u64(&shared->cancel_request[i], key);
+			return true;
+		}
+	return false;
+}
+
+bool
+ds_cancel_requested(uint64 key)
+{
+	return shared != NULL && ds_executor_slot >= 0 &&
+		pg_atomic_read_u64(&shared->cancel_request[ds_executor_slot]) == key;
+}
+
+void
+ds_cancel_request_clear(uint64 key)
+{
+	uint64		expected = key;
+
+	if (shared != NULL && ds_executor_slot >= 0)
+		(void) pg_atomic_compare_exchange_u64(&shared->cancel_request[ds_executor_slot],
+											  &expected, 0);
 }

@@ -1,0 +1,52 @@
+# ds_cancel_step on a step the worker is running (README, "Cancelling a step"): the attempt is
+# stopped within a moment, recorded as cancelled, never retried, and the executor goes on.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Test;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $node = worker_node('cancel', "durable_steps.database = 'postgres'\n");
+$node->safe_psql('postgres', q{
+CREATE EXTENSION durable_steps;
+CREATE ROLE app;
+CREATE TABLE cancel_effects (n int);
+GRANT INSERT ON cancel_effects TO app;
+SET ROLE app;
+SELECT status FROM ds_run_step('c', 'hangs',
+  'INSERT INTO cancel_effects SELECT 1 FROM pg_sleep(600)', defer => true);
+});
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'durable_steps worker' "
+		  . "AND query LIKE '%c/hangs attempt 1' AND wait_event = 'PgSleep'"),
+	'the worker is running the hanging attempt');
+my $executor = executor_pid($node);
+
+my $started = time();
+is($node->safe_psql('postgres', q{SET ROLE app;
+SELECT status || '|' || attempt || '|' || error_code FROM ds_cancel_step('c', 'hangs')}),
+	'cancelled|1|57014', 'ds_cancel_step returns the cancelled step');
+cmp_ok(time() - $started, '<', 30, 'it returned within moments, not after the 600 s body');
+is($node->safe_psql('postgres',
+		"SELECT class || '|' || executor || '|' || error_message FROM ds_attempts WHERE step_id = 'hangs'"),
+	'cancelled|worker|cancelled by ds_cancel_step()', 'the attempt is recorded as cancelled');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM cancel_effects'), '0',
+	'its effect rolled back');
+
+# the executor goes on, and the cancelled step is never attempted again
+$node->safe_psql('postgres', q{SET ROLE app;
+SELECT status FROM ds_run_step('c', 'next', 'SELECT 1', defer => true)});
+ok(poll_until($node, 'postgres', "SELECT status FROM ds_steps WHERE step_id = 'next'", 'succeeded'),
+	'the next step runs');
+is(executor_pid($node), $executor, 'in the same executor');
+is($node->safe_psql('postgres',
+		"SELECT status || '|' || attempt FROM ds_steps WHERE step_id = 'hangs'"),
+	'cancelled|1', 'the cancelled step stays cancelled at attempt 1');
+
+$node->stop;
+done_testing();
