@@ -374,9 +374,7 @@ settle_lost_attempt(StepRecord *rec, const char *fingerprint)
 	if (rec->status != STEP_RUNNING || strcmp(rec->fingerprint, fingerprint) != 0)
 		return;
 	check_access(rec);
-	ds_fail_started_attempt(rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
-							psprintf("The process running attempt %d ended before recording its outcome.",
-									 rec->attempts));
+	ds_record_lost_attempt(rec);
 }
 
 /* The record of a step this call creates, about to run its first attempt. */
@@ -478,6 +476,24 @@ check_rearm(const StepRecord *rec, bool new_input)
 				 errdetail("Only superusers can re-arm a superuser's step.")));
 }
 
+/*
+ * Take the lock of step (run_id, step_id), waiting for a transaction that has it in flight, and
+ * read it locked. A step the caller may not see answers as one that does not exist: it tells
+ * nothing.
+ */
+static void
+lock_visible_step(const char *run_id, const char *step_id, StepRecord *rec)
+{
+	if (!ds_step_lock_acquire(run_id, step_id, false))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_IN_PROGRESS),
+				 errmsg("step %s/%s is in progress in this process", run_id, step_id)));
+	if (!ds_store_lock_step(run_id, step_id, rec) || !ds_store_may_access(rec->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
+				 errmsg("step %s/%s does not exist", run_id, step_id)));
+}
+
 /* ds_retry_step(run_id, step_id, input) → ds_step_result: re-arm a failed or blocked step. */
 Datum
 ds_retry_step(PG_FUNCTION_ARGS)
@@ -488,15 +504,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 
 	PreventCommandIfReadOnly("ds_retry_step()");
 	PreventCommandIfParallelMode("ds_retry_step()");
-	if (!ds_step_lock_acquire(run_id, step_id, false))
-		ereport(ERROR,
-				(errcode(ERRCODE_DS_IN_PROGRESS),
-				 errmsg("step %s/%s is in progress in this process", run_id, step_id)));
-	/* a step the caller may not see answers as one that does not exist: it tells nothing */
-	if (!ds_store_lock_step(run_id, step_id, &rec) || !ds_store_may_access(rec.owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
-				 errmsg("step %s/%s does not exist", run_id, step_id)));
+	lock_visible_step(run_id, step_id, &rec);
 	check_rearm(&rec, !PG_ARGISNULL(2));
 	if (rec.status != STEP_FAILED && rec.status != STEP_BLOCKED && rec.status != STEP_UNCERTAIN)
 		ereport(ERROR,
@@ -547,20 +555,10 @@ ds_cancel_step(PG_FUNCTION_ARGS)
 		ds_store_may_access(rec.owner) && rec.status == STEP_RUNNING && rec.claimed_by != 0)
 		(void) ds_request_cancel(rec.claimed_by,
 								 ds_attempt_cancel_key(run_id, step_id, rec.attempts));
-	if (!ds_step_lock_acquire(run_id, step_id, false))
-		ereport(ERROR,
-				(errcode(ERRCODE_DS_IN_PROGRESS),
-				 errmsg("step %s/%s is in progress in this process", run_id, step_id)));
-	/* a step the caller may not see answers as one that does not exist */
-	if (!ds_store_lock_step(run_id, step_id, &rec) || !ds_store_may_access(rec.owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
-				 errmsg("step %s/%s does not exist", run_id, step_id)));
+	lock_visible_step(run_id, step_id, &rec);
 	if (rec.status == STEP_RUNNING)
 		/* its lock was free: the process running it is gone, so the attempt is lost */
-		ds_fail_started_attempt(&rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
-								psprintf("The process running attempt %d ended before recording its outcome.",
-										 rec.attempts));
+		ds_record_lost_attempt(&rec);
 	if (rec.status == STEP_CANCELLED)
 		PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 	if (rec.status == STEP_SUCCEEDED || rec.status == STEP_FAILED)

@@ -15,6 +15,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "ds_errcodes.h"
 #include "policy.h"
 #include "step_attempt.h"
 #include "worker_wakeup.h"
@@ -175,4 +176,12 @@ ds_fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, co
 	outcome.started_at = outcome.finished_at = GetCurrentTimestamp();
 	ds_apply_attempt_outcome(rec, rec->attempts, &outcome);
 	ds_store_finish_claimed_attempt(rec, rec->attempts, claimed_at, &outcome);
+}
+
+void
+ds_record_lost_attempt(StepRecord *rec)
+{
+	ds_fail_started_attempt(rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
+							psprintf("The process running attempt %d ended before recording its outcome.",
+									 rec->attempts));
 }

@@ -34,4 +34,10 @@ extern void ds_fail_started_attempt(StepRecord *rec, int sqlerrcode, const char 
 /* Parse a stored step's retry_on / fail_on / on_timeout into classifier overrides. */
 extern void ds_overrides_from_record(const StepRecord *rec, ClassOverrides *out);
 
+/*
+ * A running step whose executor is gone (its lock was free): record its attempt as lost (DS007,
+ * invocation_lost, retryable by the policy), as the worker's recovery does.
+ */
+extern void ds_record_lost_attempt(StepRecord *rec);
+
 #endif							/* DS_STEP_ATTEMPT_H */

@@ -193,9 +193,7 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 		ereport(LOG,
 				(errmsg("durable_steps: attempt %d of step %s/%s was lost; recording it as failed",
 						rec.attempts, rec.run_id, rec.step_id)));
-		ds_fail_started_attempt(&rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
-							 psprintf("The process running attempt %d ended before recording its outcome.",
-									  rec.attempts));
+		ds_record_lost_attempt(&rec);
 	}
 	return n;
 }
