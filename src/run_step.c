@@ -478,12 +478,21 @@ check_rearm(const StepRecord *rec, bool new_input)
 
 /*
  * Take the lock of step (run_id, step_id), waiting for a transaction that has it in flight, and
- * read it locked. A step the caller may not see answers as one that does not exist: it tells
- * nothing.
+ * read it locked. A step the caller may not see answers as one that does not exist, at once:
+ * neither the answer nor a wait for its lock tells anything about it.
  */
 static void
-lock_visible_step(const char *run_id, const char *step_id, StepRecord *rec)
+lock_visible_step(const char *run_id, const char *step_id, bool stop_running, StepRecord *rec)
 {
+	if (!ds_probe_step(run_id, step_id, GetLatestSnapshot(), rec, NULL) ||
+		!ds_store_may_access(rec->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
+				 errmsg("step %s/%s does not exist", run_id, step_id)));
+	/* an attempt a worker runs is asked to stop, so that its lock comes free soon */
+	if (stop_running && rec->status == STEP_RUNNING && rec->claimed_by != 0)
+		(void) ds_request_cancel(rec->claimed_by,
+								 ds_attempt_cancel_key(run_id, step_id, rec->attempts));
 	if (!ds_step_lock_acquire(run_id, step_id, false))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_IN_PROGRESS),
@@ -504,7 +513,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 
 	PreventCommandIfReadOnly("ds_retry_step()");
 	PreventCommandIfParallelMode("ds_retry_step()");
-	lock_visible_step(run_id, step_id, &rec);
+	lock_visible_step(run_id, step_id, false, &rec);
 	check_rearm(&rec, !PG_ARGISNULL(2));
 	if (rec.status != STEP_FAILED && rec.status != STEP_BLOCKED && rec.status != STEP_UNCERTAIN)
 		ereport(ERROR,
@@ -551,11 +560,7 @@ ds_cancel_step(PG_FUNCTION_ARGS)
 
 	PreventCommandIfReadOnly("ds_cancel_step()");
 	PreventCommandIfParallelMode("ds_cancel_step()");
-	if (ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL) &&
-		ds_store_may_access(rec.owner) && rec.status == STEP_RUNNING && rec.claimed_by != 0)
-		(void) ds_request_cancel(rec.claimed_by,
-								 ds_attempt_cancel_key(run_id, step_id, rec.attempts));
-	lock_visible_step(run_id, step_id, &rec);
+	lock_visible_step(run_id, step_id, true, &rec);
 	if (rec.status == STEP_RUNNING)
 		/* its lock was free: the process running it is gone, so the attempt is lost */
 		ds_record_lost_attempt(&rec);

@@ -27,6 +27,14 @@ ok(poll_until($node, 'postgres',
 	'the worker is running the hanging attempt');
 my $executor = executor_pid($node);
 
+# another role: the step does not exist for it, at once (no wait for the running attempt's lock)
+$node->safe_psql('postgres', 'CREATE ROLE other');
+$node->psql('postgres', q{SET ROLE other; SET statement_timeout = '5s';
+SELECT ds_cancel_step('c', 'hangs')}, stderr => \my $other_err);
+like($other_err, qr/step c\/hangs does not exist/, 'another role: DS404 at once, not a wait');
+is($node->safe_psql('postgres', "SELECT status FROM ds_steps WHERE step_id = 'hangs'"), 'running',
+	'another role: the attempt runs on');
+
 my $started = time();
 is($node->safe_psql('postgres', q{SET ROLE app;
 SELECT status || '|' || attempt || '|' || error_code FROM ds_cancel_step('c', 'hangs')}),
