@@ -40,6 +40,8 @@ SELECT count(*) AS rolled_back_steps FROM ds_steps WHERE step_id = 'rolled-back'
 -- bad input: a NULL defer, an infinite run_at; nothing is stored
 SELECT status FROM ds_run_step('def', 'bad1', 'SELECT 1', defer => NULL);
 SELECT status FROM ds_run_step('def', 'bad2', 'SELECT 1', run_at => 'infinity');
+SELECT status FROM ds_run_step('def', 'bad3', 'SELECT 1', notify => '');
+SELECT status FROM ds_run_step('def', 'bad4', 'SELECT 1', notify => repeat('x', 64));
 SELECT count(*) AS bad_steps FROM ds_steps WHERE step_id LIKE 'bad%';
 
 -- not in a read-only transaction

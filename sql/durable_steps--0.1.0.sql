@@ -66,6 +66,8 @@ CREATE TABLE durable_steps.steps (
     fail_on         text[],
     owner           pg_catalog.regrole NOT NULL,
     search_path     text NOT NULL,
+    -- channel NOTIFYed when the step stops: succeeded, failed, blocked or cancelled
+    notify          text,
     created_at      timestamptz NOT NULL,
     -- where it stands: written by every claim and outcome. Last in the row, so that an update
     -- on the same page logs these bytes only (PostgreSQL logs the changed middle of a row).
@@ -256,7 +258,8 @@ CREATE FUNCTION @extschema@.ds_run_step(
         fail_on text[] DEFAULT NULL,
         on_timeout text DEFAULT 'retry',
         defer boolean DEFAULT false,
-        run_at timestamptz DEFAULT NULL)
+        run_at timestamptz DEFAULT NULL,
+        notify text DEFAULT NULL)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_run_step' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_retry_step(run_id text, step_id text, input jsonb DEFAULT NULL)
@@ -284,7 +287,7 @@ CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
            s.attempts AS attempt, s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts AS max_attempts,
            s.next_attempt_at, s.error_class, s.error_code, s.error_message, s.error_detail,
            s.remediation, s.sql, s.input, s.request, s.policy, s.timeout, s.on_timeout,
-           s.retry_on, s.fail_on, s.fingerprint, s.owner,
+           s.retry_on, s.fail_on, s.notify, s.fingerprint, s.owner,
            s.created_at, s.updated_at, s.finished_at
       FROM durable_steps.steps s
      WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')

@@ -230,6 +230,7 @@ typedef struct StepCall
 	char	   *on_timeout;
 	bool		defer;			/* store the step, run nothing now: the worker runs attempt 1 */
 	TimestampTz run_at;			/* with defer: when attempt 1 is due; 0 = at once */
+	char	   *notify;			/* channel to NOTIFY when the step stops; NULL = none */
 	char	   *fingerprint;	/* computed when a replay needs it, or for a new step */
 } StepCall;
 
@@ -285,6 +286,11 @@ parse_step_call(FunctionCallInfo fcinfo, StepCall *call)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("run_at must be a finite time")));
+	call->notify = PG_ARGISNULL(12) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(12));
+	if (call->notify != NULL && (call->notify[0] == '\0' || strlen(call->notify) >= NAMEDATALEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("notify must be a channel name of 1 to %d bytes", NAMEDATALEN - 1)));
 	ds_policy_parse(call->policy, &parsed);
 	memset(&overrides, 0, sizeof(overrides));
 	ds_parse_sqlstate_list(call->retry_on, "retry_on", &overrides.n_retry, &overrides.retry_on,
@@ -404,6 +410,7 @@ new_step_record(const StepCall *call, StepRecord *rec)
 	rec->on_timeout = call->on_timeout;
 	rec->retry_on = call->retry_on;
 	rec->fail_on = call->fail_on;
+	rec->notify = call->notify;
 	rec->owner = GetUserId();
 	rec->search_path = namespace_search_path;
 	rec->status = STEP_RUNNING;
@@ -419,7 +426,7 @@ new_step_record(const StepCall *call, StepRecord *rec)
 
 /*
  * ds_run_step(run_id, step_id, sql, input, policy, timeout, nowait, retry_on, fail_on,
- *             on_timeout, defer, run_at) -> ds_step_result
+ *             on_timeout, defer, run_at, notify) -> ds_step_result
  */
 Datum
 ds_run_step(PG_FUNCTION_ARGS)
@@ -580,6 +587,7 @@ ds_cancel_step(PG_FUNCTION_ARGS)
 	rec.updated_at = now;
 	rec.finished_at = now;
 	ds_store_update_step(&rec);
+	ds_notify_step_stopped(&rec);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 

@@ -12,7 +12,10 @@
  */
 #include "compat.h"
 
+#include "commands/async.h"
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/json.h"
 #include "utils/timestamp.h"
 
 #include "ds_errcodes.h"
@@ -48,7 +51,38 @@ clear_error(StepRecord *rec)
 }
 
 void
+ds_notify_step_stopped(const StepRecord *rec)
+{
+	StringInfoData payload;
+
+	if (rec->notify == NULL)
+		return;
+	initStringInfo(&payload);
+	appendStringInfoString(&payload, "{\"run_id\": ");
+	escape_json(&payload, rec->run_id);
+	appendStringInfoString(&payload, ", \"step_id\": ");
+	escape_json(&payload, rec->step_id);
+	appendStringInfo(&payload, ", \"status\": \"%s\", \"attempt\": %d}",
+					 ds_step_status_name(rec->status), rec->attempts);
+	/* sent when the transaction that records the state commits, and only then */
+	Async_Notify(rec->notify, payload.data);
+}
+
+/* Apply the outcome, and NOTIFY the step's channel if the step stopped. */
+static void apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome);
+
+void
 ds_apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
+{
+	apply_outcome(rec, attempt, outcome);
+	if (rec->status == STEP_SUCCEEDED || rec->status == STEP_FAILED ||
+		rec->status == STEP_BLOCKED || rec->status == STEP_CANCELLED)
+		ds_notify_step_stopped(rec);
+}
+
+/* The state rules of the file header. */
+static void
+apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 {
 	int			last_allowed = rec->attempt_base + rec->max_attempts;
 

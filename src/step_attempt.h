@@ -40,4 +40,10 @@ extern void ds_overrides_from_record(const StepRecord *rec, ClassOverrides *out)
  */
 extern void ds_record_lost_attempt(StepRecord *rec);
 
+/*
+ * NOTIFY the step's channel, if it has one, that it stopped: {"run_id", "step_id", "status",
+ * "attempt"}, sent when the current transaction commits.
+ */
+extern void ds_notify_step_stopped(const StepRecord *rec);
+
 #endif							/* DS_STEP_ATTEMPT_H */

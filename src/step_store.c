@@ -55,6 +55,7 @@ const StepColumnDesc ds_step_columns[N_STEP_COLUMNS] = {
 	[STEP_COL_FAIL_ON] = STEP_FIELD("fail_on", FIELD_VARLENA, fail_on),
 	[STEP_COL_OWNER] = STEP_FIELD("owner", FIELD_OID, owner),
 	[STEP_COL_SEARCH_PATH] = STEP_FIELD("search_path", FIELD_TEXT, search_path),
+	[STEP_COL_NOTIFY] = STEP_FIELD("notify", FIELD_TEXT, notify),
 	[STEP_COL_STATUS] = STEP_FIELD("status", FIELD_STATUS, status),
 	[STEP_COL_RESULT] = STEP_FIELD("result", FIELD_VARLENA, result),
 	[STEP_COL_ERROR_CLASS] = STEP_FIELD("error_class", FIELD_TEXT, error_class),

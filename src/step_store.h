@@ -62,6 +62,7 @@ typedef struct StepRecord
 	ArrayType  *fail_on;
 	Oid			owner;
 	char	   *search_path;
+	char	   *notify;			/* channel NOTIFYed when the step stops; NULL = none */
 	StepStatus	status;
 	Jsonb	   *result;
 	char	   *error_class;
@@ -121,6 +122,7 @@ typedef enum StepColumn
 	STEP_COL_FAIL_ON,
 	STEP_COL_OWNER,
 	STEP_COL_SEARCH_PATH,
+	STEP_COL_NOTIFY,
 	STEP_COL_STATUS,
 	STEP_COL_RESULT,
 	STEP_COL_ERROR_CLASS,

@@ -6,6 +6,7 @@ use warnings;
 
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Session;
 use DurableSteps::Test;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -74,6 +75,21 @@ ok(poll_until($node, 'postgres',
 is($node->safe_psql('postgres',
 		"SELECT count(*) FROM deferred_effects WHERE step = 'gone'"), '0',
 	'gone: the rolled-back deferred step never ran');
+
+# notify: the step's channel hears when the worker has recorded that it stopped
+my $listener = DurableSteps::Session->new($node, 'listener');
+$listener->query_ok('LISTEN ds_done;');
+$node->safe_psql('postgres', q{
+SET ROLE app;
+SELECT status FROM ds_run_step('def', 'notified', 'SELECT 1', defer => true, notify => 'ds_done');
+});
+ok(poll_until($node, 'postgres', "SELECT status FROM ds_steps WHERE step_id = 'notified'", 'succeeded'),
+	'notify: the worker ran the step');
+my ($heard) = $listener->query('SELECT 1;');
+like($heard,
+	qr/Asynchronous notification "ds_done" with payload "\{"run_id": "def", "step_id": "notified", "status": "succeeded", "attempt": 1\}" received/,
+	'notify: the listener got the identity and the status');
+$listener->quit;
 
 $node->stop;
 done_testing();
