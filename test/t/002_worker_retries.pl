@@ -144,19 +144,8 @@ SELECT s.next_attempt_at = a.finished_at + interval '2 s'
 		  . gap($node, 'w3', 'send', 2) . ' s)');
 }
 
-############################################################################################
 # Afterwards: settled steps stayed settled, and no server process crashed.
-{
-	is( $node->safe_psql(
-			'postgres',
-			"SELECT string_agg(run_id || '/' || step_id || ':' || attempt, ',' ORDER BY run_id) "
-			  . "FROM ds_steps WHERE (run_id, step_id) IN (('w2', 'doomed'))"),
-		'w2/doomed:3',
-		'the exhausted step was not attempted again');
-	my $log = slurp_file($node->logfile);
-	unlike($log, qr/terminated by signal|PANIC:|exited with exit code [1-9]/,
-		'no server process crashed or exited with an error');
-}
+settled_and_sound($node, 'w2', 'doomed', 3, 'exhausted');
 
 $node->stop;
 done_testing();

@@ -172,19 +172,8 @@ SELECT status FROM ds_run_step('w7', 'insert', 'INSERT INTO t(x) VALUES (gate(2)
 		"$t: the unqualified table resolved to s1.t, not public.t");
 }
 
-############################################################################################
 # Afterwards: settled steps stayed settled, and no server process crashed.
-{
-	is( $node->safe_psql(
-			'postgres',
-			"SELECT string_agg(run_id || '/' || step_id || ':' || attempt, ',' ORDER BY run_id) "
-			  . "FROM ds_steps WHERE (run_id, step_id) IN (('w6', 'secret'))"),
-		'w6/secret:2',
-		'the blocked step was not attempted again');
-	my $log = slurp_file($node->logfile);
-	unlike($log, qr/terminated by signal|PANIC:|exited with exit code [1-9]/,
-		'no server process crashed or exited with an error');
-}
+settled_and_sound($node, 'w6', 'secret', 2, 'blocked');
 
 $node->stop;
 done_testing();

@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(worker_node retry_node log_since log_offset count_matches poll_until executor_pid
+our @EXPORT = qw(worker_node retry_node settled_and_sound log_since log_offset count_matches poll_until executor_pid
   wait_executor_loops $crash_re create_retry_fixtures settle attempts ran_in_worker gap
   started_within);
 
@@ -131,6 +131,18 @@ sub retry_node
 			  . "FROM pg_stat_activity"),
 		'the launcher and an executor are running');
 	return $node;
+}
+
+# At the end of a retry test: step (run, step) is still at attempt $attempt (it was not
+# attempted again), and no server process crashed or exited with an error.
+sub settled_and_sound
+{
+	my ($node, $run, $step, $attempt, $what) = @_;
+	is($node->safe_psql('postgres',
+			"SELECT attempt FROM ds_steps WHERE run_id = '$run' AND step_id = '$step'"),
+		$attempt, "the $what step was not attempted again");
+	unlike(slurp_file($node->logfile), qr/terminated by signal|PANIC:|exited with exit code [1-9]/,
+		'no server process crashed or exited with an error');
 }
 
 # The tables and functions the retry tests use: an effect ledger, a run counter, bodies that
