@@ -460,9 +460,13 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 		if (isolated)
 			ds_isolation_reset_after_abort();
 
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && cancelled_by_request)
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && body->cancel_key != 0 &&
+			cancelled_by_request)
 		{
-			/* ds_cancel_step() asked: the step ends cancelled, never retried */
+			/*
+			 * ds_cancel_step() asked for this attempt: the step ends cancelled, never retried.
+			 * (A step nested in its body is cancelled with it: it rethrows below, as a caller.)
+			 */
 			outcome->cls = ATTEMPT_CANCELLED;
 			edata->message = pstrdup("cancelled by ds_cancel_step()");
 			edata->detail = edata->hint = NULL;

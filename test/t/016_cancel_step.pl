@@ -56,5 +56,18 @@ is($node->safe_psql('postgres',
 		"SELECT status || '|' || attempt FROM ds_steps WHERE step_id = 'hangs'"),
 	'cancelled|1', 'the cancelled step stays cancelled at attempt 1');
 
+# a step nested in the cancelled attempt's body goes with it: it is not cancelled on its own
+$node->safe_psql('postgres', q{SET ROLE app;
+SELECT status FROM ds_run_step('c', 'outer',
+  $o$SELECT (ds_run_step('c', 'inner', 'SELECT pg_sleep(600)')).status$o$, defer => true)});
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'durable_steps worker' "
+		  . "AND wait_event = 'PgSleep'"),
+	'nested: the worker is in the inner step\'s body');
+is($node->safe_psql('postgres', q{SET ROLE app;
+SELECT status FROM ds_cancel_step('c', 'outer')}), 'cancelled', 'nested: the outer step is cancelled');
+is($node->safe_psql('postgres', "SELECT count(*) FROM ds_steps WHERE step_id = 'inner'"), '0',
+	'nested: the inner step rolled back with the outer attempt');
+
 $node->stop;
 done_testing();
