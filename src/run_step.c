@@ -497,7 +497,8 @@ lock_visible_step(const char *run_id, const char *step_id, bool stop_running, St
 				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
 				 errmsg("step %s/%s does not exist", run_id, step_id)));
 	/* an attempt a worker runs is asked to stop, so that its lock comes free soon */
-	if (stop_running && rec->status == STEP_RUNNING && rec->claimed_by != 0)
+	if (stop_running && rec->status == STEP_RUNNING && rec->claimed_by != 0 &&
+		rec->claimed_by != MyProcPid)
 		(void) ds_request_cancel(rec->claimed_by,
 								 ds_attempt_cancel_key(run_id, step_id, rec->attempts));
 	if (!ds_step_lock_acquire(run_id, step_id, false))

@@ -77,26 +77,26 @@ cancel_poll_handler(void)
 	}
 }
 
-/* Look for cancel requests of attempt `key` while it runs; 0 stops looking. */
-static void
-poll_cancel_requests(uint64 key)
+void
+ds_poll_cancel_requests(bool on)
 {
 	if (cancel_poll_id == MAX_TIMEOUTS)
 		cancel_poll_id = RegisterTimeout(USER_TIMEOUT, cancel_poll_handler);
-	if (key != 0)
-	{
-		cancelled_by_request = false;
-		polled_cancel_key = key;
+	polled_cancel_key = 0;
+	if (on)
 		enable_timeout_every(cancel_poll_id,
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CANCEL_POLL_MS),
 							 CANCEL_POLL_MS);
-	}
-	else
-	{
-		if (get_timeout_active(cancel_poll_id))
-			disable_timeout(cancel_poll_id, false);
-		polled_cancel_key = 0;
-	}
+	else if (get_timeout_active(cancel_poll_id))
+		disable_timeout(cancel_poll_id, false);
+}
+
+/* Attempt `key` is the one the poll looks for (0: none, between attempts). */
+static void
+poll_for_attempt(uint64 key)
+{
+	cancelled_by_request = false;
+	polled_cancel_key = key;
 }
 
 /* Timeout handler (signal context): cancel the body, and past the grace period end the executor. */
@@ -410,7 +410,7 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 		}
 		worker_deadline = my_deadline;
 		if (body->cancel_key != 0)
-			poll_cancel_requests(body->cancel_key);
+			poll_for_attempt(body->cancel_key);
 	}
 	ds_retry_after_clear();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
@@ -449,7 +449,7 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 		if (active_deadline != outer_deadline)
 			arm_deadline(0);
 		if (body->cancel_key != 0)
-			poll_cancel_requests(0);
+			polled_cancel_key = 0;
 		MemoryContextSwitchTo(oldcxt);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -508,7 +508,7 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	if (body->cancel_key != 0)
 	{
 		/* a request that came as the body ended is over too; its cancel must not outlive it */
-		poll_cancel_requests(0);
+		polled_cancel_key = 0;
 		if (cancelled_by_request && outcome->cls != ATTEMPT_CANCELLED)
 			QueryCancelPending = false;
 		cancelled_by_request = false;

@@ -48,6 +48,12 @@ extern void ds_step_exec_init_module(void);
 /* durable_steps.max_worker_attempt_time, in microseconds: no worker attempt runs longer. */
 extern int64 ds_max_worker_attempt_usecs(void);
 
+/*
+ * Around a batch of worker attempts: look every 100 ms for a ds_cancel_step() request of the
+ * attempt running (one timer for the batch; each attempt only names its key).
+ */
+extern void ds_poll_cancel_requests(bool on);
+
 /* How long a worker attempt of a step with this timeout (0 = none) may run, in microseconds. */
 extern int64 ds_worker_attempt_limit_usecs(int64 step_timeout);
 

@@ -40,6 +40,7 @@
 #include "retention.h"
 #include "step_attempt.h"
 #include "step_claims.h"
+#include "step_exec.h"
 #include "step_isolation.h"
 #include "step_lock.h"
 #include "worker.h"
@@ -216,6 +217,7 @@ run_claimed(ClaimedStep *claims, int n)
 {
 	int			done = 0;
 
+	ds_poll_cancel_requests(true);
 	while (done < n)
 	{
 		int			first = done;
@@ -226,7 +228,7 @@ run_claimed(ClaimedStep *claims, int n)
 		{
 			/* the tables went with the extension; nothing is left to record */
 			release_session_locks(&claims[done], n - done);
-			return;
+			break;
 		}
 		/* a body's pg_advisory_unlock_all() must not free a claim still in flight */
 		for (int i = first; i < n; i++)
@@ -257,6 +259,7 @@ run_claimed(ClaimedStep *claims, int n)
 					 claims[i].run_id, claims[i].step_id);
 		commit_transaction();
 	}
+	ds_poll_cancel_requests(false);
 }
 
 /* Apply a reload of the configuration file, if one was asked for. */

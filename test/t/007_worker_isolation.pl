@@ -4,18 +4,16 @@
 # body holds an executor past durable_steps.max_worker_attempt_time.
 use strict;
 use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Test;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('isolation');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'durable_steps'
-durable_steps.database = 'postgres'
-durable_steps.poll_interval = '100ms'
-});
-$node->start;
+my $node = worker_node('isolation',
+	"durable_steps.database = 'postgres'\ndurable_steps.poll_interval = '100ms'\n");
 $node->safe_psql('postgres', q{
 CREATE EXTENSION durable_steps;
 CREATE ROLE mallory LOGIN;

@@ -46,18 +46,18 @@ is($node->safe_psql('postgres',
 	't', 'now: it ran only after the caller committed');
 
 # run_at: not before it
-$node->safe_psql('postgres', q{
+my $run_at = $node->safe_psql('postgres', "SELECT clock_timestamp() + interval '1.5 s'");
+$node->safe_psql('postgres', qq{
 SET ROLE app;
 SELECT status FROM ds_run_step('def', 'at',
   'INSERT INTO deferred_effects(step, who) VALUES (''at'', current_user)',
-  run_at => clock_timestamp() + interval '1.5 s');
+  run_at => '$run_at');
 });
 ok(poll_until($node, 'postgres',
 		"SELECT status NOT IN ('pending', 'running') FROM ds_steps WHERE step_id = 'at'"),
 	'at: the worker ran the step');
 is($node->safe_psql('postgres',
-		"SELECT (SELECT started_at FROM ds_attempts WHERE step_id = 'at') >= "
-		  . "(SELECT created_at + interval '1.5 s' FROM ds_steps WHERE step_id = 'at')"),
+		"SELECT started_at >= '$run_at' FROM ds_attempts WHERE step_id = 'at'"),
 	't', 'at: attempt 1 started no earlier than its run_at');
 
 # rolled back: nothing to run, nothing ran
