@@ -42,7 +42,7 @@ REGRESS_OPTS = --inputdir=. --outputdir=test --load-extension=durable_steps \
 	--temp-instance=test/tmp_instance --temp-config=test/regress.conf \
 	--encoding=UTF8 --no-locale
 TAP_TESTS = 1
-PROVE_TESTS = test/t/*.pl
+PROVE_TESTS ?= test/t/*.pl
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

@@ -18,7 +18,9 @@ DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgre
              libipc-run-perl make gcc python3 perl ca-certificates)
 
 # Always PostgreSQL 15's own pg_config: /usr/bin/pg_config picks the newest installed version.
-DS_PG_BINDIR=/usr/lib/postgresql/15/bin
+# DS_PG_BINDIR may name another (relocated) copy of PostgreSQL 15, so that parallel builds do not
+# install over each other.
+DS_PG_BINDIR=${DS_PG_BINDIR:-/usr/lib/postgresql/15/bin}
 export PG_CONFIG="$DS_PG_BINDIR/pg_config"
 
 # One locale whatever the caller's environment: the temporary instances' initdb takes its encoding
