@@ -140,9 +140,28 @@ start_executor(int slot)
 	return handle;
 }
 
+/*
+ * Keep the HTTP worker of database `dbname` running (http_worker.c): started with the executors,
+ * started again when it ends, at most once a second.
+ */
+static void
+keep_http_worker(const char *dbname, BackgroundWorkerHandle **handle, TimestampTz *last_start)
+{
+	pid_t		pid;
+
+	if (*handle != NULL && GetBackgroundWorkerPid(*handle, &pid) != BGWH_STOPPED)
+		return;
+	if (!TimestampDifferenceExceeds(*last_start, GetCurrentTimestamp(), 1000))
+		return;
+	*last_start = GetCurrentTimestamp();
+	*handle = ds_http_worker_register(dbname);
+}
+
 void
 ds_launcher_main(Datum arg)
 {
+	BackgroundWorkerHandle *http_worker = NULL;
+	TimestampTz http_last_start = 0;
 	BackgroundWorkerHandle *executors[DS_MAX_WORKERS];
 	TimestampTz last_start[DS_MAX_WORKERS];
 	bool		said_waiting = false;
@@ -193,6 +212,7 @@ ds_launcher_main(Datum arg)
 				last_start[i] = GetCurrentTimestamp();
 				executors[i] = start_executor(i);
 			}
+			keep_http_worker(ds_worker_database, &http_worker, &http_last_start);
 		}
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

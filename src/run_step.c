@@ -30,6 +30,7 @@
 #include "policy.h"
 #include "replay_cache.h"
 #include "step_attempt.h"
+#include "step_call.h"
 #include "step_context.h"
 #include "step_lock.h"
 #include "store.h"
@@ -548,7 +549,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	rec.error_class = rec.error_code = rec.error_message = rec.error_detail = NULL;
 	rec.remediation = NULL;
 	ds_store_update_step(&rec);
-	ds_worker_wake_at_commit();
+	ds_worker_wake_kind_at_commit(rec.kind);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 
@@ -641,4 +642,62 @@ ds_unwrap(PG_FUNCTION_ARGS)
 	if (isnull)
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(result);
+}
+
+/*
+ * The rules above, shared with the other kinds of steps (step_call.h): every kind answers
+ * replays, conflicts and other roles' calls the same way.
+ */
+char *
+ds_step_identity_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	return identity_arg(fcinfo, argno, name);
+}
+
+int64
+ds_step_timeout_arg(FunctionCallInfo fcinfo, int argno)
+{
+	return timeout_arg(fcinfo, argno);
+}
+
+char *
+ds_step_fingerprint(const char *sql, Jsonb *input)
+{
+	return step_fingerprint(sql, input);
+}
+
+Datum
+ds_step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec, bool replayed)
+{
+	return step_result_datum(fcinfo, rec, replayed);
+}
+
+bool
+ds_step_answer_from_store(const StepRecord *rec, const char *fingerprint)
+{
+	return answer_from_store(rec, fingerprint);
+}
+
+void
+ds_step_check_owner(const StepRecord *rec)
+{
+	check_access(rec);
+}
+
+bool
+ds_step_lock_and_read(const char *run_id, const char *step_id, bool nowait, StepRecord *rec)
+{
+	StepCall	call;
+
+	memset(&call, 0, sizeof(call));
+	call.run_id = (char *) run_id;
+	call.step_id = (char *) step_id;
+	call.nowait = nowait;
+	return lock_and_read(&call, rec);
+}
+
+void
+ds_step_lock_visible(const char *run_id, const char *step_id, StepRecord *rec)
+{
+	lock_visible_step(run_id, step_id, false, rec);
 }

@@ -50,7 +50,7 @@ ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skip
 	args[0] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
 									"SELECT run_id, step_id, ctid FROM durable_steps.steps "
-									"WHERE status IN ('pending', 'retrying') "
+									"WHERE status IN ('pending', 'retrying') AND kind = 'sql' "
 									"AND next_attempt_at <= clock_timestamp() "
 									"ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
 									1, due_types),
@@ -209,7 +209,7 @@ ds_next_due_time(void)
 	ds_store_spi_begin(&spi);
 	rc = SPI_execute_plan(ds_prepare_kept(&next_due_plan,
 									"SELECT min(next_attempt_at) FROM durable_steps.steps "
-									"WHERE status IN ('pending', 'retrying')", 0, NULL),
+									"WHERE status IN ('pending', 'retrying') AND kind = 'sql'", 0, NULL),
 						  NULL, NULL, true, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "next due query failed: %s", SPI_result_code_string(rc));

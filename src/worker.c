@@ -412,3 +412,16 @@ ds_executor_main(Datum arg)
 		ResetLatch(MyLatch);
 	}
 }
+
+/* begin_work and its commit, for the other workers of a database (http_worker.c). */
+bool
+ds_worker_begin_work(const char *activity)
+{
+	return begin_work(activity);
+}
+
+void
+ds_worker_commit(void)
+{
+	commit_transaction();
+}

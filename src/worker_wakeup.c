@@ -22,6 +22,7 @@
 static WorkerShared *shared = NULL;
 static bool preloaded = false;
 static bool wake_pending = false;
+static bool wake_http_pending = false;
 static bool callback_registered = false;
 static bool warned_not_preloaded = false;
 
@@ -109,11 +110,33 @@ wake_after_locks_released(ResourceReleasePhase phase, bool isCommit, bool isTopL
 		return;
 	if (wake_pending && isCommit)
 		wake_one_executor();
+	if (wake_http_pending && isCommit && shared != NULL && shared->http_latch != NULL)
+		SetLatch(shared->http_latch);
 	wake_pending = false;
+	wake_http_pending = false;
 }
+
+/* Arrange for the callback to run at the end of the transaction; false when not preloaded. */
+static bool wake_callback_ready(void);
 
 void
 ds_worker_wake_at_commit(void)
+{
+	if (wake_callback_ready())
+		wake_pending = true;
+}
+
+void
+ds_worker_wake_kind_at_commit(const char *kind)
+{
+	if (kind == NULL || strcmp(kind, "http") != 0)
+		ds_worker_wake_at_commit();
+	else if (wake_callback_ready())
+		wake_http_pending = true;
+}
+
+static bool
+wake_callback_ready(void)
 {
 	if (!preloaded)
 	{
@@ -124,14 +147,14 @@ ds_worker_wake_at_commit(void)
 					(errmsg("durable_steps is not in shared_preload_libraries: retries will not run until it is"),
 					 errhint("Add durable_steps to shared_preload_libraries and restart the server.")));
 		}
-		return;
+		return false;
 	}
 	if (!callback_registered)
 	{
 		RegisterResourceReleaseCallback(wake_after_locks_released, NULL);
 		callback_registered = true;
 	}
-	wake_pending = true;
+	return true;
 }
 
 int			ds_executor_slot = -1;

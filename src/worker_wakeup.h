@@ -22,6 +22,8 @@ typedef struct WorkerShared
 	pg_atomic_uint32 executor_pid[DS_MAX_WORKERS];
 	/* ds_cancel_step's request to each executor: the key of the attempt to stop; 0 = none */
 	pg_atomic_uint64 cancel_request[DS_MAX_WORKERS];
+	/* latch of the HTTP worker (http_worker.c); NULL when it is not running */
+	Latch	   *http_latch;
 } WorkerShared;
 
 /* The key of attempt `attempt` of step (run_id, step_id) in cancel requests; never 0. */
@@ -53,5 +55,11 @@ extern WorkerShared *ds_worker_shared(void);
  * preloaded.
  */
 extern void ds_worker_wake_at_commit(void);
+
+/*
+ * The same for a step of kind `kind` ("sql" or "http"; NULL is "sql"): HTTP steps are run by
+ * the HTTP worker, which is the process to wake.
+ */
+extern void ds_worker_wake_kind_at_commit(const char *kind);
 
 #endif							/* DS_WORKER_WAKEUP_H */
