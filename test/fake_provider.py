@@ -151,6 +151,8 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # many requests connect at once: the default backlog of 5 would delay connections by 1 s
+    request_queue_size = 256
 
 
 def main():
