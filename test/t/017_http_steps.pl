@@ -44,6 +44,16 @@ SELECT a.backend_pid = p.pid FROM ds_attempts a, pg_stat_activity p
  WHERE a.step_id = 'charge' AND p.backend_type = 'durable_steps http'}),
 	't', 'the HTTP worker ran it, not a SQL executor');
 
+# SQL executors never claim HTTP steps: with the HTTP worker stopped, a due HTTP step waits
+my $http_pid = http_worker_pid($node);
+kill 'STOP', $http_pid;
+http_step('while-stopped', qq({"url": "@{[$p->url('while-stopped')]}"}));
+ok(wait_executor_loops($node, 'postgres', executor_pid($node), 600), 'the executors went round');
+is(step_field($node, 'pay', 'while-stopped', 'status'), 'pending',
+	'the SQL executors left the due HTTP step alone');
+kill 'CONT', $http_pid;
+is(settle_http($node, 'pay', 'while-stopped'), 'succeeded', 'the HTTP worker sent it once resumed');
+
 # the same call again: replayed, nothing sent
 is($node->safe_psql('postgres', qq{SET ROLE app;
 SELECT status || ' ' || replayed || ' ' || (result->'body'->>'charge')
