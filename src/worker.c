@@ -196,6 +196,13 @@ run_claimed_attempt(ClaimedStep *claim)
 {
 	StepRecord *rec = &claim->rec;
 
+	/* claims select SQL steps only; a row changed by hand must not be run as SQL */
+	if (rec->sql == NULL)
+	{
+		ds_fail_started_attempt(rec, ERRCODE_DATA_CORRUPTED, "the step has no SQL to run",
+								psprintf("Its kind is \"%s\".", rec->kind ? rec->kind : "(null)"));
+		return;
+	}
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(rec->owner)))
 	{
 		/* never run as anybody else: the step fails closed */
