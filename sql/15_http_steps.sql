@@ -1,9 +1,11 @@
 -- HTTP steps (README "HTTP steps"): what ds_http_step and ds_resolve_step check when called.
 -- Nothing is sent here: no HTTP worker serves this database.
+
 CREATE ROLE http_alice IN ROLE durable_steps_http;
 CREATE ROLE http_bob IN ROLE durable_steps_http;
 CREATE ROLE http_carol;                                  -- not allowed to create HTTP steps
 CREATE ROLE http_admin IN ROLE durable_steps_admin;
+
 -- errors by SQLSTATE and message
 CREATE FUNCTION http_try(q text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
@@ -14,6 +16,7 @@ EXCEPTION WHEN OTHERS THEN
 END
 $$;
 GRANT EXECUTE ON FUNCTION http_try(text) TO PUBLIC;
+
 SET ROLE http_alice;
 -- malformed requests: 22023 naming the field (22004 for a NULL request), nothing stored
 SELECT http_try(q) FROM (VALUES
@@ -53,50 +56,7 @@ SELECT http_try(q) FROM (VALUES
   ($$SELECT ds_http_step('h', '', '{"url": "http://a.example/"}')$$),
   ($$SELECT ds_http_step(NULL, 'bad', '{"url": "http://a.example/"}')$$)
 ) AS t(q);
-                                                          http_try                                                          
-----------------------------------------------------------------------------------------------------------------------------
- 22004: request must not be null
- 22023: request must be a JSON object
- 22023: request must be a JSON object
- 22023: invalid HTTP request field "url": is required
- 22023: invalid HTTP request field "url": must be an http or https URL
- 22023: invalid HTTP request field "url": must be an http or https URL
- 22023: invalid HTTP request field "url": must be an http or https URL
- 22023: invalid HTTP request field "url": is not a valid URL
- 22023: invalid HTTP request field "url": is not a valid URL
- 22023: invalid HTTP request field "url": must not carry credentials: send them in an Authorization header
- 22023: invalid HTTP request field "url": must be a string
- 22023: invalid HTTP request field "method": must be one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS
- 22023: invalid HTTP request field "method": must be one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS
- 22023: invalid HTTP request field "headers": must be an object of strings
- 22023: invalid HTTP request field "headers": the value of header "A" must be a string
- 22023: invalid HTTP request field "headers": a header name must be a non-empty token (letters, digits and !#$%&'*+-.^_`|~)
- 22023: invalid HTTP request field "headers": the value of header "X-Evil" must not contain line breaks or NUL characters
- 22023: invalid HTTP request field "headers": header "Content-Length" is set by the extension
- 22023: invalid HTTP request field "body": cannot be given together with json
- 22023: invalid HTTP request field "body": must be a string
- 22023: invalid HTTP request field "method": HEAD requests have no body
- 22023: invalid HTTP request field "expect": must be "json" or "text"
- 22023: invalid HTTP request field "connect_timeout": must be an interval or a number of milliseconds
- 22023: invalid HTTP request field "connect_timeout": must be at least 1 millisecond and at most 5 minutes
- 22023: invalid HTTP request field "connect_timeout": must be at least 1 millisecond and at most 5 minutes
- 22023: invalid HTTP request field "follow": unknown field
- 22023: idempotency_header must be a header name (letters, digits and !#$%&'*+-.^_`|~)
- 22023: the request's headers already set the idempotency header "Idempotency-Key"
- 22023: timeout must be more than 0 and at most 24 hours
- 22023: timeout must be more than 0 and at most 24 hours
- 22023: invalid retry policy field "max_attempts": must be between 1 and 100
- 22004: nowait must not be null
- 22023: run_at must be a finite time
- 22023: step_id must not be empty
- 22004: run_id must not be null
-(35 rows)
-
 SELECT count(*) AS stored_after_bad_input FROM ds_steps;
- stored_after_bad_input 
-------------------------
-                      0
-(1 row)
 
 -- a well-formed request is stored pending; nothing is sent in the caller's transaction
 SELECT run_id, step_id, status, attempt, max_attempts, replayed
@@ -104,138 +64,55 @@ SELECT run_id, step_id, status, attempt, max_attempts, replayed
        '{"method": "POST", "url": "https://api.example.com/charges", "expect": "json",
          "headers": {"Authorization": "Bearer sk_live_secret", "X-Api-Key": "k-secret", "X-Trace": "t1"},
          "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}');
- run_id | step_id | status  | attempt | max_attempts | replayed 
---------+---------+---------+---------+--------------+----------
- h      | charge  | pending |       0 |            5 | f
-(1 row)
-
 SELECT kind, status, idempotency_header, timeout, request->>'url' AS url,
        request->'headers'->>'Authorization' AS owner_sees
   FROM ds_steps WHERE step_id = 'charge';
- kind | status  | idempotency_header |  timeout  |               url               |      owner_sees       
-------+---------+--------------------+-----------+---------------------------------+-----------------------
- http | pending | Idempotency-Key    | @ 30 secs | https://api.example.com/charges | Bearer sk_live_secret
-(1 row)
-
 -- the same call again: the stored step answers (replayed); a different request conflicts
 SELECT status, replayed
   FROM ds_http_step('h', 'charge',
        '{"method": "POST", "url": "https://api.example.com/charges", "expect": "json",
          "headers": {"Authorization": "Bearer sk_live_secret", "X-Api-Key": "k-secret", "X-Trace": "t1"},
          "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}');
- status  | replayed 
----------+----------
- pending | t
-(1 row)
-
 SELECT http_try($$SELECT ds_http_step('h', 'charge', '{"method": "POST", "url": "https://api.example.com/charges", "json": {"amount": 1}}')$$);
-                            http_try                             
------------------------------------------------------------------
- DS422: step h/charge already exists with a different definition
-(1 row)
-
 -- a SQL step under the same identity is another definition
 SELECT http_try($$SELECT ds_run_step('h', 'charge', 'SELECT 1')$$);
-                            http_try                             
------------------------------------------------------------------
- DS422: step h/charge already exists with a different definition
-(1 row)
-
 -- no idempotency header
 SELECT status FROM ds_http_step('h', 'no-key', '{"url": "http://a.example/"}', idempotency_header => NULL);
- status  
----------
- pending
-(1 row)
-
 SELECT status FROM ds_http_step('h', 'empty-key', '{"url": "http://a.example/"}', idempotency_header => '');
- status  
----------
- pending
-(1 row)
-
 SELECT step_id, idempotency_header IS NULL AS sends_no_key FROM ds_steps
  WHERE step_id IN ('charge', 'no-key', 'empty-key') ORDER BY step_id;
-  step_id  | sends_no_key 
------------+--------------
- charge    | f
- empty-key | t
- no-key    | t
-(3 rows)
-
 -- a rolled-back caller leaves nothing to send
 BEGIN;
 SELECT status FROM ds_http_step('h', 'rolled-back', '{"url": "http://a.example/"}');
- status  
----------
- pending
-(1 row)
-
 ROLLBACK;
 SELECT count(*) AS rolled_back_steps FROM ds_steps WHERE step_id = 'rolled-back';
- rolled_back_steps 
--------------------
-                 0
-(1 row)
-
 RESET ROLE;
+
 -- another member of durable_steps_http: the identity is taken, and the answer is not hers
 SET ROLE http_bob;
 SELECT http_try($$SELECT ds_http_step('h', 'charge', '{"method": "POST", "url": "https://api.example.com/charges", "expect": "json", "headers": {"Authorization": "Bearer sk_live_secret", "X-Api-Key": "k-secret", "X-Trace": "t1"}, "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}')$$);
-                   http_try                   
-----------------------------------------------
- 42501: step h/charge belongs to another role
-(1 row)
-
 SELECT count(*) AS bob_sees FROM ds_steps WHERE run_id = 'h';
- bob_sees 
-----------
-        0
-(1 row)
-
 RESET ROLE;
+
 -- a role without durable_steps_http is refused, and nothing is stored
 SET ROLE http_carol;
 SELECT http_try($$SELECT ds_http_step('h', 'carol', '{"url": "http://a.example/"}')$$);
-                   http_try                    
------------------------------------------------
- 42501: permission denied to create HTTP steps
-(1 row)
-
 RESET ROLE;
 SELECT count(*) AS carol_steps FROM durable_steps.steps WHERE step_id = 'carol';
- carol_steps 
--------------
-           0
-(1 row)
 
 -- an admin sees other roles' steps with secret header values masked: Authorization always,
 -- others named in durable_steps.http_secret_headers
 SET durable_steps.http_secret_headers = 'x-api-key';
 SET ROLE http_admin;
 SELECT request->'headers' AS admin_sees FROM ds_steps WHERE step_id = 'charge';
-                               admin_sees                                
--------------------------------------------------------------------------
- {"X-Trace": "t1", "X-Api-Key": "********", "Authorization": "********"}
-(1 row)
-
 RESET ROLE;
 RESET durable_steps.http_secret_headers;
 -- the setting is a superuser's
 SET ROLE http_alice;
 SELECT http_try($$SET durable_steps.http_secret_headers = ''$$);
-                                   http_try                                    
--------------------------------------------------------------------------------
- 42501: permission denied to set parameter "durable_steps.http_secret_headers"
-(1 row)
-
 SELECT http_try($$SET durable_steps.http_allowed_hosts = '*'$$);
-                                   http_try                                   
-------------------------------------------------------------------------------
- 42501: permission denied to set parameter "durable_steps.http_allowed_hosts"
-(1 row)
-
 RESET ROLE;
+
 -- durable_steps.http_allowed_hosts: names, *.domain, or *; other hosts are refused with 42501
 SET durable_steps.http_allowed_hosts = 'api.example.com, *.hooks.example';
 SET ROLE http_alice;
@@ -246,24 +123,10 @@ SELECT http_try(q) FROM (VALUES
   ($$SELECT ds_http_step('hosts', 'other', '{"url": "http://127.0.0.1:8080/x"}')$$),
   ($$SELECT ds_http_step('hosts', 'suffix-trick', '{"url": "https://evilapi.example.com/x"}')$$)
 ) AS t(q);
-                            http_try                             
------------------------------------------------------------------
- ok
- ok
- 42501: host "hooks.example" is not allowed for HTTP steps
- 42501: host "127.0.0.1" is not allowed for HTTP steps
- 42501: host "evilapi.example.com" is not allowed for HTTP steps
-(5 rows)
-
 SELECT step_id FROM ds_steps WHERE run_id = 'hosts' ORDER BY step_id;
- step_id 
----------
- exact
- sub
-(2 rows)
-
 RESET ROLE;
 RESET durable_steps.http_allowed_hosts;
+
 -- ds_resolve_step: only uncertain steps, by their owner or an admin
 SET ROLE http_alice;
 SELECT http_try(q) FROM (VALUES
@@ -273,68 +136,28 @@ SELECT http_try(q) FROM (VALUES
   ($$SELECT ds_resolve_step('h', 'charge', 'succeeded', '{"status": 200}')$$),
   ($$SELECT ds_resolve_step('h', 'nope', 'failed')$$)
 ) AS t(q);
-                         http_try                          
------------------------------------------------------------
- 22023: status must be 'succeeded' or 'failed'
- 22004: status must not be null
- 22004: result must not be null when status is 'succeeded'
- DS103: step h/charge is pending and cannot be resolved
- DS404: step h/nope does not exist
-(5 rows)
-
 RESET ROLE;
--- (an uncertain step is made by hand here; TAP 020 makes one by a timeout)
+-- (an uncertain step is made by hand here; TAP 043 makes one by a timeout)
 UPDATE durable_steps.steps SET status = 'uncertain', attempts = 1, error_class = 'uncertain'
  WHERE step_id IN ('charge', 'no-key');
 SET ROLE http_bob;
 SELECT http_try($$SELECT ds_resolve_step('h', 'charge', 'failed')$$);
-              http_try               
--------------------------------------
- DS404: step h/charge does not exist
-(1 row)
-
 RESET ROLE;
 -- input can only be replaced for SQL steps
 SET ROLE http_alice;
 SELECT http_try($$SELECT ds_retry_step('h', 'charge', '{}')$$);
-                    http_try                     
--------------------------------------------------
- 22023: input can only be replaced for SQL steps
-(1 row)
-
 RESET ROLE;
 SET ROLE http_alice;
 SELECT run_id, step_id, status, result, attempt, error_class
   FROM ds_resolve_step('h', 'charge', 'succeeded', '{"status": 200, "body": {"id": "ch_1"}}');
- run_id | step_id |  status   |                 result                  | attempt | error_class 
---------+---------+-----------+-----------------------------------------+---------+-------------
- h      | charge  | succeeded | {"body": {"id": "ch_1"}, "status": 200} |       2 | 
-(1 row)
-
 SELECT http_try($$SELECT ds_resolve_step('h', 'charge', 'failed')$$);
-                         http_try                         
-----------------------------------------------------------
- DS103: step h/charge is succeeded and cannot be resolved
-(1 row)
-
 RESET ROLE;
 SET ROLE http_admin;
 SELECT status, result, attempt, error_class, error_code
   FROM ds_resolve_step('h', 'no-key', 'failed', '{"note": "never arrived"}');
- status |          result           | attempt | error_class | error_code 
---------+---------------------------+---------+-------------+------------
- failed | {"note": "never arrived"} |       2 | permanent   | DS014
-(1 row)
-
 RESET ROLE;
 SELECT step_id, attempt, class, error_code, error_message, executor, role
   FROM ds_attempts WHERE run_id = 'h' ORDER BY step_id, attempt;
- step_id | attempt |   class   | error_code |              error_message               | executor |    role    
----------+---------+-----------+------------+------------------------------------------+----------+------------
- charge  |       2 | completed | 00000      | resolved as succeeded by role http_alice | operator | http_alice
- no-key  |       2 | permanent | DS014      | resolved as failed by role http_admin    | operator | http_alice
-(2 rows)
-
 -- a replay of the resolved step answers its resolution
 SET ROLE http_alice;
 SELECT status, result, replayed
@@ -342,12 +165,8 @@ SELECT status, result, replayed
        '{"method": "POST", "url": "https://api.example.com/charges", "expect": "json",
          "headers": {"Authorization": "Bearer sk_live_secret", "X-Api-Key": "k-secret", "X-Trace": "t1"},
          "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}');
-  status   |                 result                  | replayed 
------------+-----------------------------------------+----------
- succeeded | {"body": {"id": "ch_1"}, "status": 200} | t
-(1 row)
-
 RESET ROLE;
+
 DELETE FROM durable_steps.steps WHERE run_id IN ('h', 'hosts');
 DROP FUNCTION http_try(text);
 DROP ROLE http_alice, http_bob, http_carol, http_admin;
