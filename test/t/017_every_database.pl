@@ -14,7 +14,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = worker_node('every', "durable_steps.max_workers = 2\nmax_worker_processes = 16\n");
+# debug1: the log says when a probing executor found no extension
+my $node = worker_node('every',
+	"durable_steps.max_workers = 2\nmax_worker_processes = 16\nlog_min_messages = debug1\n");
 
 # executors per database, as 'db:n' sorted by name
 my $executors = q{SELECT coalesce(string_agg(datname || ':' || n, ',' ORDER BY datname), '')
@@ -47,7 +49,12 @@ sub ran_in
 
 	for my $db ('db1', 'db2')
 	{
+		my $off = log_offset($node);
 		$node->safe_psql('postgres', "CREATE DATABASE $db");
+		# the launcher probes a new database, and leaves it when it has no extension
+		$node->wait_for_log(
+			qr/DEBUG:  durable_steps: extension is not installed in database "$db"; its worker stops/,
+			$off);
 		$node->safe_psql($db, 'CREATE EXTENSION durable_steps');
 	}
 	# CREATE EXTENSION alone has the launcher start the database's executors
