@@ -46,6 +46,7 @@
 #include "http_request.h"
 #include "http_response.h"
 #include "key.h"
+#include "served_databases.h"
 #include "step_attempt.h"
 #include "step_exec.h"
 #include "step_lock.h"
@@ -594,29 +595,24 @@ next_look_time(void)
 	return Max(next_due, TimestampTzPlusMilliseconds(now, 5));
 }
 
-/* Exit callback: no committing backend should set this process's latch any more. */
-static void
-forget_latch(int code, Datum arg)
-{
-	WorkerShared *shared = ds_worker_shared();
-
-	if (shared != NULL && shared->http_latch == MyLatch)
-		shared->http_latch = NULL;
-}
-
-/* Connect to the database named in bgw_extra and set up libcurl. */
+/* Connect to the database whose OID is in bgw_extra and set up libcurl. */
 static void
 start_http_worker(void)
 {
-	WorkerShared *shared = ds_worker_shared();
-	char		dbname[BGW_EXTRALEN];
+	Oid			dbid;
 
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
-	strlcpy(dbname, MyBgworkerEntry->bgw_extra, sizeof(dbname));
-	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	memcpy(&dbid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
 	pgstat_report_appname("durable_steps http");
+	/* one HTTP worker per database: a second one (a launcher restarted under it) leaves */
+	if (!ds_http_worker_take_slot())
+	{
+		ereport(LOG, (errmsg("durable_steps: database %u has an HTTP worker already", dbid)));
+		proc_exit(0);
+	}
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
 
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
@@ -628,12 +624,7 @@ start_http_worker(void)
 	(void) curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) max_inflight);
 	record_cxt = AllocSetContextCreate(TopMemoryContext, "durable_steps HTTP outcomes",
 									   ALLOCSET_DEFAULT_SIZES);
-	if (shared != NULL)
-	{
-		shared->http_latch = MyLatch;
-		on_shmem_exit(forget_latch, (Datum) 0);
-	}
-	ereport(LOG, (errmsg("durable_steps: HTTP worker started in database \"%s\"", dbname)));
+	ereport(LOG, (errmsg("durable_steps: HTTP worker started in database %u", dbid)));
 }
 
 void
@@ -666,6 +657,14 @@ ds_http_worker_main(Datum arg)
 		{
 			int			claimed = claim_and_start(free_slots);
 
+			if (claimed < 0 && ds_serves_every_database() && n_inflight == 0)
+			{
+				/* no extension here (any more): like the executors, leave; the launcher knows */
+				ereport(LOG,
+						(errmsg("durable_steps: extension is not installed in database %u; its HTTP worker stops",
+								MyDatabaseId)));
+				proc_exit(0);
+			}
 			if (claimed < 0)
 				next_look = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														http_poll_interval_ms);
@@ -703,7 +702,7 @@ ds_http_worker_main(Datum arg)
 }
 
 BackgroundWorkerHandle *
-ds_http_worker_register(const char *dbname)
+ds_http_worker_register(Oid dbid, const char *dbname)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
@@ -716,7 +715,7 @@ ds_http_worker_register(const char *dbname)
 	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ds_http_worker_main");
 	snprintf(worker.bgw_name, BGW_MAXLEN, "durable_steps http %s", dbname);
 	snprintf(worker.bgw_type, BGW_MAXLEN, "durable_steps http");
-	strlcpy(worker.bgw_extra, dbname, BGW_EXTRALEN);
+	memcpy(worker.bgw_extra, &dbid, sizeof(Oid));
 	worker.bgw_notify_pid = MyProcPid;
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{

@@ -8,7 +8,6 @@
 #include "compat.h"
 #include "postmaster/bgworker.h"
 
-extern char *ds_worker_database;
 extern int	ds_max_workers;
 
 extern void ds_launcher_init_module(void);
@@ -24,7 +23,7 @@ extern void ds_worker_commit(void);
 
 /* The HTTP worker of database `dbname` (http_worker.c), registered by the launcher. */
 extern void ds_http_worker_init_module(void);
-extern BackgroundWorkerHandle *ds_http_worker_register(const char *dbname);
+extern BackgroundWorkerHandle *ds_http_worker_register(Oid dbid, const char *dbname);
 extern PGDLLEXPORT void ds_http_worker_main(Datum arg);
 
 extern PGDLLEXPORT void ds_launcher_main(Datum arg);
