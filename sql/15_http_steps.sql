@@ -1,5 +1,5 @@
 -- HTTP steps (README "HTTP steps"): what ds_http_step and ds_resolve_step check when called.
--- Nothing is sent here: no HTTP worker serves this database.
+-- Nothing is sent here: every step stored is due in 2100 (an HTTP worker may serve this database).
 
 CREATE ROLE http_alice IN ROLE durable_steps_http;
 CREATE ROLE http_bob IN ROLE durable_steps_http;
@@ -63,7 +63,8 @@ SELECT run_id, step_id, status, attempt, max_attempts, replayed
   FROM ds_http_step('h', 'charge',
        '{"method": "POST", "url": "https://api.example.com/charges", "expect": "json",
          "headers": {"Authorization": "Bearer sk_live_secret", "X-Api-Key": "k-secret", "X-Trace": "t1"},
-         "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}');
+         "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}',
+       run_at => '2100-01-01');
 SELECT kind, status, idempotency_header, timeout, request->>'url' AS url,
        request->'headers'->>'Authorization' AS owner_sees
   FROM ds_steps WHERE step_id = 'charge';
@@ -72,18 +73,21 @@ SELECT status, replayed
   FROM ds_http_step('h', 'charge',
        '{"method": "POST", "url": "https://api.example.com/charges", "expect": "json",
          "headers": {"Authorization": "Bearer sk_live_secret", "X-Api-Key": "k-secret", "X-Trace": "t1"},
-         "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}');
+         "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}',
+       run_at => '2100-01-01');
 SELECT http_try($$SELECT ds_http_step('h', 'charge', '{"method": "POST", "url": "https://api.example.com/charges", "json": {"amount": 1}}')$$);
 -- a SQL step under the same identity is another definition
 SELECT http_try($$SELECT ds_run_step('h', 'charge', 'SELECT 1')$$);
 -- no idempotency header
-SELECT status FROM ds_http_step('h', 'no-key', '{"url": "http://a.example/"}', idempotency_header => NULL);
-SELECT status FROM ds_http_step('h', 'empty-key', '{"url": "http://a.example/"}', idempotency_header => '');
+SELECT status FROM ds_http_step('h', 'no-key', '{"url": "http://a.example/"}', idempotency_header => NULL,
+                                run_at => '2100-01-01');
+SELECT status FROM ds_http_step('h', 'empty-key', '{"url": "http://a.example/"}', idempotency_header => '',
+                                run_at => '2100-01-01');
 SELECT step_id, idempotency_header IS NULL AS sends_no_key FROM ds_steps
  WHERE step_id IN ('charge', 'no-key', 'empty-key') ORDER BY step_id;
 -- a rolled-back caller leaves nothing to send
 BEGIN;
-SELECT status FROM ds_http_step('h', 'rolled-back', '{"url": "http://a.example/"}');
+SELECT status FROM ds_http_step('h', 'rolled-back', '{"url": "http://a.example/"}', run_at => '2100-01-01');
 ROLLBACK;
 SELECT count(*) AS rolled_back_steps FROM ds_steps WHERE step_id = 'rolled-back';
 RESET ROLE;
@@ -117,8 +121,8 @@ RESET ROLE;
 SET durable_steps.http_allowed_hosts = 'api.example.com, *.hooks.example';
 SET ROLE http_alice;
 SELECT http_try(q) FROM (VALUES
-  ($$SELECT ds_http_step('hosts', 'exact', '{"url": "https://API.example.com/x"}')$$),
-  ($$SELECT ds_http_step('hosts', 'sub', '{"url": "https://a.hooks.example/x"}')$$),
+  ($$SELECT ds_http_step('hosts', 'exact', '{"url": "https://API.example.com/x"}', run_at => '2100-01-01')$$),
+  ($$SELECT ds_http_step('hosts', 'sub', '{"url": "https://a.hooks.example/x"}', run_at => '2100-01-01')$$),
   ($$SELECT ds_http_step('hosts', 'bare-domain', '{"url": "https://hooks.example/x"}')$$),
   ($$SELECT ds_http_step('hosts', 'other', '{"url": "http://127.0.0.1:8080/x"}')$$),
   ($$SELECT ds_http_step('hosts', 'suffix-trick', '{"url": "https://evilapi.example.com/x"}')$$)
@@ -164,7 +168,8 @@ SELECT status, result, replayed
   FROM ds_http_step('h', 'charge',
        '{"method": "POST", "url": "https://api.example.com/charges", "expect": "json",
          "headers": {"Authorization": "Bearer sk_live_secret", "X-Api-Key": "k-secret", "X-Trace": "t1"},
-         "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}');
+         "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}',
+       run_at => '2100-01-01');
 RESET ROLE;
 
 DELETE FROM durable_steps.steps WHERE run_id IN ('h', 'hosts');
