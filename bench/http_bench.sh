@@ -11,7 +11,7 @@
 # invocation:
 #
 #   durable_steps  N steps `ds_http_step(..., '{"url": ".../ok.json", "expect": "json"}')` stored by
-#                  one transaction, sent by the HTTP worker (durable_steps.http_max_inflight =
+#                  transactions of 1,000, sent by the HTTP worker (durable_steps.http_max_inflight =
 #                  INFLIGHT); timed from before the storing transaction until every step succeeded
 #   pg_net         N `net.http_get(url)` in one transaction, timed until N responses are stored,
 #                  once per pg_net.batch_size of PGNET_BATCHES (200 is its default)
@@ -32,7 +32,7 @@ PORT="${1:-${BENCH_PORT:-5470}}"
 BENCH_NAME=http_bench
 N="${N:-20000}"
 INFLIGHT="${INFLIGHT:-64}"
-PGNET_BATCHES="${PGNET_BATCHES:-200 500 1000 2000}"
+PGNET_BATCHES="${PGNET_BATCHES-200 500 1000 2000}"
 MEM_STEPS="${MEM_STEPS:-100000}"
 PEERS="${PEERS:-$HERE/../../shared/peers}"
 # shellcheck source=bench/lib.sh
@@ -160,13 +160,24 @@ NET_PID=$(pid_of 'pg_net%')
 echo "nginx on $URL; $N requests per run; durable_steps.http_max_inflight = $INFLIGHT"
 
 # ---- durable_steps ----------------------------------------------------------------------------------
+# Store n HTTP steps of run $1, 1,000 per transaction: each new step holds its identity lock
+# until its transaction ends (README, "Limits").
+store_steps() { # run_id n
+	local sql="" i
+	for ((i = 0; i < $2; i += 1000)); do
+		sql+="SELECT count(ds_http_step('$1', i::text, '{\"url\": \"$URL\", \"expect\": \"json\"}')) FROM generate_series($i + 1, least($i + 1000, $2)) i;"$'\n'
+	done
+	as_cluster_owner "${PSQL[@]}" -d bench >/dev/null <<<"$sql"
+}
+
 ds_run() { # run_id
 	q "CHECKPOINT" >/dev/null
 	local t0 cpu0 lsn0
 	lsn0=$(q "SELECT pg_current_wal_lsn()")
 	cpu0=$(cpu_ticks "$HTTP_PID")
 	t0=$(now)
-	q "SELECT count(ds_http_step('$1', i::text, '{\"url\": \"$URL\", \"expect\": \"json\"}')) FROM generate_series(1, $N) i" >/dev/null
+	store_steps "$1" "$N"
+	echo "  stored in $(awk -v t0="$t0" -v t1="$(now)" 'BEGIN { printf "%.3f", t1 - t0 }') s" >&2
 	wait_for "SELECT count(*) = $N FROM durable_steps.steps WHERE run_id = '$1' AND status NOT IN ('pending', 'running', 'retrying')"
 	report "durable_steps $1" "$HTTP_PID" "$t0" "$cpu0" "$lsn0" \
 		"$(q "SELECT count(*) FROM durable_steps.steps WHERE run_id = '$1' AND status <> 'succeeded'")"
@@ -194,12 +205,13 @@ awk -F'\t' '/^durable_steps measured/ { ds = $2 } /^pg_net/ { if ($2 > best) { b
 
 # ---- memory of the HTTP worker ----------------------------------------------------------------------
 if ((MEM_STEPS > 0)); then
-	rss() { awk '/^VmRSS/ { print $2 " kB" }' "/proc/$HTTP_PID/status"; }
+	# resident memory of its own (RssAnon), and of the shared buffers it has touched (RssShmem)
+	rss() { awk '/^RssAnon/ { a = $2 } /^RssShmem/ { s = $2 } END { printf "private %d kB, shared buffers touched %d kB", a, s }' "/proc/$HTTP_PID/status"; }
 	echo "HTTP worker RSS after the runs above: $(rss)"
 	done_steps=0
 	while ((done_steps < MEM_STEPS)); do
 		q "DELETE FROM durable_steps.steps WHERE run_id LIKE 'mem%'" >/dev/null
-		q "SELECT count(ds_http_step('mem$done_steps', i::text, '{\"url\": \"$URL\", \"expect\": \"json\"}')) FROM generate_series(1, $N) i" >/dev/null
+		store_steps "mem$done_steps" "$N"
 		wait_for "SELECT count(*) = $N FROM durable_steps.steps WHERE run_id = 'mem$done_steps' AND status = 'succeeded'"
 		done_steps=$((done_steps + N))
 		echo "HTTP worker RSS after $done_steps more steps: $(rss)"

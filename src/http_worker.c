@@ -3,16 +3,16 @@
  * HTTP steps through libcurl's multi interface (README, "HTTP steps", "The HTTP worker").
  *
  * One pass of the loop:
- *   1. when woken by a commit, or when a step is due, and slots are free: claim due HTTP steps
- *      and COMMIT them as started (status running, attempt counted, this process the claimant,
- *      each step's session lock held) -- an attempt is durable before its request leaves;
- *   2. hand their requests to the one multi handle (connections are kept alive and reused
- *      across requests) and let libcurl move every transfer along; no transaction is open
- *      while the network is waited for;
- *   3. record the finished transfers' outcomes in one transaction, each in a subtransaction of
- *      its own so that one step's failure to record loses no other's, then let go of their
- *      locks;
- *   4. wait: on the transfers' sockets while any is in flight, else on the latch until the next
+ *   1. let libcurl move every transfer along (one multi handle: connections are kept alive
+ *      and reused across requests); no transaction is open while the network is waited for;
+ *   2. in one transaction: record the finished transfers' outcomes, each in a subtransaction
+ *      of its own so that one step's failure to record loses no other's, and -- when woken by
+ *      a commit or when a step is due, and slots are free -- claim due HTTP steps as started
+ *      (status running, attempt counted, this process the claimant, each step's session lock
+ *      held); COMMIT; then let go of the recorded steps' locks and start the claimed requests:
+ *      an attempt is durable before its request leaves. Outcomes and claims are batched (a
+ *      quarter of the slots, or a few milliseconds), so that one commit serves many steps;
+ *   3. wait: on the transfers' sockets while any is in flight, else on the latch until the next
  *      step is due or the polling backstop.
  *
  * libcurl's callbacks only copy bytes into malloc'd buffers under fixed caps: no palloc, no
@@ -60,6 +60,8 @@ static int	http_poll_interval_ms = 1000;
 
 /* Longest wait on the sockets before looking at the latch again. */
 #define SOCKET_WAIT_MS 20
+/* Longest time a finished transfer waits for others to share its outcome's commit. */
+#define RECORD_DELAY_MS 5
 
 void
 ds_http_worker_init_module(void)
@@ -130,6 +132,7 @@ static CURLM *multi = NULL;
 static dlist_head inflight = DLIST_STATIC_INIT(inflight);
 static dlist_head finished = DLIST_STATIC_INIT(finished);
 static int	n_inflight = 0;
+static int	n_finished = 0;
 static MemoryContext record_cxt = NULL;
 
 /* Append bytes to a buffer; false (nothing changed) when over its limit or out of memory. */
@@ -369,24 +372,21 @@ prepare_transfer(HttpTransfer *t)
 }
 
 /*
- * Claim up to `free_slots` due HTTP steps, commit the claims, then start their requests.
- * Returns how many were claimed; -1 when the extension is not installed.
+ * In the current transaction: claim up to `free_slots` due HTTP steps and prepare their
+ * transfers; returns how many (*transfers is allocated in their batch's memory).
  */
 static int
-claim_and_start(int free_slots)
+claim_batch(int free_slots, HttpTransfer ***transfers)
 {
 	ClaimedStep *claims;
 	ClaimBatch *batch;
-	HttpTransfer **transfers;
 	int			n;
 
-	if (!ds_worker_begin_work("durable_steps: claiming due HTTP steps"))
-		return -1;
 	batch = MemoryContextAllocZero(TopMemoryContext, sizeof(ClaimBatch));
 	batch->cxt = AllocSetContextCreate(TopMemoryContext, "durable_steps HTTP claims",
 									   ALLOCSET_DEFAULT_SIZES);
 	n = ds_claim_due_http_steps(free_slots, batch->cxt, &claims);
-	transfers = MemoryContextAlloc(batch->cxt, sizeof(HttpTransfer *) * Max(n, 1));
+	*transfers = MemoryContextAlloc(batch->cxt, sizeof(HttpTransfer *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(batch->cxt);
@@ -398,12 +398,21 @@ claim_and_start(int free_slots)
 		t->claimed_at = t->rec.updated_at;
 		prepare_transfer(t);
 		MemoryContextSwitchTo(oldcxt);
-		transfers[i] = t;
+		(*transfers)[i] = t;
 	}
 	batch->pending = n;
-	ds_worker_commit();
+	if (n == 0)
+	{
+		MemoryContextDelete(batch->cxt);
+		pfree(batch);
+	}
+	return n;
+}
 
-	/* the attempts are durable as started: only now may their requests leave */
+/* After the claims committed: start their requests (only now may they leave). */
+static void
+start_batch(HttpTransfer **transfers, int n)
+{
 	for (int i = 0; i < n; i++)
 	{
 		HttpTransfer *t = transfers[i];
@@ -417,6 +426,7 @@ claim_and_start(int free_slots)
 			free_curl_parts(t);
 			t->started_at = t->finished_at = GetCurrentTimestamp();
 			dlist_push_tail(&finished, &t->node);
+			n_finished++;
 		}
 		else
 		{
@@ -424,12 +434,6 @@ claim_and_start(int free_slots)
 			n_inflight++;
 		}
 	}
-	if (n == 0)
-	{
-		MemoryContextDelete(batch->cxt);
-		pfree(batch);
-	}
-	return n;
 }
 
 /* Let libcurl move every transfer along, and move those it finished to `finished`. */
@@ -461,6 +465,7 @@ drive_transfers(void)
 		dlist_delete(&t->node);
 		n_inflight--;
 		dlist_push_tail(&finished, &t->node);
+		n_finished++;
 	}
 }
 
@@ -531,16 +536,21 @@ record_transfer(HttpTransfer *t)
 	return recorded;
 }
 
-/* Record every finished transfer in one transaction, then let go of their locks and memory. */
-static void
-record_finished(void)
+/*
+ * One transaction: record every finished transfer (each in its own subtransaction) and, with
+ * `claim_slots` > 0, claim that many due steps more; commit; then let go of the recorded steps'
+ * locks and memory, and start the new claims' requests. One commit serves both. Returns how many
+ * were claimed; -1 when the extension is not installed.
+ */
+static int
+cycle(int claim_slots)
 {
 	dlist_iter	it;
 	dlist_mutable_iter mit;
-	bool		have_tables;
+	HttpTransfer **claimed = NULL;
+	int			n_claimed = -1;
 
-	have_tables = ds_worker_begin_work("durable_steps: recording HTTP outcomes");
-	if (have_tables)
+	if (ds_worker_begin_work("durable_steps: recording and claiming HTTP steps"))
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(record_cxt);
 
@@ -552,6 +562,7 @@ record_finished(void)
 			(void) record_transfer(t);
 		}
 		MemoryContextSwitchTo(oldcxt);
+		n_claimed = claim_slots > 0 ? claim_batch(claim_slots, &claimed) : 0;
 		ds_worker_commit();
 	}
 	/* the outcomes are committed (or the tables are gone): the steps are no longer in flight */
@@ -563,7 +574,11 @@ record_finished(void)
 		ds_step_lock_release_session(t->rec.run_id, t->rec.step_id);
 		free_transfer(t);
 	}
+	n_finished = 0;
 	MemoryContextReset(record_cxt);
+	if (n_claimed > 0)
+		start_batch(claimed, n_claimed);
+	return n_claimed;
 }
 
 /* Apply a reload of the configuration file, if one was asked for. */
@@ -636,6 +651,9 @@ ds_http_worker_main(Datum arg)
 	for (;;)
 	{
 		int			free_slots;
+		int			batch = Max(1, max_inflight / 4);
+		bool		claim;
+		bool		record;
 		TimestampTz now;
 
 		CHECK_FOR_INTERRUPTS();
@@ -648,14 +666,26 @@ ds_http_worker_main(Datum arg)
 			next_look = 0;
 		}
 		reload_settings_if_asked();
+		if (n_inflight > 0)
+			drive_transfers();
 
+		/*
+		 * Outcomes and claims go in batches, a quarter of the slots at least, so that a commit
+		 * serves many steps -- sooner when nothing else is in flight, or an outcome has waited
+		 * RECORD_DELAY_MS.
+		 */
 		now = GetCurrentTimestamp();
 		free_slots = max_inflight - n_inflight;
-		/* claims come in batches: a quarter of the slots at least, unless nothing is in flight */
-		if (now >= next_look && free_slots > 0 &&
-			(n_inflight == 0 || free_slots >= Max(1, max_inflight / 4)))
+		record = n_finished > 0 &&
+			(n_inflight == 0 || n_finished >= batch ||
+			 TimestampDifferenceExceeds(dlist_container(HttpTransfer, node,
+														dlist_head_node(&finished))->finished_at,
+										now, RECORD_DELAY_MS));
+		claim = now >= next_look && free_slots > 0 && (n_inflight == 0 || free_slots >= batch);
+		if (record || claim)
 		{
-			int			claimed = claim_and_start(free_slots);
+			int			want = (claim || now >= next_look) ? free_slots : 0;
+			int			claimed = cycle(want);
 
 			if (claimed < 0 && ds_serves_every_database() && n_inflight == 0)
 			{
@@ -668,15 +698,9 @@ ds_http_worker_main(Datum arg)
 			if (claimed < 0)
 				next_look = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														http_poll_interval_ms);
-			else if (claimed < free_slots)
+			else if (want > 0 && claimed < want)
 				next_look = next_look_time();
 			/* a full batch: there may be more due; look again as slots free up */
-		}
-		if (n_inflight > 0)
-			drive_transfers();
-		if (!dlist_is_empty(&finished))
-		{
-			record_finished();
 			continue;
 		}
 
@@ -685,7 +709,8 @@ ds_http_worker_main(Datum arg)
 			int			numfds;
 
 			pgstat_report_activity(STATE_IDLE, NULL);
-			(void) curl_multi_wait(multi, NULL, 0, SOCKET_WAIT_MS, &numfds);
+			(void) curl_multi_wait(multi, NULL, 0,
+								   n_finished > 0 ? RECORD_DELAY_MS : SOCKET_WAIT_MS, &numfds);
 		}
 		else
 		{
