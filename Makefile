@@ -8,6 +8,7 @@ OBJS = \
 	src/key.o \
 	src/launcher.o \
 	src/policy.o \
+	src/queues.o \
 	src/replay_cache.o \
 	src/retention.o \
 	src/role_guard.o \

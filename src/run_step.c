@@ -28,6 +28,7 @@
 #include "classify.h"
 #include "ds_errcodes.h"
 #include "policy.h"
+#include "queues.h"
 #include "replay_cache.h"
 #include "step_attempt.h"
 #include "step_context.h"
@@ -231,6 +232,8 @@ typedef struct StepCall
 	bool		defer;			/* store the step, run nothing now: the worker runs attempt 1 */
 	TimestampTz run_at;			/* with defer: when attempt 1 is due; 0 = at once */
 	char	   *notify;			/* channel to NOTIFY when the step stops; NULL = none */
+	char	   *queue;			/* the worker's queue for its attempts (README, "Queues") */
+	int			priority;		/* lower numbers run first within the queue */
 	char	   *fingerprint;	/* computed when a replay needs it, or for a new step */
 } StepCall;
 
@@ -291,6 +294,12 @@ parse_step_call(FunctionCallInfo fcinfo, StepCall *call)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("notify must be a channel name of 1 to %d bytes", NAMEDATALEN - 1)));
+	call->queue = ds_queue_name_arg(fcinfo, 13, "queue");
+	if (PG_ARGISNULL(14))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("priority must not be null")));
+	call->priority = PG_GETARG_INT32(14);
 	ds_policy_parse(call->policy, &parsed);
 	memset(&overrides, 0, sizeof(overrides));
 	ds_parse_sqlstate_list(call->retry_on, "retry_on", &overrides.n_retry, &overrides.retry_on,
@@ -411,6 +420,8 @@ new_step_record(const StepCall *call, StepRecord *rec)
 	rec->retry_on = call->retry_on;
 	rec->fail_on = call->fail_on;
 	rec->notify = call->notify;
+	rec->queue = call->queue;
+	rec->priority = call->priority;
 	rec->owner = GetUserId();
 	rec->search_path = namespace_search_path;
 	rec->status = STEP_RUNNING;
@@ -426,7 +437,7 @@ new_step_record(const StepCall *call, StepRecord *rec)
 
 /*
  * ds_run_step(run_id, step_id, sql, input, policy, timeout, nowait, retry_on, fail_on,
- *             on_timeout, defer, run_at, notify) -> ds_step_result
+ *             on_timeout, defer, run_at, notify, queue, priority) -> ds_step_result
  */
 Datum
 ds_run_step(PG_FUNCTION_ARGS)
