@@ -58,12 +58,15 @@ typedef struct DueQueue
 
 /* The queues with due steps, in name order (C collation: byte order, as strcmp). */
 static int
-due_queues(DueQueue **out)
+due_queues(TimestampTz now, DueQueue **out)
 {
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		args[1];
 	int			rc;
 	int			n;
 	bool		isnull;
 
+	args[0] = TimestampTzGetDatum(now);
 	rc = SPI_execute_plan(ds_prepare_kept(&queues_plan,
 									WAITING_GROUPS
 									"SELECT DISTINCT ON (g.queue) g.queue, q.concurrency FROM g"
@@ -71,10 +74,10 @@ due_queues(DueQueue **out)
 									" WHERE EXISTS (SELECT FROM durable_steps.steps s"
 									"  WHERE s.queue = g.queue AND s.priority = g.priority"
 									"   AND s.status IN ('pending', 'retrying')"
-									"   AND s.next_attempt_at <= pg_catalog.clock_timestamp())"
+									"   AND s.next_attempt_at <= $1)"
 									" ORDER BY g.queue",
-									0, NULL),
-						  NULL, NULL, false, 0);
+									1, types),
+						  args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "due queue query failed: %s", SPI_result_code_string(rc));
 	n = (int) SPI_processed;
@@ -141,12 +144,12 @@ queue_capacity(const char *queue, int limit)
  * steps_due_idx, read up to its first step not yet due. Appends to the arrays from *n on.
  */
 static void
-lock_due_steps(const char *queue, int limit, char **run_ids, char **step_ids,
+lock_due_steps(const char *queue, int limit, TimestampTz now, char **run_ids, char **step_ids,
 			   ItemPointerData *tids, int *n)
 {
 	Oid			level_types[2] = {TEXTOID, INT4OID};
-	Oid			due_types[3] = {TEXTOID, INT4OID, INT4OID};
-	Datum		args[3];
+	Oid			due_types[4] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID};
+	Datum		args[4];
 	int32		from = PG_INT32_MIN;
 	int			taken = 0;
 	bool		isnull;
@@ -160,25 +163,28 @@ lock_due_steps(const char *queue, int limit, char **run_ids, char **step_ids,
 
 		args[1] = Int32GetDatum(from);
 		rc = SPI_execute_plan(ds_prepare_kept(&level_plan,
-										"SELECT pg_catalog.min(priority) FROM durable_steps.steps"
+										"SELECT priority FROM durable_steps.steps"
 										" WHERE queue = $1 AND status IN ('pending', 'retrying')"
-										" AND priority >= $2", 2, level_types),
+										" AND priority >= $2 ORDER BY priority LIMIT 1",
+										2, level_types),
 							  args, NULL, false, 0);
-		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "priority query failed: %s", SPI_result_code_string(rc));
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (isnull)
+		if (SPI_processed == 0)
 			break;
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		priority = DatumGetInt32(d);
 		args[1] = Int32GetDatum(priority);
 		args[2] = Int32GetDatum(limit - taken);
+		/* a parameter, not clock_timestamp(): the bound of the index range, not a filter */
+		args[3] = TimestampTzGetDatum(now);
 		rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
 										"SELECT run_id, step_id, ctid FROM durable_steps.steps"
 										" WHERE queue = $1 AND priority = $2"
 										" AND status IN ('pending', 'retrying')"
-										" AND next_attempt_at <= pg_catalog.clock_timestamp()"
+										" AND next_attempt_at <= $4"
 										" ORDER BY next_attempt_at LIMIT $3"
-										" FOR UPDATE SKIP LOCKED", 3, due_types),
+										" FOR UPDATE SKIP LOCKED", 4, due_types),
 							  args, NULL, false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "due step query failed: %s", SPI_result_code_string(rc));
@@ -216,13 +222,15 @@ ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
 	DueQueue   *queues;
 	int			n_queues;
 	int			first = 0;
+	TimestampTz now;
 
 	*skipped = 0;
 	*claims = NULL;
 	served->name[0] = '\0';
 	served->limited = false;
 	ds_store_spi_begin(&spi);
-	n_queues = due_queues(&queues);
+	now = GetCurrentTimestamp();
+	n_queues = due_queues(now, &queues);
 	run_ids = palloc(sizeof(char *) * limit);
 	step_ids = palloc(sizeof(char *) * limit);
 	row_tids = palloc(sizeof(ItemPointerData) * limit);
@@ -243,7 +251,7 @@ ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
 			capacity = queue_capacity(q->name, limit);
 		if (capacity <= 0)
 			continue;
-		lock_due_steps(q->name, capacity, run_ids, step_ids, row_tids, &n_rows);
+		lock_due_steps(q->name, capacity, now, run_ids, step_ids, row_tids, &n_rows);
 		for (int i = 0; i < n_rows; i++)
 		{
 			/* a synchronous caller (or another executor) may be running it right now */
