@@ -272,6 +272,7 @@ sub setup_database
 	my $roles = join '', map { "CREATE ROLE $_ LOGIN;\n" } @ROLES;
 	my ($rc, $out, $err) = psql($SU, <<"EOF");
 CREATE EXTENSION durable_steps;
+SELECT ds_set_queue('fh_serial', 1);
 $roles
 -- The effect ledger: no unique constraint, so that a duplicated effect shows.
 CREATE TABLE fh_ledger (
@@ -379,8 +380,12 @@ sub make_step
 		backoff => $backoff, multiplier => 2 };
 	# a quarter of the steps are deferred: every call only stores them, the worker runs attempt 1
 	my $defer = rand() < 0.25 ? 1 : 0;
+	# a quarter of the steps are in queue fh_serial, whose concurrency is 1: the worker never runs
+	# two of its attempts at once, across both executors (the check "queue limit")
+	my $queue = rand() < 0.25 ? 'fh_serial' : 'default';
 	return {
 		kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra, defer => $defer,
+		queue => $queue,
 		delay => $delay, backoff => $backoff,
 		input => $json->encode($input), policy => $json->encode($policy),
 		fixed_input => $json->encode({ %$input, p => [], fixed => JSON::PP::true }),
@@ -407,9 +412,9 @@ sub call_sql
 	my $sql = '';
 	$sql .= sprintf("SELECT pg_sleep(%.3f);\n", $pause_ms / 1000) if $pause_ms;
 	$sql .= sprintf(
-		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s);\n",
+		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s, queue => %s);\n",
 		$idx, lit($st->{run}), lit($st->{step}), lit($st->{input}), lit($st->{policy}),
-		$nowait ? 'true' : 'false', $st->{defer} ? 'true' : 'false');
+		$nowait ? 'true' : 'false', $st->{defer} ? 'true' : 'false', lit($st->{queue}));
 	return $sql;
 }
 
@@ -1053,6 +1058,18 @@ sub run_trial
 			}
 		}
 	}
+
+	# queue fh_serial (concurrency 1): no two worker attempts of it overlap, from the claim's commit
+	# to the outcome (a lost attempt's step stays running, and counted, until it is recorded)
+	my $overlaps = rows(
+		"WITH w AS (SELECT a.run_id, a.step_id, a.attempt, a.claimed_at, a.finished_at "
+		  . "FROM ds_attempts a JOIN ds_steps s USING (run_id, step_id) "
+		  . "WHERE s.queue = 'fh_serial' AND a.executor = 'worker' AND a.run_id LIKE '$prefix%') "
+		  . "SELECT x.run_id || '/' || x.step_id || ' attempt ' || x.attempt || ' claimed ' || x.claimed_at, "
+		  . "y.run_id || '/' || y.step_id || ' attempt ' || y.attempt || ' ran ' || y.claimed_at || ' .. ' || y.finished_at "
+		  . "FROM w x JOIN w y ON (y.run_id, y.step_id, y.attempt) <> (x.run_id, x.step_id, x.attempt) "
+		  . "AND y.claimed_at <= x.claimed_at AND y.finished_at > x.claimed_at");
+	$v->('queue limit', "$_->[0] while $_->[1] of the same queue (concurrency 1)") for @$overlaps;
 
 	# the server log: nothing died of a signal but our kill -9s, no PANIC, the lost attempts logged
 	my $log = log_since($log_off);
