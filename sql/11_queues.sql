@@ -1,14 +1,18 @@
 -- Queues and priorities (README, "Queues"): the arguments, ds_set_queue and its permissions, and
--- the ds_queues view. (pg_regress's database is not the worker's: no attempt here is run by the
--- worker; test/t/017_queues.pl checks how the worker serves queues.)
+-- the ds_queues view. No step here is run by a worker, whether or not one serves this database:
+-- the deferred steps are due in an hour or wait in a paused queue. (test/t/018_queues.pl checks
+-- how the worker serves queues.) The view is shown without queue default, which the other
+-- tests' steps are in.
 
 -- a step names its queue and priority; they are stored with it
-SELECT status FROM ds_run_step('queues', 'a', 'SELECT 1', defer => true, queue => 'mail', priority => -5);
-SELECT status FROM ds_run_step('queues', 'b', 'SELECT 2', defer => true);
+SELECT status FROM ds_run_step('queues', 'a', 'SELECT 1', run_at => now() + interval '1 hour',
+                               queue => 'mail', priority => -5);
+SELECT status FROM ds_run_step('queues', 'b', 'SELECT 2', run_at => now() + interval '1 hour');
 SELECT step_id, queue, priority FROM ds_steps WHERE run_id = 'queues' ORDER BY step_id;
 -- a repeat in another queue or with another priority answers with the stored step: neither is
 -- part of the fingerprint, and the stored queue and priority stay
-SELECT status, replayed FROM ds_run_step('queues', 'a', 'SELECT 1', defer => true, queue => 'other', priority => 7);
+SELECT status, replayed FROM ds_run_step('queues', 'a', 'SELECT 1', defer => true, queue => 'other',
+                                         priority => 7);
 SELECT queue, priority FROM ds_steps WHERE run_id = 'queues' AND step_id = 'a';
 -- a step whose first attempt runs in the caller is in its queue too
 SELECT status FROM ds_run_step('queues', 'c', 'SELECT 3', queue => 'mail');
@@ -21,7 +25,8 @@ SELECT status FROM ds_run_step('queues', 'bad3', 'SELECT 1', queue => repeat('q'
 SELECT status FROM ds_run_step('queues', 'bad4', 'SELECT 1', priority => NULL);
 SELECT count(*) FROM ds_steps WHERE run_id = 'queues' AND step_id LIKE 'bad%';
 -- 63 bytes is the longest queue name
-SELECT status FROM ds_run_step('queues', 'long', 'SELECT 1', defer => true, queue => repeat('q', 63));
+SELECT status FROM ds_run_step('queues', 'long', 'SELECT 1', run_at => now() + interval '1 hour',
+                               queue => repeat('q', 63));
 SELECT length(queue) FROM ds_steps WHERE run_id = 'queues' AND step_id = 'long';
 DELETE FROM durable_steps.steps WHERE run_id = 'queues' AND step_id = 'long';
 
@@ -39,9 +44,11 @@ SELECT ds_set_queue('mail', -1);
 SELECT name, concurrency FROM durable_steps.queues ORDER BY name;
 
 -- ds_queues: every configured queue, and every queue with steps waiting or running
-SELECT queue, concurrency, running, due, scheduled FROM ds_queues ORDER BY queue;
-SELECT status FROM ds_run_step('queues', 'later', 'SELECT 1', run_at => now() + interval '1 hour', queue => 'mail');
-SELECT queue, concurrency, running, due, scheduled FROM ds_queues WHERE queue = 'mail';
+SELECT queue, concurrency, running, due, scheduled FROM ds_queues WHERE queue <> 'default' ORDER BY queue;
+-- a step due now in the paused queue stays due; an unconfigured queue shows with its steps
+SELECT status FROM ds_run_step('queues', 'p1', 'SELECT 1', defer => true, queue => 'paused');
+SELECT status FROM ds_run_step('queues', 'later', 'SELECT 1', run_at => now() + interval '1 hour', queue => 'new');
+SELECT queue, concurrency, running, due, scheduled FROM ds_queues WHERE queue <> 'default' ORDER BY queue;
 
 -- only superusers and members of durable_steps_admin configure queues
 CREATE ROLE queue_user;
@@ -49,15 +56,15 @@ CREATE ROLE queue_admin IN ROLE durable_steps_admin;
 SET ROLE queue_user;
 SELECT ds_set_queue('mail', 100);
 -- the configuration is visible to everybody, another role's steps are not counted
-SELECT queue, concurrency, running, due, scheduled FROM ds_queues ORDER BY queue;
-SELECT status FROM ds_run_step('queues-user', 'x', 'SELECT 1', defer => true, queue => 'mail');
-SELECT queue, concurrency, running, due, scheduled FROM ds_queues ORDER BY queue;
+SELECT queue, concurrency, running, due, scheduled FROM ds_queues WHERE queue <> 'default' ORDER BY queue;
+SELECT status FROM ds_run_step('queues-user', 'x', 'SELECT 1', defer => true, queue => 'paused');
+SELECT queue, concurrency, running, due, scheduled FROM ds_queues WHERE queue <> 'default' ORDER BY queue;
 -- the tables stay private
 SELECT count(*) FROM durable_steps.queues;
 SET ROLE queue_admin;
 SELECT ds_set_queue('mail', 1);
 -- an admin sees every role's steps counted
-SELECT queue, concurrency, running, due, scheduled FROM ds_queues WHERE queue = 'mail';
+SELECT queue, concurrency, running, due, scheduled FROM ds_queues WHERE queue <> 'default' ORDER BY queue;
 RESET ROLE;
 SELECT name, concurrency FROM durable_steps.queues WHERE name = 'mail';
 
