@@ -123,7 +123,8 @@ sub psql
 }
 
 # A connection-level failure (server restarting, session killed) rather than an SQL error.
-my $transient_re = qr/could not connect|connection to server|server closed the connection|
+# (under /x a bare space is ignored: the spaces of every alternative are escaped)
+my $transient_re = qr/could\ not\ connect|connection\ to\ server|server\ closed\ the\ connection|
 	terminating\ connection|no\ connection\ to\ the\ server|the\ database\ system\ is|
 	FATAL|57P0[1-4]|Connection\ refused|No\ such\ file\ or\ directory|\[harness:\ /x;
 
