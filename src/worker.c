@@ -5,9 +5,10 @@
  * One pass of the loop:
  *   1. find attempts whose executor is gone and record them as lost (invocation_lost);
  *   2. claim a batch of due steps of one queue -- the next one, in turn, with due steps and room
- *      under its concurrency limit (step_claims.c) -- and COMMIT them as started (status running, attempt number
- *      counted, claiming process recorded, each step's session lock held) -- an attempt is
- *      durable before it runs; its attempt row is written once, with its outcome;
+ *      under its concurrency limit (step_claims.c) -- and COMMIT them as started (status
+ *      running, attempt number counted, claiming process recorded, each step's session lock
+ *      held) -- an attempt is durable before it runs; its attempt row is written once, with its
+ *      outcome;
  *   3. run the claimed attempts, each in its own subtransaction and as the step's owner, and
  *      commit their outcomes; several attempts share one transaction for throughput, for at most
  *      a few milliseconds, so that a failed commit loses nothing but time: the attempts stay
@@ -299,13 +300,13 @@ run_claimed(ClaimedStep *claims, int n, bool limited_queue)
 				 !TimestampDifferenceExceeds(opened, GetCurrentTimestamp(), SHARED_TRANSACTION_MS));
 		ds_direct_write_batch_end();
 		ds_isolation_end_owner(owner_level);
-		/* the claims run now go with the commit; those still to run are held for the session */
 		/*
 		 * An attempt of a limited queue that ends makes room in it: another executor may take
 		 * the queue's next due step while this one goes on with the rest of its batch.
 		 */
 		if (limited_queue)
 			ds_worker_wake_at_commit();
+		/* the claims run now go with the commit; those still to run are held for the session */
 		ds_step_lock_release_all_session();
 		for (int i = done; i < n; i++)
 			if (!ds_step_lock_try_session(claims[i].run_id, claims[i].step_id))
