@@ -12,6 +12,7 @@ OBJS = \
 	src/retention.o \
 	src/role_guard.o \
 	src/run_step.o \
+	src/served_databases.o \
 	src/step_attempt.o \
 	src/step_claims.o \
 	src/step_context.o \

@@ -324,3 +324,11 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
 
 GRANT SELECT ON @extschema@.ds_runs, @extschema@.ds_steps, @extschema@.ds_attempts TO PUBLIC;
+
+-- The background worker serves every database in which the extension is installed (README, "The
+-- background worker"): this tells the launcher, once the CREATE EXTENSION commits, to start this
+-- database's executors. Without the library preloaded it does nothing.
+CREATE FUNCTION durable_steps.ds_serve_this_database() RETURNS void
+    AS 'MODULE_PATHNAME', 'ds_serve_this_database' LANGUAGE C;
+REVOKE ALL ON FUNCTION durable_steps.ds_serve_this_database() FROM PUBLIC;
+SELECT durable_steps.ds_serve_this_database();

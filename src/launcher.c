@@ -1,12 +1,14 @@
 /*
- * launcher.c -- the launcher: waits for the database and starts the executors.
+ * launcher.c -- the launcher: finds the databases to serve and starts their executors.
  *
  * A background worker can connect to one database for its whole life and fails hard when that
  * database does not exist. So the launcher connects to no database at all (it reads the shared
- * catalog pg_database only), waits politely for durable_steps.database to exist -- one log line,
- * no crash loop -- and then starts durable_steps.max_workers executors connected to it. When an
- * executor ends (DROP DATABASE ... WITH (FORCE), pg_terminate_backend, an error), the launcher
- * starts it again once the database is there.
+ * catalog pg_database only) and starts, for each database it serves, up to
+ * durable_steps.max_workers executors connected to it (served_databases.c says which: every
+ * database with the extension, found by probing, or the listed ones, each waited for politely --
+ * one log line, no crash loop -- while it does not exist). When an executor ends (DROP DATABASE
+ * ... WITH (FORCE), pg_terminate_backend, an error), the launcher starts it again once the
+ * database is there; a database that leaves the setting has its executors stopped.
  */
 #include "compat.h"
 
@@ -22,14 +24,15 @@
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "served_databases.h"
 #include "worker.h"
 #include "worker_wakeup.h"
 
-char	   *ds_worker_database = NULL;
 int			ds_max_workers = 1;
 
 /* how often the launcher looks for the database and at its executors */
@@ -44,16 +47,9 @@ ds_launcher_init_module(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
-	DefineCustomStringVariable("durable_steps.database",
-							   "Database whose durable steps the background worker runs.",
-							   NULL,
-							   &ds_worker_database,
-							   "postgres",
-							   PGC_POSTMASTER,
-							   0,
-							   NULL, NULL, NULL);
+	ds_served_databases_init_module();
 	DefineCustomIntVariable("durable_steps.max_workers",
-							"Number of executor processes that run due steps.",
+							"Number of executor processes that run due steps in each served database.",
 							"0 disables the background worker. Each executor needs a slot of max_worker_processes.",
 							&ds_max_workers,
 							1,
@@ -82,14 +78,50 @@ ds_launcher_init_module(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* Does database `name` exist and accept connections (pg_database, no connection needed)? */
-static bool
-database_exists(const char *name)
+/* how many databases the launcher keeps track of */
+#define MAX_SERVED_DATABASES 64
+
+/* A database the launcher serves (or waits for) and its executors. */
+typedef struct ServedDatabase
+{
+	char		name[NAMEDATALEN];
+	Oid			dbid;			/* InvalidOid while a listed database does not exist */
+	bool		wanted;			/* still to be served after this pass's look at the catalog */
+	/* every-database mode: its probing executor found no extension; left alone until asked */
+	bool		no_extension;
+	/* a backend there committed work after the probe began: probe again if it finds nothing */
+	bool		probe_again;
+	/* a listed database's absence was logged */
+	bool		said_missing;
+	int			slot[DS_MAX_WORKERS];	/* its executors' slots, -1 for none */
+	TimestampTz last_start[DS_MAX_WORKERS];
+} ServedDatabase;
+
+static ServedDatabase databases[MAX_SERVED_DATABASES];
+static int	n_databases = 0;
+/* the executor started in each shared slot; NULL when the slot is free */
+static BackgroundWorkerHandle *slot_handle[DS_MAX_WORKERS];
+
+/* A database of pg_database the worker may connect to. */
+typedef struct CatalogDatabase
+{
+	Oid			dbid;
+	char		name[NAMEDATALEN];
+} CatalogDatabase;
+
+/*
+ * Read pg_database (no connection needed): the databases that accept connections and are not
+ * templates, into *found (allocated in `cxt`); returns how many.
+ */
+static int
+read_databases(MemoryContext cxt, CatalogDatabase **found)
 {
 	Relation	rel;
 	TableScanDesc scan;
 	HeapTuple	tup;
-	bool		found = false;
+	int			n = 0;
+	int			cap = 16;
+	CatalogDatabase *dbs = MemoryContextAlloc(cxt, cap * sizeof(CatalogDatabase));
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -101,24 +133,61 @@ database_exists(const char *name)
 		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
 
 		/* a database half-way through DROP DATABASE has datconnlimit -2 and cannot be joined */
-		if (strcmp(NameStr(db->datname), name) == 0 && db->datconnlimit != -2)
+		if (db->datconnlimit == -2 || !db->datallowconn || db->datistemplate)
+			continue;
+		if (n == cap)
 		{
-			found = true;
-			break;
+			cap *= 2;
+			dbs = repalloc(dbs, cap * sizeof(CatalogDatabase));
 		}
+		dbs[n].dbid = db->oid;
+		strlcpy(dbs[n].name, NameStr(db->datname), NAMEDATALEN);
+		n++;
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
-	return found;
+	*found = dbs;
+	return n;
 }
 
-/* Register executor `slot` as a dynamic background worker; NULL when no slot is free. */
-static BackgroundWorkerHandle *
-start_executor(int slot)
+/* Is the executor in `slot` still there? */
+static bool
+slot_running(int slot)
+{
+	pid_t		pid;
+
+	return slot >= 0 && slot_handle[slot] != NULL &&
+		GetBackgroundWorkerPid(slot_handle[slot], &pid) != BGWH_STOPPED;
+}
+
+/* A shared slot whose executor is gone; -1 when all are taken. */
+static int
+free_slot(void)
+{
+	for (int s = 0; s < DS_MAX_WORKERS; s++)
+	{
+		bool		taken = false;
+
+		if (slot_running(s))
+			continue;
+		/* a stopped executor's slot stays its database's until that database lets it go */
+		for (int d = 0; d < n_databases && !taken; d++)
+			for (int i = 0; i < DS_MAX_WORKERS; i++)
+				if (databases[d].slot[i] == s)
+					taken = true;
+		if (!taken)
+			return s;
+	}
+	return -1;
+}
+
+/* Register executor `slot` for database `db` as a dynamic background worker. */
+static bool
+start_executor(ServedDatabase *db, int slot)
 {
 	BackgroundWorker worker;
-	BackgroundWorkerHandle *handle;
+	WorkerShared *shared = ds_worker_shared();
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -129,31 +198,243 @@ start_executor(int slot)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "durable_steps worker %d", slot);
 	snprintf(worker.bgw_type, BGW_MAXLEN, "durable_steps worker");
 	worker.bgw_main_arg = Int32GetDatum(slot);
+	memcpy(worker.bgw_extra, &db->dbid, sizeof(Oid));
 	worker.bgw_notify_pid = MyProcPid;
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	if (shared != NULL)
+		pg_atomic_write_u32(&shared->executor_state[slot], EXECUTOR_STARTING);
+	if (slot_handle[slot] != NULL)
+		pfree(slot_handle[slot]);
+	if (!RegisterDynamicBackgroundWorker(&worker, &slot_handle[slot]))
+	{
+		slot_handle[slot] = NULL;
+		ereport(WARNING,
+				(errmsg("durable_steps: could not start an executor for database \"%s\"", db->name),
+				 errhint("Raise max_worker_processes: each served database needs durable_steps.max_workers of them.")));
+		return false;
+	}
+	return true;
+}
+
+/* Stop database `db`'s executors and let their slots go (it is no longer served). */
+static void
+stop_executors(ServedDatabase *db)
+{
+	for (int i = 0; i < DS_MAX_WORKERS; i++)
+	{
+		int			slot = db->slot[i];
+
+		if (slot < 0)
+			continue;
+		if (slot_running(slot))
+			TerminateBackgroundWorker(slot_handle[slot]);
+		db->slot[i] = -1;
+	}
+}
+
+/* The launcher's entry of database `name`, added (with no executor) when missing. */
+static ServedDatabase *
+database_entry(const char *name)
+{
+	ServedDatabase *db;
+
+	for (int d = 0; d < n_databases; d++)
+		if (strcmp(databases[d].name, name) == 0)
+			return &databases[d];
+	if (n_databases == MAX_SERVED_DATABASES)
 	{
 		ereport(WARNING,
-				(errmsg("durable_steps: could not start executor %d", slot),
-				 errhint("Raise max_worker_processes above durable_steps.max_workers.")));
+				(errmsg("durable_steps: serving at most %d databases; database \"%s\" is not served",
+						MAX_SERVED_DATABASES, name)));
 		return NULL;
 	}
-	return handle;
+	db = &databases[n_databases++];
+	memset(db, 0, sizeof(*db));
+	strlcpy(db->name, name, NAMEDATALEN);
+	for (int i = 0; i < DS_MAX_WORKERS; i++)
+		db->slot[i] = -1;
+	return db;
+}
+
+/* Forget the databases not wanted any more, stopping their executors. */
+static void
+drop_unwanted_databases(void)
+{
+	int			kept = 0;
+
+	for (int d = 0; d < n_databases; d++)
+	{
+		if (!databases[d].wanted)
+		{
+			stop_executors(&databases[d]);
+			continue;
+		}
+		if (kept != d)
+			databases[kept] = databases[d];
+		kept++;
+	}
+	n_databases = kept;
+}
+
+/*
+ * Look at pg_database: mark the databases to serve in this pass (wanted, with their current
+ * OID) and log, once each, a listed database that does not exist.
+ */
+static void
+find_databases(MemoryContext cxt)
+{
+	CatalogDatabase *catalog;
+	int			n = read_databases(cxt, &catalog);
+
+	for (int d = 0; d < n_databases; d++)
+		databases[d].wanted = false;
+	if (ds_serves_every_database())
+	{
+		for (int c = 0; c < n; c++)
+		{
+			ServedDatabase *db = database_entry(catalog[c].name);
+
+			if (db == NULL)
+				continue;
+			if (db->dbid != catalog[c].dbid)
+			{
+				/* a new database, or one dropped and created again under the same name */
+				stop_executors(db);
+				db->no_extension = false;
+			}
+			db->dbid = catalog[c].dbid;
+			db->wanted = true;
+		}
+	}
+	else
+	{
+		List	   *names = ds_listed_databases();
+		ListCell   *lc;
+
+		foreach(lc, names)
+		{
+			const char *name = lfirst(lc);
+			ServedDatabase *db = database_entry(name);
+			Oid			dbid = InvalidOid;
+
+			if (db == NULL)
+				continue;
+			for (int c = 0; c < n; c++)
+				if (strcmp(catalog[c].name, name) == 0)
+					dbid = catalog[c].dbid;
+			db->wanted = true;
+			db->no_extension = false;
+			if (!OidIsValid(dbid) || dbid != db->dbid)
+				stop_executors(db);		/* gone, or dropped and created again */
+			if (!OidIsValid(dbid) && !db->said_missing)
+				ereport(LOG,
+						(errmsg("durable_steps: database \"%s\" does not exist; waiting for it", name),
+						 errhint("Create the database or change durable_steps.database.")));
+			else if (OidIsValid(dbid) && db->said_missing)
+				ereport(LOG,
+						(errmsg("durable_steps: database \"%s\" exists; starting the worker", name)));
+			db->said_missing = !OidIsValid(dbid);
+			db->dbid = dbid;
+		}
+	}
+	drop_unwanted_databases();
+}
+
+/* A backend committed work in a database none of whose executors ran: probe it again. */
+static void
+take_serve_requests(void)
+{
+	Oid			dbid;
+
+	while (OidIsValid(dbid = ds_take_serve_request()))
+		for (int d = 0; d < n_databases; d++)
+			if (databases[d].dbid == dbid)
+			{
+				databases[d].no_extension = false;
+				databases[d].probe_again = true;
+			}
+}
+
+/*
+ * Keep database `db`'s executors running. In every-database mode one executor looks for the
+ * extension first; the others start once it has found it, and none when it has not.
+ */
+static void
+serve_database(ServedDatabase *db)
+{
+	WorkerShared *shared = ds_worker_shared();
+	bool		confirmed = !ds_serves_every_database();
+	int			wanted;
+
+	if (!OidIsValid(db->dbid) || db->no_extension)
+		return;
+	for (int i = 0; i < DS_MAX_WORKERS && !confirmed; i++)
+		if (db->slot[i] >= 0 && slot_running(db->slot[i]) && shared != NULL &&
+			pg_atomic_read_u32(&shared->executor_state[db->slot[i]]) == EXECUTOR_SERVING)
+			confirmed = true;
+	wanted = confirmed ? ds_max_workers : 1;
+
+	for (int i = 0; i < DS_MAX_WORKERS; i++)
+	{
+		int			slot = db->slot[i];
+
+		if (slot >= 0 && slot_running(slot))
+		{
+			if (i >= ds_max_workers)
+			{
+				/* fewer executors asked for than run (a reload): stop the extra ones */
+				TerminateBackgroundWorker(slot_handle[slot]);
+				db->slot[i] = -1;
+			}
+			continue;
+		}
+		if (slot >= 0 && shared != NULL && ds_serves_every_database() &&
+			pg_atomic_read_u32(&shared->executor_state[slot]) == EXECUTOR_NO_EXTENSION &&
+			!db->probe_again)
+		{
+			/* the extension is not installed here: stop serving until asked again */
+			db->no_extension = true;
+			stop_executors(db);
+			return;
+		}
+		db->slot[i] = -1;
+		if (i >= wanted)
+			continue;
+		/* an executor that keeps failing is started at most once a second */
+		if (!TimestampDifferenceExceeds(db->last_start[i], GetCurrentTimestamp(), 1000))
+			continue;
+		slot = free_slot();
+		if (slot < 0)
+		{
+			ereport(WARNING,
+					(errmsg("durable_steps: all %d executor slots are taken; database \"%s\" waits for one",
+							DS_MAX_WORKERS, db->name)));
+			return;
+		}
+		db->last_start[i] = GetCurrentTimestamp();
+		if (start_executor(db, slot))
+		{
+			db->slot[i] = slot;
+			/* this executor looks for the extension after the request that asked for it */
+			db->probe_again = false;
+		}
+	}
 }
 
 void
 ds_launcher_main(Datum arg)
 {
-	BackgroundWorkerHandle *executors[DS_MAX_WORKERS];
-	TimestampTz last_start[DS_MAX_WORKERS];
-	bool		said_waiting = false;
+	MemoryContext pass_cxt;
+	WorkerShared *shared = ds_worker_shared();
 
-	memset(executors, 0, sizeof(executors));
-	memset(last_start, 0, sizeof(last_start));
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("durable_steps launcher");
+	pass_cxt = AllocSetContextCreate(TopMemoryContext, "durable_steps launcher pass",
+									 ALLOCSET_DEFAULT_SIZES);
+	if (shared != NULL)
+		shared->launcher_latch = MyLatch;
 
 	for (;;)
 	{
@@ -162,38 +443,16 @@ ds_launcher_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			/* look for the extension again everywhere */
+			for (int d = 0; d < n_databases; d++)
+				databases[d].no_extension = false;
 		}
 
-		if (!database_exists(ds_worker_database))
-		{
-			if (!said_waiting)
-				ereport(LOG,
-						(errmsg("durable_steps: database \"%s\" does not exist; waiting for it",
-								ds_worker_database),
-						 errhint("Create the database or set durable_steps.database.")));
-			said_waiting = true;
-		}
-		else
-		{
-			if (said_waiting)
-				ereport(LOG,
-						(errmsg("durable_steps: database \"%s\" exists; starting the worker",
-								ds_worker_database)));
-			said_waiting = false;
-			for (int i = 0; i < ds_max_workers; i++)
-			{
-				pid_t		pid;
-
-				if (executors[i] != NULL &&
-					GetBackgroundWorkerPid(executors[i], &pid) != BGWH_STOPPED)
-					continue;
-				/* an executor that keeps failing is started at most once a second */
-				if (!TimestampDifferenceExceeds(last_start[i], GetCurrentTimestamp(), 1000))
-					continue;
-				last_start[i] = GetCurrentTimestamp();
-				executors[i] = start_executor(i);
-			}
-		}
+		find_databases(pass_cxt);
+		take_serve_requests();
+		for (int d = 0; d < n_databases; d++)
+			serve_database(&databases[d]);
+		MemoryContextReset(pass_cxt);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 LAUNCHER_CHECK_MS, PG_WAIT_EXTENSION);

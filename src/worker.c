@@ -20,6 +20,7 @@
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_extension.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -43,6 +44,7 @@
 #include "step_exec.h"
 #include "step_isolation.h"
 #include "step_lock.h"
+#include "served_databases.h"
 #include "worker.h"
 #include "worker_wakeup.h"
 
@@ -53,6 +55,8 @@ static int	batch_size = 100;
 
 static int	my_slot = -1;
 static MemoryContext pass_cxt = NULL;
+/* the name of the database this executor serves, for log lines */
+static char *my_database = NULL;
 
 void
 ds_executor_init_module(void)
@@ -88,6 +92,7 @@ release_slot(int code, Datum arg)
 	if (shared != NULL && my_slot >= 0)
 	{
 		shared->executor_latch[my_slot] = NULL;
+		pg_atomic_write_u32(&shared->executor_db[my_slot], InvalidOid);
 		pg_atomic_write_u32(&shared->executor_pid[my_slot], 0);
 		pg_atomic_write_u64(&shared->cancel_request[my_slot], 0);
 	}
@@ -143,25 +148,55 @@ begin_work(const char *activity)
 }
 
 
-/* Is the extension installed here? A missing one is waited for, with one log line. */
+/* Say in shared memory what this executor found: the launcher reads it (launcher.c). */
+static void
+set_executor_state(ExecutorState state)
+{
+	WorkerShared *shared = ds_worker_shared();
+
+	if (shared != NULL && my_slot >= 0)
+		pg_atomic_write_u32(&shared->executor_state[my_slot], state);
+}
+
+/*
+ * Is the extension installed here? When the worker serves every database, an executor that
+ * finds none leaves (the launcher then knows this database has no steps); a listed database's
+ * missing extension is waited for, with one log line.
+ */
 static bool
 extension_ready(void)
 {
 	static bool said_missing = false;
+	static bool served = false;
 	bool		ready;
 
 	begin_transaction("durable_steps: looking for the extension");
 	ready = OidIsValid(get_extension_oid("durable_steps", true));
 	commit_transaction();
-	if (!ready && !said_missing)
+	if (ready)
+	{
+		if (said_missing)
+			ereport(LOG, (errmsg("durable_steps: extension found; running steps")));
+		said_missing = false;
+		served = true;
+		set_executor_state(EXECUTOR_SERVING);
+		return true;
+	}
+	if (ds_serves_every_database())
+	{
+		ereport(served ? LOG : DEBUG1,
+				(errmsg("durable_steps: extension is not installed in database \"%s\"; its worker stops",
+						my_database)));
+		set_executor_state(EXECUTOR_NO_EXTENSION);
+		proc_exit(0);
+	}
+	if (!said_missing)
 		ereport(LOG,
 				(errmsg("durable_steps: extension is not installed in database \"%s\"; waiting for it",
-						ds_worker_database),
+						my_database),
 				 errhint("Run CREATE EXTENSION durable_steps in that database.")));
-	if (ready && said_missing)
-		ereport(LOG, (errmsg("durable_steps: extension found; running steps")));
-	said_missing = !ready;
-	return ready;
+	said_missing = true;
+	return false;
 }
 
 /* Release the session locks of claims steps[0..n-1]. */
@@ -356,18 +391,21 @@ static void
 start_executor(void)
 {
 	WorkerShared *shared = ds_worker_shared();
+	Oid			dbid;
 
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGINT, StatementCancelHandler);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(ds_worker_database, NULL, 0);
+	memcpy(&dbid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
 	pgstat_report_appname("durable_steps worker");
 
 	/* the worker's own statements resolve names in pg_catalog only; steps set their own path */
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
 	begin_transaction("durable_steps: starting");
 	ds_isolation_init_session();
+	my_database = MemoryContextStrdup(TopMemoryContext, get_database_name(MyDatabaseId));
 	commit_transaction();
 
 	if (shared != NULL && my_slot >= 0 && my_slot < DS_MAX_WORKERS)
@@ -375,13 +413,14 @@ start_executor(void)
 		shared->executor_latch[my_slot] = MyLatch;
 		pg_atomic_write_u64(&shared->cancel_request[my_slot], 0);
 		pg_atomic_write_u32(&shared->executor_pid[my_slot], (uint32) MyProcPid);
+		pg_atomic_write_u32(&shared->executor_db[my_slot], MyDatabaseId);
 		ds_executor_slot = my_slot;
 		on_shmem_exit(release_slot, (Datum) 0);
 	}
 	pass_cxt = AllocSetContextCreate(TopMemoryContext, "durable_steps worker pass",
 									 ALLOCSET_DEFAULT_SIZES);
 	ereport(LOG, (errmsg("durable_steps: worker %d started in database \"%s\"", my_slot,
-						 ds_worker_database)));
+						 my_database)));
 }
 
 void

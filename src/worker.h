@@ -7,7 +7,6 @@
 
 #include "compat.h"
 
-extern char *ds_worker_database;
 extern int	ds_max_workers;
 
 extern void ds_launcher_init_module(void);

@@ -11,12 +11,14 @@
 #include "common/hashfn.h"
 
 #include "access/xact.h"
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/resowner.h"
 
+#include "served_databases.h"
 #include "worker_wakeup.h"
 
 static WorkerShared *shared = NULL;
@@ -56,7 +58,11 @@ worker_shmem_startup(void)
 		{
 			pg_atomic_init_u32(&shared->executor_pid[i], 0);
 			pg_atomic_init_u64(&shared->cancel_request[i], 0);
+			pg_atomic_init_u32(&shared->executor_db[i], InvalidOid);
+			pg_atomic_init_u32(&shared->executor_state[i], EXECUTOR_STARTING);
 		}
+		for (int i = 0; i < DS_SERVE_REQUESTS; i++)
+			pg_atomic_init_u32(&shared->serve_request[i], InvalidOid);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -79,7 +85,33 @@ ds_worker_shared(void)
 	return shared;
 }
 
-/* Set the latch of one live executor, a different one each time. */
+/*
+ * Ask the launcher to serve this database: none of its executors runs (the extension was just
+ * created here, or the launcher found none when it looked).
+ */
+static void
+ask_launcher_to_serve(void)
+{
+	Latch	   *launcher = shared->launcher_latch;
+
+	for (int i = 0; i < DS_SERVE_REQUESTS; i++)
+	{
+		uint32		expected = InvalidOid;
+
+		if (pg_atomic_read_u32(&shared->serve_request[i]) == MyDatabaseId ||
+			pg_atomic_compare_exchange_u32(&shared->serve_request[i], &expected, MyDatabaseId))
+			break;
+	}
+	/* with every entry taken, the launcher still wakes and serves the databases it knows of */
+	if (launcher != NULL)
+		SetLatch(launcher);
+}
+
+/*
+ * Set the latch of one live executor of this database, a different one each time. When none of
+ * them has found the extension yet (none runs, or one is still looking), ask the launcher too:
+ * an executor that looked before this commit may be about to leave.
+ */
 static void
 wake_one_executor(void)
 {
@@ -90,15 +122,33 @@ wake_one_executor(void)
 	start = pg_atomic_fetch_add_u32(&shared->next_executor, 1);
 	for (int i = 0; i < DS_MAX_WORKERS; i++)
 	{
-		Latch	   *latch = shared->executor_latch[(start + i) % DS_MAX_WORKERS];
+		int			slot = (start + i) % DS_MAX_WORKERS;
+		Latch	   *latch = shared->executor_latch[slot];
 
 		/* a latch of an exited executor belongs to a PGPROC: a spurious wake-up is harmless */
-		if (latch != NULL)
+		if (latch != NULL && pg_atomic_read_u32(&shared->executor_db[slot]) == MyDatabaseId &&
+			pg_atomic_read_u32(&shared->executor_state[slot]) == EXECUTOR_SERVING)
 		{
 			SetLatch(latch);
 			return;
 		}
 	}
+	ask_launcher_to_serve();
+}
+
+Oid
+ds_take_serve_request(void)
+{
+	if (shared == NULL)
+		return InvalidOid;
+	for (int i = 0; i < DS_SERVE_REQUESTS; i++)
+	{
+		Oid			dbid = pg_atomic_exchange_u32(&shared->serve_request[i], InvalidOid);
+
+		if (OidIsValid(dbid))
+			return dbid;
+	}
+	return InvalidOid;
 }
 
 /* Resource release callback: after a commit that made work due, wake an executor. */
@@ -110,6 +160,19 @@ wake_after_locks_released(ResourceReleasePhase phase, bool isCommit, bool isTopL
 	if (wake_pending && isCommit)
 		wake_one_executor();
 	wake_pending = false;
+}
+
+void
+ds_worker_serve_at_commit(void)
+{
+	if (!preloaded)
+		return;
+	if (!callback_registered)
+	{
+		RegisterResourceReleaseCallback(wake_after_locks_released, NULL);
+		callback_registered = true;
+	}
+	wake_pending = true;
 }
 
 void
@@ -126,12 +189,21 @@ ds_worker_wake_at_commit(void)
 		}
 		return;
 	}
-	if (!callback_registered)
-	{
-		RegisterResourceReleaseCallback(wake_after_locks_released, NULL);
-		callback_registered = true;
-	}
-	wake_pending = true;
+	ds_warn_if_database_not_served();
+	ds_worker_serve_at_commit();
+}
+
+PG_FUNCTION_INFO_V1(ds_serve_this_database);
+
+/*
+ * ds_serve_this_database(): called by the install script, so that the launcher starts this
+ * database's executors as soon as CREATE EXTENSION commits (README, "The background worker").
+ */
+Datum
+ds_serve_this_database(PG_FUNCTION_ARGS)
+{
+	ds_worker_serve_at_commit();
+	PG_RETURN_VOID();
 }
 
 int			ds_executor_slot = -1;

@@ -8,7 +8,18 @@
 #include "port/atomics.h"
 #include "storage/latch.h"
 
-#define DS_MAX_WORKERS 16
+/* executor slots shared by all the databases served */
+#define DS_MAX_WORKERS 32
+/* databases that may ask the launcher at once to be served */
+#define DS_SERVE_REQUESTS 16
+
+/* What an executor slot's last executor found (executor_state). */
+typedef enum ExecutorState
+{
+	EXECUTOR_STARTING = 0,		/* started, has not looked for the extension yet */
+	EXECUTOR_SERVING,			/* found the extension: runs its database's steps */
+	EXECUTOR_NO_EXTENSION		/* every-database mode: found no extension and exited */
+} ExecutorState;
 
 typedef struct WorkerShared
 {
@@ -22,6 +33,14 @@ typedef struct WorkerShared
 	pg_atomic_uint32 executor_pid[DS_MAX_WORKERS];
 	/* ds_cancel_step's request to each executor: the key of the attempt to stop; 0 = none */
 	pg_atomic_uint64 cancel_request[DS_MAX_WORKERS];
+	/* database of each running executor, InvalidOid when the slot is idle */
+	pg_atomic_uint32 executor_db[DS_MAX_WORKERS];
+	/* ExecutorState of each slot, as its last executor left it */
+	pg_atomic_uint32 executor_state[DS_MAX_WORKERS];
+	/* the launcher's latch, NULL while no launcher runs */
+	Latch	   *launcher_latch;
+	/* databases whose backends committed work while none of their executors ran; 0 = free */
+	pg_atomic_uint32 serve_request[DS_SERVE_REQUESTS];
 } WorkerShared;
 
 /* The key of attempt `attempt` of step (run_id, step_id) in cancel requests; never 0. */
@@ -38,6 +57,9 @@ extern bool ds_cancel_requested(uint64 key);
 /* In an executor: forget a request for attempt `key` (it ended). */
 extern void ds_cancel_request_clear(uint64 key);
 
+/* In the launcher: the next database that asked to be served; InvalidOid when none. */
+extern Oid	ds_take_serve_request(void);
+
 /* The executor's slot, set once when it starts; -1 in other processes. */
 extern int	ds_executor_slot;
 
@@ -53,5 +75,8 @@ extern WorkerShared *ds_worker_shared(void);
  * preloaded.
  */
 extern void ds_worker_wake_at_commit(void);
+
+/* The same, without the warnings: the install script's call (CREATE EXTENSION). */
+extern void ds_worker_serve_at_commit(void);
 
 #endif							/* DS_WORKER_WAKEUP_H */

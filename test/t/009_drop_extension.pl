@@ -1,4 +1,4 @@
-# DROP EXTENSION while the worker runs (README, "The background worker"): it waits for the
+# DROP EXTENSION while the worker runs in a listed database (README, "The background worker"): it waits for the
 # extension (one log line, same process), and runs steps again once the extension is back.
 
 use strict;
@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $node = worker_node('worker');
+my $node = worker_node('worker', "durable_steps.database = 'postgres'\n");
 $node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
 # the executor has seen the extension: it ran a step's second attempt
 $node->safe_psql('postgres', q{SELECT status FROM ds_run_step('seen', 's',
