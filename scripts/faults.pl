@@ -393,8 +393,12 @@ sub make_step
 		backoff => $backoff, multiplier => 2 };
 	# a quarter of the steps are deferred: every call only stores them, the worker runs attempt 1
 	my $defer = rand() < 0.25 ? 1 : 0;
+	# a tenth are cancelled with ds_cancel_step at a random moment of their life (not the re-arm
+	# steps: their re-arming client needs them blocked or failed)
+	my $cancel_at = ($kind ne 'rearm' && rand() < 0.1) ? rand(0.8) : undef;
 	return {
 		kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra, defer => $defer,
+		cancel_at => $cancel_at,
 		delay => $delay, backoff => $backoff,
 		input => $json->encode($input), policy => $json->encode($policy),
 		fixed_input => $json->encode({ %$input, p => [], fixed => JSON::PP::true }),
@@ -543,6 +547,49 @@ sub rearm_main
 		usleep(50_000);
 	}
 	print $fh "left\t$_\n" for sort keys %todo;
+	print $fh "stat\t$reconnects\n";
+	close $fh;
+	POSIX::_exit(0);
+}
+
+# Cancels each of its steps with ds_cancel_step, as the owner, $st->{cancel_at} seconds after the
+# clients started: whatever the step is doing then (not created yet, running in a caller or in the
+# worker, waiting to retry, finished). Writes "cancel run step status" when the call answered,
+# "done run step" when the step had already succeeded or failed (DS103), "err ..." otherwise.
+sub cancel_main
+{
+	my ($steps, $outfile, $start, $deadline) = @_;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	$fh->autoflush(1);
+	my $reconnects = 0;
+	for my $st (sort { $a->{cancel_at} <=> $b->{cancel_at} } @$steps)
+	{
+		my $wait = $start + $st->{cancel_at} - time();
+		usleep($wait * 1e6) if $wait > 0;
+		while (1)
+		{
+			if (time() > $deadline)
+			{
+				print $fh "err\t$st->{run}\t$st->{step}\tTIMEOUT\tnot cancelled before the deadline\n";
+				last;
+			}
+			my ($rc, $out, $err) = psql($st->{role},
+				sprintf("SELECT 'ack', status FROM ds_cancel_step(%s, %s);\n", lit($st->{run}), lit($st->{step})),
+				timeout => 60);
+			if ($out =~ /^ack$US(\w+)/m) { print $fh "cancel\t$st->{run}\t$st->{step}\t$1\n"; last }
+			if ($err =~ /ERROR:\s+DS103:/) { print $fh "done\t$st->{run}\t$st->{step}\n"; last }
+			# not created yet (its client has not called), or the server is restarting
+			if ($err =~ /ERROR:\s+DS404:/ || $err =~ $transient_re)
+			{
+				$reconnects++ unless $err =~ /DS404/;
+				usleep(50_000);
+				next;
+			}
+			(my $e = $err) =~ s/\s+/ /g;
+			print $fh "err\t$st->{run}\t$st->{step}\t$e\n";
+			last;
+		}
+	}
 	print $fh "stat\t$reconnects\n";
 	close $fh;
 	POSIX::_exit(0);
@@ -753,6 +800,56 @@ sub check_step
 	return (\@v, $lost);
 }
 
+# A cancelled step: every attempt before the cancellation ended as its script says (or was lost),
+# none of them ended the step, and only the last may be the running attempt that ds_cancel_step
+# stopped (cancelled, 57014, by the worker, rolled back: the ledger checks see no effect of it).
+sub check_cancelled_step
+{
+	my ($st, $row, $atts) = @_;
+	my @v;
+	my $id = "$st->{run}/$st->{step}";
+	my ($status, $attempt, $max) = @$row[ 2 .. 4 ];
+	my @plan = @{ $st->{plan} };
+	my $lost = 0;
+	for my $n (1 .. $attempt)
+	{
+		my $rec = $atts->{$n} or next;		# a hole is reported by the attempt-number check
+		my ($cls, $code, $msg, $executor) = @$rec[ 3 .. 6 ];
+		if ($cls eq 'cancelled')
+		{
+			push @v, "step $id: cancelled attempt $n is not its last ($attempt)" if $n != $attempt;
+			push @v, "step $id attempt $n: stopped attempt recorded as $cls/$code/$msg by $executor"
+			  unless $code eq '57014' && $executor eq 'worker' && $msg =~ /ds_cancel_step/;
+			next;
+		}
+		my $outcome;
+		if ($code eq 'DS007' || $code eq '57014')
+		{
+			$lost++;
+			push @v, "step $id attempt $n: lost or cancelled attempt recorded as $cls/$code/$msg by $executor"
+			  unless $cls eq 'retryable' && $executor eq 'worker';
+			$outcome = 'retryable';
+		}
+		else
+		{
+			my $act = defined $plan[ $n - 1 ] ? $plan[ $n - 1 ] : 'ok';
+			my ($want_cls, $want_code) = @{ $ACTION{$act} };
+			push @v, "step $id attempt $n: scripted '$act' ($want_cls $want_code), recorded $cls $code ($msg)"
+			  unless $cls eq $want_cls && $code eq $want_code;
+			$outcome = $cls;
+		}
+		push @v, "step $id: attempt $n ended as $outcome, yet the step went on to attempt $attempt"
+		  if $n < $attempt && $outcome ne 'retryable';
+		# a step that had failed (exhausted or permanent) or succeeded cannot be cancelled (DS103)
+		push @v, "step $id: attempt $n used up max_attempts $max, yet the step is cancelled, not failed"
+		  if $outcome eq 'retryable' && $n == $attempt && $n >= $max;
+		push @v, "step $id: attempt $n ended as $outcome, yet the step is cancelled"
+		  if $n == $attempt && ($outcome eq 'permanent' || $outcome eq 'completed');
+	}
+	push @v, "step $id: attempt $attempt exceeds max_attempts $max" if $attempt > $max;
+	return (\@v, $lost);
+}
+
 # --tamper: what a broken extension could leave behind, written by hand into trial 1's rows.
 sub tamper
 {
@@ -848,6 +945,13 @@ sub run_trial
 		my $pid = spawn(sub { rearm_main(\@rearm, "$dir/rearm", $deadline) });
 		$child{$pid} = 'rearm';
 	}
+	my @to_cancel = grep { defined $_->{cancel_at} } @steps;
+	if (@to_cancel)
+	{
+		my $start = time();
+		my $pid = spawn(sub { cancel_main(\@to_cancel, "$dir/cancel", $start, $deadline) });
+		$child{$pid} = 'cancel';
+	}
 
 	# faults while the clients run and the worker drains
 	my %fc;
@@ -930,6 +1034,22 @@ sub run_trial
 		close $fh;
 	}
 
+	my (%cancel_ack, @cancel_errs);
+	if (@to_cancel)
+	{
+		open my $fh, '<', "$dir/cancel" or die "$dir/cancel: $!";
+		while (<$fh>)
+		{
+			chomp;
+			my @f = split /\t/;
+			$cancel_ack{"$f[1]/$f[2]"} = $f[3] if $f[0] eq 'cancel';
+			$cancel_ack{"$f[1]/$f[2]"} = 'done' if $f[0] eq 'done';
+			push @cancel_errs, "@f[1..$#f]" if $f[0] eq 'err';
+			$reconnects += $f[1] if $f[0] eq 'stat';
+		}
+		close $fh;
+	}
+
 	# ---- the database's view
 	my $steps_rows = rows(
 		"SELECT s.run_id, s.step_id, s.status, s.attempt, s.max_attempts, coalesce(s.error_class, ''), "
@@ -989,19 +1109,25 @@ sub run_trial
 	}
 	$v->('rearm', "ds_retry_step error: $_") for @rearm_errs;
 	$v->('rearm', "step $_ was never re-armed") for @rearm_left;
+	$v->('cancel', "ds_cancel_step error: $_") for @cancel_errs;
 	$v->('settle', "steps still pending, retrying or running after $cfg{settle_timeout} s") unless $settled;
 
 	my %status_n;
-	my ($lost_n, $n_att, $n_caller, $n_worker, $n_caller_retry) = (0, 0, 0, 0, 0);
+	my ($lost_n, $n_att, $n_caller, $n_worker, $n_caller_retry, $n_stopped) = (0, 0, 0, 0, 0, 0);
 	for my $k (sort keys %srow)
 	{
 		my $row = $srow{$k};
 		my $st = $planned{$k} or next;
 		my $status = $row->[2];
 		$status_n{$status}++;
-		# terminal, and nothing running
+		# terminal, and nothing running; cancelled only when ds_cancel_step said so
 		$v->('not terminal', "step: " . $fmt->($row))
-		  unless $status =~ /^(succeeded|failed|blocked)$/;
+		  unless $status =~ /^(succeeded|failed|blocked)$/
+		  || ($status eq 'cancelled' && ($cancel_ack{$k} // '') eq 'cancelled');
+		$v->('cancel', "ds_cancel_step answered cancelled, the step is $status: " . $fmt->($row))
+		  if ($cancel_ack{$k} // '') eq 'cancelled' && $status ne 'cancelled';
+		$v->('cancel', "ds_cancel_step answered DS103 (finished), the step is $status: " . $fmt->($row))
+		  if ($cancel_ack{$k} // '') eq 'done' && $status !~ /^(succeeded|failed)$/;
 		my $at = $att{$k} || {};
 		# contiguous attempt numbers 1..attempt, each recorded once, each with an outcome
 		my @nums = sort { $a <=> $b } keys %$at;
@@ -1013,6 +1139,7 @@ sub run_trial
 		{
 			$n_att++;
 			$at->{$n}[6] eq 'caller' ? $n_caller++ : $n_worker++;
+			$n_stopped++ if $at->{$n}[3] eq 'cancelled';
 			$n_caller_retry++ if $n > 1 && $at->{$n}[6] eq 'caller';
 			$v->('attempt without outcome', "attempt: " . $fmt->($at->{$n})) if $at->{$n}[3] eq '';
 			# attempt 1 runs in the caller, or for a deferred step in the worker
@@ -1076,7 +1203,7 @@ sub run_trial
 		$v->('outcome hook', "hook row written as $_->[5], step owned by $row->[8]: " . $fmt->($_))
 		  for grep { $_->[5] ne $row->[8] } @h;
 		# the end state as the script, the policy and the lost attempts predict
-		my ($pv, $lost) = check_step($st, $row, $at);
+		my ($pv, $lost) = $status eq 'cancelled' ? check_cancelled_step($st, $row, $at) : check_step($st, $row, $at);
 		$lost_n += $lost;
 		if (@$pv)
 		{
@@ -1125,10 +1252,11 @@ sub run_trial
 	my $fdesc = join(' ', map { "$_=" . ($fc{$_} || 0) } @FAULTS);
 	my $mid = ($fc{kill9_mid_attempt} || 0) + ($fc{terminate_mid_attempt} || 0) + ($fc{cancel_mid_attempt} || 0);
 	printf "trial %2d/%d seed %d: %d steps, %d calls (%d dup), %d faults [%s; %d mid-attempt] | "
-	  . "succeeded %d failed %d blocked %d | attempts %d (caller %d, worker %d, lost %d) | "
+	  . "succeeded %d failed %d blocked %d cancelled %d/%d (%d running) | attempts %d (caller %d, worker %d, lost %d) | "
 	  . "reconnects %d | %.1fs (settle %.1fs) | %s\n",
 	  $t, $cfg{trials}, $tseed, scalar @steps, $calls_n, $dups, $nfaults, $fdesc, $mid,
 	  $status_n{succeeded} || 0, $status_n{failed} || 0, $status_n{blocked} || 0,
+	  $status_n{cancelled} || 0, scalar @to_cancel, $n_stopped,
 	  $n_att, $n_caller, $n_worker, $lost_n, $reconnects, time() - $t0, $settle_time,
 	  $nviol ? "$nviol VIOLATION(S)" : 'ok';
 	for my $check (sort keys %viol)
@@ -1153,7 +1281,8 @@ sub run_trial
 	$tot->{faults} += $nfaults;
 	$tot->{fault}{$_} += $fc{$_} || 0 for @FAULTS;
 	$tot->{mid} += $mid;
-	$tot->{$_} += $status_n{$_} || 0 for qw(succeeded failed blocked);
+	$tot->{$_} += $status_n{$_} || 0 for qw(succeeded failed blocked cancelled);
+	$tot->{stopped} += $n_stopped;
 	$tot->{attempts} += $n_att;
 	$tot->{caller} += $n_caller;
 	$tot->{worker} += $n_worker;
@@ -1195,14 +1324,14 @@ if (!$ok)
 my $elapsed = time() - $start;
 printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d duplicate) | "
   . "%d faults (%s; mid-attempt: kill9 %d, terminate %d, cancel %d) | succeeded %d, failed %d, "
-  . "blocked %d (%d re-armed) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
+  . "blocked %d (%d re-armed), cancelled %d by ds_cancel_step (%d while running in the worker) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
   . "worker %d), %d lost (DS007; %d logged by the worker) | %d executor exit(s), "
   . "%d client reconnects | longest settle %.1f s | %d invariant violation(s) in %d trial(s)"
   . ($tot{harness_errors} ? ", $tot{harness_errors} HARNESS ERROR(S)" : '') . "\n",
   $tot{trials} || 0, $seed, $elapsed, $tot{steps} || 0, $tot{calls} || 0, $tot{dups} || 0,
   $tot{faults} || 0, join(' ', map { "$_ " . ($tot{fault}{$_} || 0) } @FAULTS),
   map({ $tot{"${_}_mid"} || 0 } qw(kill9 terminate cancel)),
-  $tot{succeeded} || 0, $tot{failed} || 0, $tot{blocked} || 0, $tot{rearmed} || 0,
+  $tot{succeeded} || 0, $tot{failed} || 0, $tot{blocked} || 0, $tot{rearmed} || 0, $tot{cancelled} || 0, $tot{stopped} || 0,
   $tot{attempts} || 0, $tot{caller} || 0, $tot{caller_retry} || 0, $tot{worker} || 0, $tot{lost} || 0, $tot{lost_logged} || 0,
   $tot{executor_exits} || 0, $tot{reconnects} || 0, $tot{max_settle} || 0,
   $tot{violations} || 0, $tot{bad_trials} || 0;
