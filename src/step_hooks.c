@@ -68,9 +68,11 @@ arm_hook_deadline(TimestampTz deadline)
 	if (hook_timeout_id == MAX_TIMEOUTS)
 		hook_timeout_id = RegisterTimeout(USER_TIMEOUT, hook_timeout_handler);
 	hook_deadline = deadline;
-	hook_timeout_fired = false;
 	if (deadline != 0)
+	{
+		hook_timeout_fired = false;
 		enable_timeout_every(hook_timeout_id, deadline, HOOK_CANCEL_REPEAT_MS);
+	}
 	else if (get_timeout_active(hook_timeout_id))
 		disable_timeout(hook_timeout_id, false);
 }
@@ -105,7 +107,8 @@ ds_run_outcome_hook(const OutcomeHook *hook, ErrorData **error)
 	const char *search_path;
 
 	*error = NULL;
-	search_path = strspn(hook->search_path, " \t\r\n") == strlen(hook->search_path) ?
+	search_path = hook->search_path == NULL ||
+		strspn(hook->search_path, " \t\r\n") == strlen(hook->search_path) ?
 		"pg_temp" : psprintf("%s, pg_temp", hook->search_path);
 	/* a hook calling its own step is recursion, as for a body; ds_attempt_number() answers */
 	ds_step_context_push(hook->run_id, hook->step_id, hook->attempt, hook->max_attempts);
@@ -173,7 +176,8 @@ ds_run_outcome_hook(const OutcomeHook *hook, ErrorData **error)
 		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && hook_timeout_fired)
 		{
 			edata->sqlerrcode = ERRCODE_DS_STEP_TIMEOUT;
-			edata->message = psprintf("%s hook timed out", hook->name);
+			edata->message = psprintf("timed out after %lld ms",
+									  (long long) (ds_worker_attempt_limit_usecs(hook->timeout) / 1000));
 			edata->detail = edata->hint = NULL;
 		}
 		*error = edata;
@@ -183,12 +187,11 @@ ds_run_outcome_hook(const OutcomeHook *hook, ErrorData **error)
 	ds_step_context_pop();
 	if (deadline != 0)
 	{
-		bool		fired = hook_timeout_fired;
-
 		arm_hook_deadline(0);
 		/* a timer that fired just as the hook finished must not cancel what follows */
-		if (fired)
+		if (hook_timeout_fired)
 			QueryCancelPending = false;
+		hook_timeout_fired = false;
 	}
 	/* a setseed() of the hook must not choose the numbers of the next role's attempt */
 	if (in_worker)

@@ -19,7 +19,7 @@ typedef struct OutcomeHook
 	const char *name;			/* "on_success" or "on_failure", for messages */
 	const char *sql;			/* one statement; $1 is `arg` */
 	Oid			owner;			/* runs as this role, security-restricted */
-	const char *search_path;	/* the step's, as it was created; pg_temp goes last */
+	const char *search_path;	/* the step's, as it was created (NULL: none); pg_temp last */
 	int64		timeout;		/* the step's own timeout, microseconds; 0 = none */
 	int			attempt;		/* for ds_attempt_number() inside the hook */
 	int			max_attempts;

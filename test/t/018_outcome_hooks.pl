@@ -106,6 +106,11 @@ is(q1("SELECT concat_ws(' ', status, error_code, error_message) FROM ds_steps WH
 	'blocked 42501 on_success hook failed: cannot create a cursor WITH HOLD within security-restricted operation',
 	'with-hold: a hook cannot leave a WITH HOLD cursor behind');
 
+# in the worker a hook is bounded like an attempt: here by the step's own timeout
+run_in_worker('hook-timeout', 'SELECT 1', timeout => '1 s', on_success => 'SELECT pg_sleep(60)');
+is(q1("SELECT concat_ws(' ', status, result, error_code, error_message) FROM ds_steps WHERE step_id = 'hook-timeout'"),
+	'blocked 1 DS004 on_success hook failed: timed out after 1000 ms', 'hook-timeout: the hook was stopped, the step blocked');
+
 # ds_retry_step on a step blocked by on_success runs the hook again, not the step
 run_in_worker('retry-hook-2', q{INSERT INTO effects VALUES ('retry-hook-2') RETURNING 2},
 	on_success => q{INSERT INTO answers (step) SELECT 'retry-hook-2' WHERE 1 / (SELECT count(*) FROM dead_letters WHERE step = 'go')::int = 1});
