@@ -9,6 +9,10 @@
  *   retryable, no attempts left      -> failed    (error_class 'exhausted')
  *   correctable                      -> blocked   (remediation stored)
  *   permanent                        -> failed    (error_class 'permanent')
+ *
+ * Then, before the outcome is written: the step's outcome hook (step_hooks.c) for a success or
+ * a failure for good, which may make the step blocked; in the worker, a log line for a step
+ * that failed or is blocked; the step's NOTIFY if it stopped.
  */
 #include "compat.h"
 
