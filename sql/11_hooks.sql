@@ -110,6 +110,11 @@ SELECT status, error_class, attempt FROM ds_run_step('hooks', 'dead-letter-fails
                     SELECT $1->>'step_id', $1 FROM hook_switch WHERE 1 / (NOT broken)::int = 1$$);
 SELECT outcome->>'attempt' AS attempt FROM hook_dead_letters WHERE step_id = 'dead-letter-fails';
 
+-- a hook's error is stored cut to 8 kB, as an attempt's
+SELECT status, error_code, length(error_message) AS length, right(error_message, 8) AS ending
+  FROM ds_run_step('hooks', 'long-error', 'SELECT 1',
+    on_success => $$SELECT ds_non_retriable(repeat('x', 20000))$$);
+
 -- a hook runs as a security-restricted operation of its owner: nothing left behind, no role change
 SELECT status, error_code, error_message FROM ds_run_step('hooks', 'with-hold', 'SELECT 1',
     on_success => 'DECLARE c CURSOR WITH HOLD FOR SELECT 1');

@@ -25,6 +25,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "parser/parser.h"
 #include "storage/latch.h"
@@ -276,6 +277,18 @@ ds_outcome_hook_arg(const StepRecord *rec)
 	return JsonbValueToJsonb(object);
 }
 
+/* An error text as attempts store them: at most DS_MAX_ERROR_TEXT bytes, cut on a character. */
+static char *
+capped(const char *text)
+{
+	int			len;
+
+	if (text == NULL || strlen(text) <= DS_MAX_ERROR_TEXT)
+		return text ? pstrdup(text) : NULL;
+	len = pg_mbcliplen(text, strlen(text), DS_MAX_ERROR_TEXT - 4);
+	return psprintf("%.*s ...", len, text);
+}
+
 void
 ds_block_step_by_hook(StepRecord *rec, const char *name, const ErrorData *error)
 {
@@ -285,9 +298,9 @@ ds_block_step_by_hook(StepRecord *rec, const char *name, const ErrorData *error)
 	rec->status = STEP_BLOCKED;
 	rec->error_class = "correctable";
 	rec->error_code = pstrdup(unpack_sql_state(error->sqlerrcode));
-	rec->error_message = psprintf("%s hook failed: %s", name,
-								  error->message ? error->message : "(no message)");
-	rec->error_detail = error->detail ? pstrdup(error->detail) : NULL;
+	rec->error_message = capped(psprintf("%s hook failed: %s", name,
+										 error->message ? error->message : "(no message)"));
+	rec->error_detail = capped(error->detail);
 	rec->remediation = succeeded ?
 		psprintf("The step succeeded and its result is kept. Correct what made the %s hook fail, then ds_retry_step() runs the hook again (not the step).", name) :
 		psprintf("The step failed at attempt %d, as its row in ds_attempts records. Correct what made the %s hook fail, then ds_retry_step() re-arms the step.", rec->attempts, name);
