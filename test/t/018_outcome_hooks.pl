@@ -106,6 +106,25 @@ is(q1("SELECT concat_ws(' ', status, error_code, error_message) FROM ds_steps WH
 	'blocked 42501 on_success hook failed: cannot create a cursor WITH HOLD within security-restricted operation',
 	'with-hold: a hook cannot leave a WITH HOLD cursor behind');
 
+# an attempt lost with its executor, and out of attempts: the next executor's recovery records
+# it, outside any owner's group of attempts, and runs on_failure there -- still as app
+$node->safe_psql('postgres', q{
+SET ROLE app;
+SELECT status FROM ds_run_step('hk', 'lost', 'SELECT pg_sleep(60)', defer => true,
+  policy => '{"max_attempts": 1}',
+  on_failure => $h$INSERT INTO hook_roles SELECT 'lost', current_user, session_user, current_setting('is_superuser')$h$);
+});
+ok(poll_until($node, 'postgres', "SELECT status = 'running' FROM ds_steps WHERE step_id = 'lost'"),
+	'lost: the worker is running the step');
+my $executor = executor_pid($node);
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($executor)");
+ok(poll_until($node, 'postgres', "SELECT status = 'failed' FROM ds_steps WHERE step_id = 'lost'"),
+	'lost: the next executor recorded the lost attempt');
+is(q1("SELECT concat_ws(' ', error_class, error_code) FROM ds_steps WHERE step_id = 'lost'"),
+	'exhausted DS007', 'lost: exhausted by invocation_lost');
+is(q1("SELECT cur || ' ' || sess || ' ' || super FROM hook_roles WHERE step = 'lost'"),
+	'app app off', 'lost: on_failure ran once, as app, session and current user');
+
 # in the worker a hook is bounded like an attempt: here by the step's own timeout
 run_in_worker('hook-timeout', 'SELECT 1', timeout => '1 s', on_success => 'SELECT pg_sleep(60)');
 is(q1("SELECT concat_ws(' ', status, result, error_code, error_message) FROM ds_steps WHERE step_id = 'hook-timeout'"),
