@@ -59,6 +59,19 @@ is(q1("SELECT a.xid % 4294967296 = s.xmin::text::bigint FROM answers a, durable_
 is(q1("SELECT count(*) FROM dead_letters WHERE step = 'answer'"), '0',
 	'answer: no on_failure for a success');
 
+# a replay of the worker's success, deferred or not, runs no hook again
+is($node->safe_psql('postgres', qq{
+SET ROLE app;
+SELECT status || ' ' || replayed FROM ds_run_step('hk', 'answer',
+  \$b\$INSERT INTO effects VALUES ('answer') RETURNING 'forty-two'\$b\$, defer => true,
+  on_failure => \$h\$$dead_letter_hook\$h\$, on_success => \$h\$$answer_hook\$h\$);
+SELECT status || ' ' || replayed FROM ds_run_step('hk', 'answer',
+  \$b\$INSERT INTO effects VALUES ('answer') RETURNING 'forty-two'\$b\$,
+  on_failure => \$h\$$dead_letter_hook\$h\$, on_success => \$h\$$answer_hook\$h\$);
+}), "succeeded true\nsucceeded true", 'answer: replays');
+is(q1("SELECT (SELECT count(*) FROM answers WHERE step = 'answer') || ' ' || (SELECT count(*) FROM effects WHERE step = 'answer')"),
+	'1 1', 'answer: one answer, one effect after the replays');
+
 # on_failure on exhaustion (not after the first, retried, attempt) and on a permanent failure
 run_in_worker('exhausted', q{SELECT ds_retry_after('later', '10 ms')},
 	policy => '{"max_attempts": 2}', on_failure => $dead_letter_hook, input => qq{{"k": "$secret"}});
