@@ -63,6 +63,8 @@ typedef struct StepRecord
 	Oid			owner;
 	char	   *search_path;
 	char	   *notify;			/* channel NOTIFYed when the step stops; NULL = none */
+	char	   *on_success;		/* hook SQL run when the step succeeds; NULL = none */
+	char	   *on_failure;		/* hook SQL run when the step fails for good; NULL = none */
 	StepStatus	status;
 	Jsonb	   *result;
 	char	   *error_class;
@@ -123,6 +125,8 @@ typedef enum StepColumn
 	STEP_COL_OWNER,
 	STEP_COL_SEARCH_PATH,
 	STEP_COL_NOTIFY,
+	STEP_COL_ON_SUCCESS,
+	STEP_COL_ON_FAILURE,
 	STEP_COL_STATUS,
 	STEP_COL_RESULT,
 	STEP_COL_ERROR_CLASS,
