@@ -18,6 +18,7 @@ OBJS = \
 	src/step_claims.o \
 	src/step_context.o \
 	src/step_exec.o \
+	src/step_hooks.o \
 	src/step_isolation.o \
 	src/step_lock.o \
 	src/step_probe.o \

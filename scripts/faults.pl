@@ -13,7 +13,7 @@
 # checked against ds_steps, ds_attempts and the ledger; every violation is printed with its rows.
 #
 # Options: --trials N --steps N --seed S --clients N --short --verbose
-#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in five
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in six
 #          known ways (see tamper()); the run must then fail with exactly those violations
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
 # Exit status: 0 all invariants held, 1 an invariant was violated, 2 the harness could not run.
@@ -289,6 +289,20 @@ CREATE TABLE fh_ledger (
 GRANT SELECT, INSERT ON fh_ledger TO PUBLIC;
 GRANT USAGE ON SEQUENCE fh_ledger_id_seq TO PUBLIC;
 
+-- What every step's outcome hooks (on_success, on_failure) write, in the outcome's transaction:
+-- one row per outcome that ended the step, no unique constraint so that a duplicate shows.
+CREATE TABLE fh_hooks (
+    id       bigserial PRIMARY KEY,
+    run_id   text NOT NULL,
+    step_id  text NOT NULL,
+    hook     text NOT NULL,
+    status   text NOT NULL,
+    attempt  integer NOT NULL,
+    who      text NOT NULL DEFAULT current_user
+);
+GRANT SELECT, INSERT ON fh_hooks TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_hooks_id_seq TO PUBLIC;
+
 -- A step's body. plan->'p' scripts attempt n by its element n-1 (missing: succeed):
 --   ra ds_retry_after (DS002)     rx RAISE EXCEPTION (P0001)    -- retryable
 --   nr ds_non_retriable (DS001)   ix RAISE ... XX000            -- permanent
@@ -410,15 +424,24 @@ sub shuffled
 
 sub lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'" }
 
+# The outcome hooks every step is called with: each records the outcome it was given.
+sub hook_sql
+{
+	my ($hook) = @_;
+	return "INSERT INTO fh_hooks(run_id, step_id, hook, status, attempt) "
+	  . "SELECT \$1->>'run_id', \$1->>'step_id', '$hook', \$1->>'status', (\$1->>'attempt')::integer";
+}
+
 sub call_sql
 {
 	my ($idx, $st, $nowait, $pause_ms) = @_;
 	my $sql = '';
 	$sql .= sprintf("SELECT pg_sleep(%.3f);\n", $pause_ms / 1000) if $pause_ms;
 	$sql .= sprintf(
-		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s, queue => %s);\n",
+		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s, on_success => %s, on_failure => %s, queue => %s);\n",
 		$idx, lit($st->{run}), lit($st->{step}), lit($st->{input}), lit($st->{policy}),
-		$nowait ? 'true' : 'false', $st->{defer} ? 'true' : 'false', lit($st->{queue}));
+		$nowait ? 'true' : 'false', $st->{defer} ? 'true' : 'false',
+		lit(hook_sql('on_success')), lit(hook_sql('on_failure')), lit($st->{queue}));
 	return $sql;
 }
 
@@ -855,6 +878,10 @@ UPDATE durable_steps.steps SET status = 'failed', error_class = 'exhausted', err
  WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
                               WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND attempts = 1
                               ORDER BY run_id, step_id LIMIT 1);
+-- an outcome hook run twice: [outcome hook]
+INSERT INTO fh_hooks(run_id, step_id, hook, status, attempt, who)
+SELECT run_id, step_id, hook, status, attempt, who FROM fh_hooks
+ WHERE run_id LIKE '$prefix%' AND hook = 'on_success' ORDER BY id LIMIT 1;
 -- a scripted failure passed off as a lost attempt: [end state]
 UPDATE durable_steps.attempts SET error_code = 'DS007'
  WHERE (run_id, step_id, attempt) IN (SELECT run_id, step_id, attempt FROM durable_steps.attempts
@@ -862,7 +889,7 @@ UPDATE durable_steps.attempts SET error_code = 'DS007'
                                        ORDER BY run_id, step_id LIMIT 1);
 EOF
 	die "tampering failed: $err\n" if $rc;
-	print "  (--tamper: trial 1's rows were corrupted by hand in five ways)\n";
+	print "  (--tamper: trial 1's rows were corrupted by hand in six ways)\n";
 }
 
 sub run_trial
@@ -1053,6 +1080,11 @@ sub run_trial
 	}
 	my %ledger;
 	push @{ $ledger{"$_->[0]/$_->[1]"} }, $_ for @$ledger_rows;
+	my $hook_rows = rows(
+		"SELECT run_id, step_id, hook, status, attempt, who FROM fh_hooks "
+		  . "WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt, id");
+	my %hooks;
+	push @{ $hooks{"$_->[0]/$_->[1]"} }, $_ for @$hook_rows;
 	my %planned = map { ("$_->{run}/$_->{step}" => $_) } @steps;
 
 	my %viol;    # check => [ lines ]
@@ -1158,6 +1190,23 @@ sub run_trial
 			next unless $at->{$n}[3] eq 'completed';
 			$v->('completed attempt without effect', "attempt: " . $fmt->($at->{$n})) unless $per{$n};
 		}
+		# outcome hooks: on_success once for a succeeded step, with its attempt; on_failure once
+		# for each time the step failed for good (a re-armed step may have failed before), the
+		# last one with the step's attempt if it is failed; nothing for any other outcome
+		my @h = @{ $hooks{$k} || [] };
+		my @ok = grep { $_->[2] eq 'on_success' } @h;
+		my @fail = grep { $_->[2] eq 'on_failure' } @h;
+		$v->('outcome hook', "step $k is $status at attempt $row->[3]; on_success rows: "
+			  . join(' ; ', map { $fmt->($_) } @ok))
+		  if ($status eq 'succeeded' ? 1 : 0) != @ok
+		  || (@ok && ($ok[0][3] ne 'succeeded' || $ok[0][4] != $row->[3]));
+		$v->('outcome hook', "step $k is $status at attempt $row->[3]; on_failure rows: "
+			  . join(' ; ', map { $fmt->($_) } @fail))
+		  if ($status eq 'failed' && (!@fail || $fail[-1][4] != $row->[3]))
+		  || ($st->{kind} ne 'rearm' && @fail > ($status eq 'failed' ? 1 : 0))
+		  || grep { $_->[3] ne 'failed' || !$at->{ $_->[4] } || $at->{ $_->[4] }[3] eq 'completed' } @fail;
+		$v->('outcome hook', "hook row written as $_->[5], step owned by $row->[8]: " . $fmt->($_))
+		  for grep { $_->[5] ne $row->[8] } @h;
 		# the end state as the script, the policy and the lost attempts predict
 		my ($pv, $lost) = $status eq 'cancelled' ? check_cancelled_step($st, $row, $at) : check_step($st, $row, $at);
 		$lost_n += $lost;

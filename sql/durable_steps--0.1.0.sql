@@ -68,6 +68,10 @@ CREATE TABLE durable_steps.steps (
     search_path     text NOT NULL,
     -- channel NOTIFYed when the step stops: succeeded, failed, blocked or cancelled
     notify          text,
+    -- outcome hooks (README, "Outcome hooks"): SQL run as the owner, $1 the outcome as jsonb, in
+    -- the transaction that records a success (on_success) or a final failure (on_failure)
+    on_success      text,
+    on_failure      text,
     -- the worker serves each queue within its concurrency (durable_steps.queues), lower
     -- priority numbers first (README, "Queues")
     queue           text COLLATE "C" NOT NULL DEFAULT 'default',
@@ -278,6 +282,8 @@ CREATE FUNCTION @extschema@.ds_run_step(
         defer boolean DEFAULT false,
         run_at timestamptz DEFAULT NULL,
         notify text DEFAULT NULL,
+        on_success text DEFAULT NULL,
+        on_failure text DEFAULT NULL,
         queue text DEFAULT 'default',
         priority integer DEFAULT 0)
     RETURNS @extschema@.ds_step_result
@@ -310,7 +316,7 @@ CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
            s.attempts AS attempt, s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts AS max_attempts,
            s.next_attempt_at, s.error_class, s.error_code, s.error_message, s.error_detail,
            s.remediation, s.sql, s.input, s.request, s.policy, s.timeout, s.on_timeout,
-           s.retry_on, s.fail_on, s.notify, s.queue, s.priority, s.fingerprint, s.owner,
+           s.retry_on, s.fail_on, s.notify, s.on_success, s.on_failure, s.queue, s.priority, s.fingerprint, s.owner,
            s.created_at, s.updated_at, s.finished_at
       FROM durable_steps.steps s
      WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')

@@ -1,6 +1,6 @@
 -- Queues and priorities (README, "Queues"): the arguments, ds_set_queue and its permissions, and
 -- the ds_queues view. No step here is run by a worker, whether or not one serves this database:
--- the deferred steps are due in an hour or wait in a paused queue. (test/t/018_queues.pl checks
+-- the deferred steps are due in an hour or wait in a paused queue. (test/t/019_queues.pl checks
 -- how the worker serves queues.) The view is shown without queue default, which the other
 -- tests' steps are in.
 
