@@ -13,7 +13,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 # no statement logging: the step's input must not reach the log by any way
-my $node = worker_node('hooks', "durable_steps.database = 'postgres'\nlog_statement = none\n");
+# one executor: the test kills the one running a step
+my $node = worker_node('hooks',
+	"durable_steps.database = 'postgres'\nlog_statement = none\ndurable_steps.max_workers = 1\n");
 $node->safe_psql('postgres', q{
 CREATE EXTENSION durable_steps;
 CREATE ROLE app;
