@@ -13,7 +13,7 @@
 # checked against ds_steps, ds_attempts and the ledger; every violation is printed with its rows.
 #
 # Options: --trials N --steps N --seed S --clients N --short --verbose
-#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in five
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in six
 #          known ways (see tamper()); the run must then fail with exactly those violations
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
 # Exit status: 0 all invariants held, 1 an invariant was violated, 2 the harness could not run.
@@ -123,7 +123,8 @@ sub psql
 }
 
 # A connection-level failure (server restarting, session killed) rather than an SQL error.
-my $transient_re = qr/could not connect|connection to server|server closed the connection|
+# (under /x a bare space is ignored: the spaces of every alternative are escaped)
+my $transient_re = qr/could\ not\ connect|connection\ to\ server|server\ closed\ the\ connection|
 	terminating\ connection|no\ connection\ to\ the\ server|the\ database\ system\ is|
 	FATAL|57P0[1-4]|Connection\ refused|No\ such\ file\ or\ directory|\[harness:\ /x;
 
@@ -272,6 +273,7 @@ sub setup_database
 	my $roles = join '', map { "CREATE ROLE $_ LOGIN;\n" } @ROLES;
 	my ($rc, $out, $err) = psql($SU, <<"EOF");
 CREATE EXTENSION durable_steps;
+SELECT ds_set_queue('fh_serial', 1);
 $roles
 -- The effect ledger: no unique constraint, so that a duplicated effect shows.
 CREATE TABLE fh_ledger (
@@ -286,6 +288,20 @@ CREATE TABLE fh_ledger (
 );
 GRANT SELECT, INSERT ON fh_ledger TO PUBLIC;
 GRANT USAGE ON SEQUENCE fh_ledger_id_seq TO PUBLIC;
+
+-- What every step's outcome hooks (on_success, on_failure) write, in the outcome's transaction:
+-- one row per outcome that ended the step, no unique constraint so that a duplicate shows.
+CREATE TABLE fh_hooks (
+    id       bigserial PRIMARY KEY,
+    run_id   text NOT NULL,
+    step_id  text NOT NULL,
+    hook     text NOT NULL,
+    status   text NOT NULL,
+    attempt  integer NOT NULL,
+    who      text NOT NULL DEFAULT current_user
+);
+GRANT SELECT, INSERT ON fh_hooks TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_hooks_id_seq TO PUBLIC;
 
 -- A step's body. plan->'p' scripts attempt n by its element n-1 (missing: succeed):
 --   ra ds_retry_after (DS002)     rx RAISE EXCEPTION (P0001)    -- retryable
@@ -372,6 +388,12 @@ sub make_step
 	my $sleep = rand() < 0.3 ? 20 + int rand 100 : int rand 6;
 	my $slow = rand() < 0.2;
 	my $ra = $slow ? 100 + int rand 500 : int rand 30;
+	# a tenth are cancelled with ds_cancel_step (not the re-arm steps: their re-arming client needs
+	# them blocked or failed): half at a random moment of the trial's first 3 s, half as soon as
+	# an attempt of theirs runs in the worker; the bodies of those sleep 150-300 ms
+	my $cancel_at = ($kind ne 'rearm' && rand() < 0.1) ? rand(3) : undef;
+	my $cancel_running = defined $cancel_at && rand() < 0.5;
+	if ($cancel_running) { $sleep = 150 + int rand 150; $cancel_at = 0; }
 	my $input = { k => $kind, p => \@p, sleep => $sleep, ra => $ra };
 	my $delay = $slow ? 50 + int rand 150 : int rand 30;
 	my $backoff = pick('fixed', 'exponential');
@@ -379,12 +401,12 @@ sub make_step
 		backoff => $backoff, multiplier => 2 };
 	# a quarter of the steps are deferred: every call only stores them, the worker runs attempt 1
 	my $defer = rand() < 0.25 ? 1 : 0;
-	# a tenth are cancelled with ds_cancel_step at a random moment of their life (not the re-arm
-	# steps: their re-arming client needs them blocked or failed)
-	my $cancel_at = ($kind ne 'rearm' && rand() < 0.1) ? rand(0.8) : undef;
+	# a quarter of the steps are in queue fh_serial, whose concurrency is 1: the worker never runs
+	# two of its attempts at once, across both executors (the check "queue limit")
+	my $queue = rand() < 0.25 ? 'fh_serial' : 'default';
 	return {
 		kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra, defer => $defer,
-		cancel_at => $cancel_at,
+		cancel_at => $cancel_at, cancel_running => $cancel_running, queue => $queue,
 		delay => $delay, backoff => $backoff,
 		input => $json->encode($input), policy => $json->encode($policy),
 		fixed_input => $json->encode({ %$input, p => [], fixed => JSON::PP::true }),
@@ -405,15 +427,24 @@ sub shuffled
 
 sub lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'" }
 
+# The outcome hooks every step is called with: each records the outcome it was given.
+sub hook_sql
+{
+	my ($hook) = @_;
+	return "INSERT INTO fh_hooks(run_id, step_id, hook, status, attempt) "
+	  . "SELECT \$1->>'run_id', \$1->>'step_id', '$hook', \$1->>'status', (\$1->>'attempt')::integer";
+}
+
 sub call_sql
 {
 	my ($idx, $st, $nowait, $pause_ms) = @_;
 	my $sql = '';
 	$sql .= sprintf("SELECT pg_sleep(%.3f);\n", $pause_ms / 1000) if $pause_ms;
 	$sql .= sprintf(
-		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s);\n",
+		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s, on_success => %s, on_failure => %s, queue => %s);\n",
 		$idx, lit($st->{run}), lit($st->{step}), lit($st->{input}), lit($st->{policy}),
-		$nowait ? 'true' : 'false', $st->{defer} ? 'true' : 'false');
+		$nowait ? 'true' : 'false', $st->{defer} ? 'true' : 'false',
+		lit(hook_sql('on_success')), lit(hook_sql('on_failure')), lit($st->{queue}));
 	return $sql;
 }
 
@@ -550,13 +581,23 @@ sub cancel_main
 				print $fh "err\t$st->{run}\t$st->{step}\tTIMEOUT\tnot cancelled before the deadline\n";
 				last;
 			}
+			# half of them first wait (up to 3 s, in the server) for an attempt of the step to
+			# be running in the worker (or for the step to stop), so that the cancellation stops
+			# a running attempt; their bodies are slow (make_step)
+			my $wait_sql = !$st->{cancel_running} ? '' : sprintf(
+				"DO \$\$ BEGIN FOR i IN 1 .. 600 LOOP EXIT WHEN EXISTS (SELECT FROM ds_steps WHERE run_id = %s "
+				  . "AND step_id = %s AND status NOT IN ('pending', 'retrying')); PERFORM pg_sleep(0.005); "
+				  . "END LOOP; END \$\$;\n",
+				lit($st->{run}), lit($st->{step}));
 			my ($rc, $out, $err) = psql($st->{role},
-				sprintf("SELECT 'ack', status FROM ds_cancel_step(%s, %s);\n", lit($st->{run}), lit($st->{step})),
+				$wait_sql . sprintf("SELECT 'ack', status FROM ds_cancel_step(%s, %s);\n", lit($st->{run}), lit($st->{step})),
 				timeout => 60);
 			if ($out =~ /^ack$US(\w+)/m) { print $fh "cancel\t$st->{run}\t$st->{step}\t$1\n"; last }
 			if ($err =~ /ERROR:\s+DS103:/) { print $fh "done\t$st->{run}\t$st->{step}\n"; last }
-			# not created yet (its client has not called), or the server is restarting
-			if ($err =~ /ERROR:\s+DS404:/ || $err =~ $transient_re)
+			# not created yet (its client has not called), or the server is restarting: a call
+			# whose connection was lost may or may not have committed, and repeating it is safe
+			# (cancelling a cancelled step returns it)
+			if ($err =~ /ERROR:\s+DS404:/ || $err =~ $transient_re || $err !~ /ERROR:/)
 			{
 				$reconnects++ unless $err =~ /DS404/;
 				usleep(50_000);
@@ -850,6 +891,10 @@ UPDATE durable_steps.steps SET status = 'failed', error_class = 'exhausted', err
  WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
                               WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND attempts = 1
                               ORDER BY run_id, step_id LIMIT 1);
+-- an outcome hook run twice: [outcome hook]
+INSERT INTO fh_hooks(run_id, step_id, hook, status, attempt, who)
+SELECT run_id, step_id, hook, status, attempt, who FROM fh_hooks
+ WHERE run_id LIKE '$prefix%' AND hook = 'on_success' ORDER BY id LIMIT 1;
 -- a scripted failure passed off as a lost attempt: [end state]
 UPDATE durable_steps.attempts SET error_code = 'DS007'
  WHERE (run_id, step_id, attempt) IN (SELECT run_id, step_id, attempt FROM durable_steps.attempts
@@ -857,7 +902,7 @@ UPDATE durable_steps.attempts SET error_code = 'DS007'
                                        ORDER BY run_id, step_id LIMIT 1);
 EOF
 	die "tampering failed: $err\n" if $rc;
-	print "  (--tamper: trial 1's rows were corrupted by hand in five ways)\n";
+	print "  (--tamper: trial 1's rows were corrupted by hand in six ways)\n";
 }
 
 sub run_trial
@@ -919,11 +964,15 @@ sub run_trial
 		$child{$pid} = 'rearm';
 	}
 	my @to_cancel = grep { defined $_->{cancel_at} } @steps;
-	if (@to_cancel)
+	# the timed cancels in one session, in order; each wait for a running attempt in its own
+	my @cancel_groups = ([ grep { !$_->{cancel_running} } @to_cancel ],
+		map { [$_] } grep { $_->{cancel_running} } @to_cancel);
+	@cancel_groups = grep { @$_ } @cancel_groups;
+	for my $g (0 .. $#cancel_groups)
 	{
 		my $start = time();
-		my $pid = spawn(sub { cancel_main(\@to_cancel, "$dir/cancel", $start, $deadline) });
-		$child{$pid} = 'cancel';
+		my $pid = spawn(sub { cancel_main($cancel_groups[$g], "$dir/cancel$g", $start, $deadline) });
+		$child{$pid} = "cancel$g";
 	}
 
 	# faults while the clients run and the worker drains
@@ -1008,9 +1057,9 @@ sub run_trial
 	}
 
 	my (%cancel_ack, @cancel_errs);
-	if (@to_cancel)
+	for my $g (0 .. $#cancel_groups)
 	{
-		open my $fh, '<', "$dir/cancel" or die "$dir/cancel: $!";
+		open my $fh, '<', "$dir/cancel$g" or die "$dir/cancel$g: $!";
 		while (<$fh>)
 		{
 			chomp;
@@ -1048,6 +1097,11 @@ sub run_trial
 	}
 	my %ledger;
 	push @{ $ledger{"$_->[0]/$_->[1]"} }, $_ for @$ledger_rows;
+	my $hook_rows = rows(
+		"SELECT run_id, step_id, hook, status, attempt, who FROM fh_hooks "
+		  . "WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt, id");
+	my %hooks;
+	push @{ $hooks{"$_->[0]/$_->[1]"} }, $_ for @$hook_rows;
 	my %planned = map { ("$_->{run}/$_->{step}" => $_) } @steps;
 
 	my %viol;    # check => [ lines ]
@@ -1153,6 +1207,23 @@ sub run_trial
 			next unless $at->{$n}[3] eq 'completed';
 			$v->('completed attempt without effect', "attempt: " . $fmt->($at->{$n})) unless $per{$n};
 		}
+		# outcome hooks: on_success once for a succeeded step, with its attempt; on_failure once
+		# for each time the step failed for good (a re-armed step may have failed before), the
+		# last one with the step's attempt if it is failed; nothing for any other outcome
+		my @h = @{ $hooks{$k} || [] };
+		my @ok = grep { $_->[2] eq 'on_success' } @h;
+		my @fail = grep { $_->[2] eq 'on_failure' } @h;
+		$v->('outcome hook', "step $k is $status at attempt $row->[3]; on_success rows: "
+			  . join(' ; ', map { $fmt->($_) } @ok))
+		  if ($status eq 'succeeded' ? 1 : 0) != @ok
+		  || (@ok && ($ok[0][3] ne 'succeeded' || $ok[0][4] != $row->[3]));
+		$v->('outcome hook', "step $k is $status at attempt $row->[3]; on_failure rows: "
+			  . join(' ; ', map { $fmt->($_) } @fail))
+		  if ($status eq 'failed' && (!@fail || $fail[-1][4] != $row->[3]))
+		  || ($st->{kind} ne 'rearm' && @fail > ($status eq 'failed' ? 1 : 0))
+		  || grep { $_->[3] ne 'failed' || !$at->{ $_->[4] } || $at->{ $_->[4] }[3] eq 'completed' } @fail;
+		$v->('outcome hook', "hook row written as $_->[5], step owned by $row->[8]: " . $fmt->($_))
+		  for grep { $_->[5] ne $row->[8] } @h;
 		# the end state as the script, the policy and the lost attempts predict
 		my ($pv, $lost) = $status eq 'cancelled' ? check_cancelled_step($st, $row, $at) : check_step($st, $row, $at);
 		$lost_n += $lost;
@@ -1180,6 +1251,18 @@ sub run_trial
 			}
 		}
 	}
+
+	# queue fh_serial (concurrency 1): no two worker attempts of it overlap, from the claim's commit
+	# to the outcome (a lost attempt's step stays running, and counted, until it is recorded)
+	my $overlaps = rows(
+		"WITH w AS (SELECT a.run_id, a.step_id, a.attempt, a.claimed_at, a.finished_at "
+		  . "FROM ds_attempts a JOIN ds_steps s USING (run_id, step_id) "
+		  . "WHERE s.queue = 'fh_serial' AND a.executor = 'worker' AND a.run_id LIKE '$prefix%') "
+		  . "SELECT x.run_id || '/' || x.step_id || ' attempt ' || x.attempt || ' claimed ' || x.claimed_at, "
+		  . "y.run_id || '/' || y.step_id || ' attempt ' || y.attempt || ' ran ' || y.claimed_at || ' .. ' || y.finished_at "
+		  . "FROM w x JOIN w y ON (y.run_id, y.step_id, y.attempt) <> (x.run_id, x.step_id, x.attempt) "
+		  . "AND y.claimed_at <= x.claimed_at AND y.finished_at > x.claimed_at");
+	$v->('queue limit', "$_->[0] while $_->[1] of the same queue (concurrency 1)") for @$overlaps;
 
 	# the server log: nothing died of a signal but our kill -9s, no PANIC, the lost attempts logged
 	my $log = log_since($log_off);

@@ -52,6 +52,8 @@ SELECT http_try(q) FROM (VALUES
   ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', timeout => '25 hours')$$),
   ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', policy => '{"max_attempts": 0}')$$),
   ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', nowait => NULL)$$),
+  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', on_success => 'SELEC 1')$$),
+  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', on_failure => ' ')$$),
   ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', run_at => 'infinity')$$),
   ($$SELECT ds_http_step('h', '', '{"url": "http://a.example/"}')$$),
   ($$SELECT ds_http_step(NULL, 'bad', '{"url": "http://a.example/"}')$$)
@@ -157,7 +159,7 @@ SELECT run_id, step_id, status, result, attempt, error_class
 SELECT http_try($$SELECT ds_resolve_step('h', 'charge', 'failed')$$);
 RESET ROLE;
 SET ROLE http_admin;
-SELECT status, result, attempt, error_class, error_code
+SELECT status, result, error_detail, attempt, error_class, error_code
   FROM ds_resolve_step('h', 'no-key', 'failed', '{"note": "never arrived"}');
 RESET ROLE;
 SELECT step_id, attempt, class, error_code, error_message, executor, role

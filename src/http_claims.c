@@ -4,7 +4,9 @@
  * The same two phases as the SQL executors' claims (step_claims.c): lock due rows, skipping
  * rows others hold; take each step's session lock, skipping steps someone is acting on; then
  * mark those running in one statement. SQL executors never claim kind 'http', and this never
- * claims anything else.
+ * claims anything else. HTTP steps are not served by queue: all of them sit in the queue
+ * DS_HTTP_QUEUE at priority 0, one range of steps_due_idx read up to its first step not yet due,
+ * and durable_steps.http_max_inflight bounds them.
  */
 #include "compat.h"
 
@@ -29,7 +31,7 @@ static SPIPlanPtr next_due_plan = NULL;
 int
 ds_claim_due_http_steps(int limit, MemoryContext cxt, ClaimedStep **claims)
 {
-	Oid			due_types[1] = {INT4OID};
+	Oid			due_types[2] = {INT4OID, TIMESTAMPTZOID};
 	Oid			mark_types[5] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID};
 	Datum		args[5];
 	Datum	   *tids;
@@ -43,12 +45,15 @@ ds_claim_due_http_steps(int limit, MemoryContext cxt, ClaimedStep **claims)
 	*claims = NULL;
 	ds_store_spi_begin(&spi);
 	args[0] = Int32GetDatum(limit);
+	/* a parameter, not clock_timestamp(): the bound of the index range, not a filter */
+	args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
 	rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
-										  "SELECT run_id, step_id, ctid FROM durable_steps.steps "
-										  "WHERE status IN ('pending', 'retrying') AND kind = 'http' "
-										  "AND next_attempt_at <= clock_timestamp() "
-										  "ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-										  1, due_types),
+										  "SELECT run_id, step_id, ctid FROM durable_steps.steps"
+										  " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
+										  " AND status IN ('pending', 'retrying')"
+										  " AND next_attempt_at <= $2 AND kind = 'http'"
+										  " ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+										  2, due_types),
 						  args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "due HTTP step query failed: %s", SPI_result_code_string(rc));
@@ -127,8 +132,9 @@ ds_next_http_due_time(void)
 
 	ds_store_spi_begin(&spi);
 	rc = SPI_execute_plan(ds_prepare_kept(&next_due_plan,
-										  "SELECT min(next_attempt_at) FROM durable_steps.steps "
-										  "WHERE status IN ('pending', 'retrying') AND kind = 'http'",
+										  "SELECT min(next_attempt_at) FROM durable_steps.steps"
+										  " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
+										  " AND status IN ('pending', 'retrying') AND kind = 'http'",
 										  0, NULL),
 						  NULL, NULL, true, 1);
 	if (rc != SPI_OK_SELECT)

@@ -9,6 +9,9 @@
 
 #include "step_claims.h"
 
+/* The queue of every HTTP step, at priority 0 (README, "HTTP steps"). */
+#define DS_HTTP_QUEUE "default"
+
 /*
  * As ds_claim_due_steps (step_claims.h), for steps of kind 'http' only: in the current
  * transaction, claim up to `limit` due HTTP steps, each with its session lock held and its row

@@ -20,10 +20,12 @@
 #include "utils/timestamp.h"
 
 #include "ds_errcodes.h"
+#include "http_claims.h"
 #include "http_request.h"
 #include "policy.h"
 #include "step_attempt.h"
 #include "step_call.h"
+#include "step_hooks.h"
 #include "store.h"
 #include "worker_wakeup.h"
 
@@ -76,8 +78,8 @@ idempotency_header_arg(FunctionCallInfo fcinfo, int argno, const HttpRequest *re
 }
 
 /*
- * ds_http_step(run_id, step_id, request, policy, idempotency_header, timeout, nowait, run_at,
- *              notify) -> ds_step_result
+ * ds_http_step(run_id, step_id, request, policy, idempotency_header, on_success, timeout,
+ *              nowait, run_at, notify, on_failure) -> ds_step_result
  */
 Datum
 ds_http_step(PG_FUNCTION_ARGS)
@@ -94,6 +96,8 @@ ds_http_step(PG_FUNCTION_ARGS)
 	bool		nowait;
 	TimestampTz run_at;
 	char	   *notify;
+	char	   *on_success;
+	char	   *on_failure;
 	char	   *fingerprint;
 	StepRecord	rec;
 	Jsonb	   *run_policy;
@@ -111,25 +115,29 @@ ds_http_step(PG_FUNCTION_ARGS)
 	policy = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
 	ds_policy_parse(policy, &parsed);
 	idempotency_header = idempotency_header_arg(fcinfo, 4, &req);
-	timeout = ds_step_timeout_arg(fcinfo, 5);
-	if (PG_ARGISNULL(6))
+	on_success = PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5));
+	ds_check_hook_sql("on_success", on_success);
+	timeout = ds_step_timeout_arg(fcinfo, 6);
+	if (PG_ARGISNULL(7))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("nowait must not be null")));
-	nowait = PG_GETARG_BOOL(6);
-	run_at = PG_ARGISNULL(7) ? 0 : PG_GETARG_TIMESTAMPTZ(7);
-	if (!PG_ARGISNULL(7) && TIMESTAMP_NOT_FINITE(run_at))
+	nowait = PG_GETARG_BOOL(7);
+	run_at = PG_ARGISNULL(8) ? 0 : PG_GETARG_TIMESTAMPTZ(8);
+	if (!PG_ARGISNULL(8) && TIMESTAMP_NOT_FINITE(run_at))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("run_at must be a finite time")));
-	notify = PG_ARGISNULL(8) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(8));
+	notify = PG_ARGISNULL(9) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(9));
+	on_failure = PG_ARGISNULL(10) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(10));
+	ds_check_hook_sql("on_failure", on_failure);
 	if (notify != NULL && (notify[0] == '\0' || strlen(notify) >= NAMEDATALEN))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("notify must be a channel name of 1 to %d bytes", NAMEDATALEN - 1)));
 
-	/* the request is the step's definition */
-	fingerprint = ds_step_fingerprint(HTTP_FINGERPRINT_SQL, request);
+	/* the request (and its hooks) is the step's definition */
+	fingerprint = ds_step_fingerprint(HTTP_FINGERPRINT_SQL, request, on_success, on_failure);
 	if (ds_probe_step(run_id, step_id,
 					  ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot(),
 					  &rec, NULL) ||
@@ -160,6 +168,10 @@ ds_http_step(PG_FUNCTION_ARGS)
 	rec.timeout = timeout;
 	rec.on_timeout = "retry";
 	rec.notify = notify;
+	rec.on_success = on_success;
+	rec.on_failure = on_failure;
+	rec.queue = DS_HTTP_QUEUE;
+	rec.priority = 0;
 	rec.owner = GetUserId();
 	rec.search_path = namespace_search_path;
 	rec.status = STEP_PENDING;
@@ -225,9 +237,10 @@ ds_resolve_step(PG_FUNCTION_ARGS)
 		outcome.sqlerrcode = ERRCODE_DS_RESOLVED_FAILED;
 		outcome.message = psprintf("resolved as failed by role %s", who);
 	}
+	if (!succeeded && result != NULL)
+		/* what the operator found, kept with the failure (a result is a success's alone) */
+		outcome.detail = psprintf("Found: %s", JsonbToCString(NULL, &result->root, VARSIZE(result)));
 	ds_apply_attempt_outcome(&rec, rec.attempts + 1, &outcome);
-	if (!succeeded)
-		rec.result = result;	/* what the operator found, kept with the failure */
 	rec.claimed_by = 0;
 	ds_store_update_step_insert_operator_attempt(&rec, rec.attempts, &outcome);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, false));

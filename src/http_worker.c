@@ -27,6 +27,7 @@
 
 #include "access/xact.h"
 #include "lib/ilist.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -49,6 +50,7 @@
 #include "served_databases.h"
 #include "step_attempt.h"
 #include "step_exec.h"
+#include "step_isolation.h"
 #include "step_lock.h"
 #include "store.h"
 #include "worker.h"
@@ -491,6 +493,23 @@ transfer_outcome(HttpTransfer *t, AttemptOutcome *outcome, Jsonb **kept)
 	outcome->finished_at = t->finished_at;
 }
 
+/*
+ * The detail of an attempt that got a response but did not succeed: the response itself, as
+ * JSON text cut to DS_MAX_ERROR_TEXT bytes. (A step's result is its success's alone.)
+ */
+static char *
+response_detail(const char *detail, Jsonb *response)
+{
+	char	   *text = JsonbToCString(NULL, &response->root, VARSIZE(response));
+	char	   *full = psprintf("%s%sResponse: %s", detail ? detail : "", detail ? " " : "", text);
+	int			len = strlen(full);
+
+	if (len <= DS_MAX_ERROR_TEXT)
+		return full;
+	len = pg_mbcliplen(full, len, DS_MAX_ERROR_TEXT - 4);
+	return psprintf("%.*s ...", len, full);
+}
+
 /* Record one transfer's outcome in the current transaction; false when it could not be. */
 static bool
 record_transfer(HttpTransfer *t)
@@ -508,9 +527,10 @@ record_transfer(HttpTransfer *t)
 		StepRecord *rec = &t->rec;
 
 		transfer_outcome(t, &outcome, &kept);
-		ds_apply_attempt_outcome(rec, rec->attempts, &outcome);
 		if (kept != NULL)
-			rec->result = kept;
+			outcome.detail = response_detail(outcome.detail, kept);
+		/* runs the step's outcome hook, as its owner, in this transaction (step_hooks.c) */
+		ds_apply_attempt_outcome(rec, rec->attempts, &outcome);
 		ds_store_finish_claimed_attempt(rec, rec->attempts, t->claimed_at, &outcome);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
@@ -537,6 +557,34 @@ record_transfer(HttpTransfer *t)
 }
 
 /*
+ * After outcome hooks ran, before the commit: let go of every session-level advisory lock of
+ * this process -- a hook's pg_advisory_lock() must not outlive its transaction, as a body's does
+ * not (worker.c) -- but those of the steps still in flight, which are pinned to the transaction
+ * and taken again.
+ */
+static void
+release_hook_advisory_locks(void)
+{
+	dlist_iter	it;
+
+	dlist_foreach(it, &inflight)
+	{
+		HttpTransfer *t = dlist_container(HttpTransfer, node, it.cur);
+
+		ds_step_lock_pin(t->rec.run_id, t->rec.step_id);
+	}
+	ds_step_lock_release_all_session();
+	dlist_foreach(it, &inflight)
+	{
+		HttpTransfer *t = dlist_container(HttpTransfer, node, it.cur);
+
+		if (!ds_step_lock_try_session(t->rec.run_id, t->rec.step_id))
+			elog(ERROR, "could not keep the lock of HTTP step %s/%s in flight",
+				 t->rec.run_id, t->rec.step_id);
+	}
+}
+
+/*
  * One transaction: record every finished transfer (each in its own subtransaction) and, with
  * `claim_slots` > 0, claim that many due steps more; commit; then let go of the recorded steps'
  * locks and memory, and start the new claims' requests. One commit serves both. Returns how many
@@ -549,6 +597,7 @@ cycle(int claim_slots)
 	dlist_mutable_iter mit;
 	HttpTransfer **claimed = NULL;
 	int			n_claimed = -1;
+	bool		hooks_ran = false;
 
 	if (ds_worker_begin_work("durable_steps: recording and claiming HTTP steps"))
 	{
@@ -559,9 +608,12 @@ cycle(int claim_slots)
 			HttpTransfer *t = dlist_container(HttpTransfer, node, it.cur);
 
 			CHECK_FOR_INTERRUPTS();
+			hooks_ran |= t->rec.on_success != NULL || t->rec.on_failure != NULL;
 			(void) record_transfer(t);
 		}
 		MemoryContextSwitchTo(oldcxt);
+		if (hooks_ran)
+			release_hook_advisory_locks();
 		n_claimed = claim_slots > 0 ? claim_batch(claim_slots, &claimed) : 0;
 		ds_worker_commit();
 	}
@@ -571,7 +623,9 @@ cycle(int claim_slots)
 		HttpTransfer *t = dlist_container(HttpTransfer, node, mit.cur);
 
 		dlist_delete(&t->node);
-		ds_step_lock_release_session(t->rec.run_id, t->rec.step_id);
+		/* (a hook's turn let go of every session lock but those still in flight) */
+		if (!hooks_ran)
+			ds_step_lock_release_session(t->rec.run_id, t->rec.step_id);
 		free_transfer(t);
 	}
 	n_finished = 0;
@@ -629,6 +683,11 @@ start_http_worker(void)
 		proc_exit(0);
 	}
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
+	/* outcome hooks run as their steps' owners in this session (step_hooks.c) */
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	ds_isolation_init_session();
+	CommitTransactionCommand();
 
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		ereport(ERROR, (errmsg("durable_steps: could not initialize libcurl")));

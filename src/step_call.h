@@ -16,8 +16,9 @@
 extern char *ds_step_identity_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 /* Argument `argno`, a step timeout, in microseconds: 0 for NULL, else in (0, 24 hours]. */
 extern int64 ds_step_timeout_arg(FunctionCallInfo fcinfo, int argno);
-/* The fingerprint of a definition: `sql` (never NULL) and `input` (may be NULL). */
-extern char *ds_step_fingerprint(const char *sql, Jsonb *input);
+/* The fingerprint of a definition: `sql` (never NULL), `input` and the hooks (may be NULL). */
+extern char *ds_step_fingerprint(const char *sql, Jsonb *input, const char *on_success,
+								 const char *on_failure);
 /* The ds_step_result of the step as `rec` holds it. */
 extern Datum ds_step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec, bool replayed);
 /*

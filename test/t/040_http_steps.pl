@@ -69,6 +69,31 @@ is(step_field($node, 'pay', 'lookup', "jsonb_typeof(result->'body')"), 'string',
 	'text: the body is kept as text');
 is($p->keys_seen('lookup'), 'pay:lookup', 'the key went in the header named by idempotency_header');
 
+# outcome hooks: on_success gets the response in the transaction that stores it, as the owner;
+# a failing one blocks the step with the response kept, and ds_retry_step runs the hook again,
+# never the request
+$node->safe_psql('postgres', q{
+CREATE TABLE charges (charge int, who text);
+GRANT INSERT ON charges TO app;
+CREATE TABLE hook_gate (open bool);
+INSERT INTO hook_gate VALUES (false);
+GRANT SELECT ON hook_gate TO app;
+});
+http_step('hooked', qq({"method": "POST", "url": "@{[$p->url('hooked')]}", "expect": "json"}),
+	q{, on_success => $$INSERT INTO charges SELECT ($1->'result'->'body'->>'charge')::int, current_user$$});
+is(settle_http($node, 'pay', 'hooked'), 'succeeded', 'on_success: succeeded');
+is($node->safe_psql('postgres', 'SELECT charge || ' ' || who FROM charges'), '1 app',
+	'on_success: ran once, as the owner, with the response');
+http_step('gated', qq({"method": "POST", "url": "@{[$p->url('gated')]}", "expect": "json"}),
+	q{, on_success => $$SELECT 1 / (SELECT open::int FROM hook_gate)$$});
+is(settle_http($node, 'pay', 'gated'), 'blocked', 'a failing on_success hook blocks the step');
+is(step_field($node, 'pay', 'gated', "(result->'body'->>'charge') || ' ' || error_code"), '1 22012',
+	'the response stays stored, the hook\'s error recorded');
+$node->safe_psql('postgres', "UPDATE hook_gate SET open = true");
+is($node->safe_psql('postgres', "SET ROLE app; SELECT status FROM ds_retry_step('pay', 'gated')"),
+	'succeeded', 'ds_retry_step runs the hook again');
+is($p->requests('gated'), 1, 'and never the request');
+
 # a rolled-back caller sends nothing
 $node->safe_psql('postgres', qq{SET ROLE app; BEGIN;
 SELECT ds_http_step('pay', 'rolled-back', '{"method": "POST", "url": "@{[$p->url('rolled-back')]}"}');

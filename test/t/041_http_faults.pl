@@ -74,13 +74,17 @@ is($p->keys_seen('drop'), 'f:drop,f:drop', 'drop: the retry carried the same key
 ok(started_within($node, 'f', '429s', 2, '1 s', '5 s'), '429s: Retry-After: 1 delayed the retry by 1 s');
 ok(started_within($node, 'f', '429d', 2, '1 s', '6 s'), '429d: Retry-After as an HTTP-date delayed the retry');
 ok(started_within($node, 'f', '500', 2, '0 s', '1 s'), '500: no Retry-After, the policy\'s delay');
-# blocked and failed steps keep what the provider said
-is(step_field($node, 'f', '400', "result->>'status' || ' ' || (result->'body'->>'error') || ' ' || error_class"),
-	'400 bad request correctable', '400: blocked with the response kept');
-is(step_field($node, 'f', 'badjson', "result->>'body' || ' ' || error_class"),
-	'{"charged": not json permanent', 'badjson: failed closed, the body kept as text');
+# blocked and failed steps keep what the provider said, in their error detail (and the attempt's)
+like(step_field($node, 'f', '400', "error_class || ' ' || error_detail"),
+	qr/^correctable Response: \{"body": \{"error": "bad request"\}.*"status": 400/, '400: blocked with the response kept');
+like($node->safe_psql('postgres', "SELECT error_detail FROM ds_attempts WHERE step_id = '400'"),
+	qr/"status": 400/, '400: the attempt holds the response too');
+like(step_field($node, 'f', 'badjson', "error_class || ' ' || error_detail"),
+	qr/^permanent .*Response: \{"body": "\{\\"charged\\": not json"/, 'badjson: failed closed, the body kept as text');
 is(step_field($node, 'f', 'big', "coalesce(result::text, 'none') || ' ' || error_message"),
 	'none HTTP response is too large', 'big: failed closed, nothing kept');
+is(step_field($node, 'f', 'badjson', "coalesce(result::text, 'none')"), 'none',
+	'a step that did not succeed has no result');
 # never connected: retried, then exhausted
 is(settle_http($node, 'f', 'refused'), 'failed', 'refused: failed');
 is(history($node, 'f', 'refused'), '1|retryable|DS011|worker 2|retryable|DS011|worker',
