@@ -82,7 +82,7 @@ GRANT SELECT ON hook_gate TO app;
 http_step('hooked', qq({"method": "POST", "url": "@{[$p->url('hooked')]}", "expect": "json"}),
 	q{, on_success => $$INSERT INTO charges SELECT ($1->'result'->'body'->>'charge')::int, current_user$$});
 is(settle_http($node, 'pay', 'hooked'), 'succeeded', 'on_success: succeeded');
-is($node->safe_psql('postgres', 'SELECT charge || ' ' || who FROM charges'), '1 app',
+is($node->safe_psql('postgres', q{SELECT charge || ' ' || who FROM charges}), '1 app',
 	'on_success: ran once, as the owner, with the response');
 http_step('gated', qq({"method": "POST", "url": "@{[$p->url('gated')]}", "expect": "json"}),
 	q{, on_success => $$SELECT 1 / (SELECT open::int FROM hook_gate)$$});

@@ -84,7 +84,8 @@ package DurableSteps::Http;
 sub http_node
 {
 	my ($name, $conf) = @_;
-	my $node = worker_node($name, "durable_steps.database = 'postgres'\n" . ($conf // ''));
+	my $node = worker_node($name,
+		"durable_steps.database = 'postgres'\ndurable_steps.max_workers = 1\n" . ($conf // ''));
 	$node->safe_psql('postgres', q{
 CREATE EXTENSION durable_steps;
 CREATE ROLE app LOGIN IN ROLE durable_steps_http;
