@@ -79,6 +79,14 @@ ds_http_method_is_idempotent(const char *method)
 		strcmp(method, "OPTIONS") == 0;
 }
 
+bool
+ds_http_is_token_char(char c)
+{
+	/* ASCII only, whatever the locale */
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		(c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
 /* RFC 9110 token characters: what a header name is made of. */
 static bool
 is_token(const char *s)
@@ -86,7 +94,7 @@ is_token(const char *s)
 	if (*s == '\0')
 		return false;
 	for (; *s; s++)
-		if (!(isalnum((unsigned char) *s) || strchr("!#$%&'*+-.^_`|~", *s) != NULL))
+		if (!ds_http_is_token_char(*s))
 			return false;
 	return true;
 }

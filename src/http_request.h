@@ -38,6 +38,9 @@ extern void ds_http_request_init_module(void);
  */
 extern void ds_http_parse_request(Jsonb *request, HttpRequest *out);
 
+/* Is `c` a character of an RFC 9110 token (a header name)? */
+extern bool ds_http_is_token_char(char c);
+
 /* Is `host` (lower case) allowed by durable_steps.http_allowed_hosts? */
 extern bool ds_http_host_allowed(const char *host);
 

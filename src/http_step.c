@@ -64,7 +64,7 @@ idempotency_header_arg(FunctionCallInfo fcinfo, int argno, const HttpRequest *re
 	if (name[0] == '\0')
 		return NULL;
 	for (const char *p = name; *p; p++)
-		if (!(isalnum((unsigned char) *p) || strchr("!#$%&'*+-.^_`|~", *p) != NULL))
+		if (!ds_http_is_token_char(*p))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("idempotency_header must be a header name (letters, digits and !#$%%&'*+-.^_`|~)")));
