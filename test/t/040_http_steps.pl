@@ -94,6 +94,15 @@ is($node->safe_psql('postgres', "SET ROLE app; SELECT status FROM ds_retry_step(
 	'succeeded', 'ds_retry_step runs the hook again');
 is($p->requests('gated'), 1, 'and never the request');
 
+# a hook's session-level advisory lock ends with its transaction: it is not left to the HTTP worker
+http_step('locking-hook', qq({"url": "@{[$p->url('locking-hook')]}"}),
+	q{, on_success => $$SELECT pg_advisory_lock(4242)$$});
+is(settle_http($node, 'pay', 'locking-hook'), 'succeeded', 'a hook that takes an advisory lock: succeeded');
+is($node->safe_psql('postgres', q{
+SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+ WHERE a.backend_type = 'durable_steps http' AND l.locktype = 'advisory' AND l.objid = 4242}),
+	'0', 'the HTTP worker holds no advisory lock of the hook');
+
 # a rolled-back caller sends nothing
 $node->safe_psql('postgres', qq{SET ROLE app; BEGIN;
 SELECT ds_http_step('pay', 'rolled-back', '{"method": "POST", "url": "@{[$p->url('rolled-back')]}"}');
