@@ -28,6 +28,7 @@ GET /counts answers {"charges": {TAG: n}, "requests": {TAG: n}, "keys": {TAG: [k
 """
 import email.utils
 import json
+import os
 import socketserver
 import sys
 import threading
@@ -155,11 +156,20 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 256
 
 
+def exit_with_parent():
+    """The test that started us may end any way it likes: never outlive it."""
+    parent = os.getppid()
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
 def main():
+    threading.Thread(target=exit_with_parent, daemon=True).start()
     server = Server(('127.0.0.1', 0), Handler)
     with open(sys.argv[1] + '.tmp', 'w') as f:
         f.write(str(server.server_address[1]))
-    import os
     os.rename(sys.argv[1] + '.tmp', sys.argv[1])
     server.serve_forever()
 
