@@ -15,7 +15,7 @@ response again and charges nothing: one charge per key. Faults, by query paramet
     drop           charge, then close the connection without answering
     500 / 503      answer 500 / 503 without charging, `times` times (default 1) for this tag
     429s           answer 429 with Retry-After: 1 (seconds) once for this tag, then charge
-    429d           answer 429 with Retry-After as an HTTP-date 2 s ahead once, then charge
+    429d           answer 429 with Retry-After as an HTTP-date 3 s ahead once, then charge
     400            answer 400 {"error": "bad request"}, never charge
     badjson        charge, then answer 200 with a body that is not JSON
     big&size=N     charge, then answer 200 with N bytes of JSON
@@ -113,7 +113,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 failing = None
         if failing == 429:
-            after = '1' if fault == '429s' else email.utils.formatdate(time.time() + 2, usegmt=True)
+            after = '1' if fault == '429s' else email.utils.formatdate(time.time() + 3, usegmt=True)
             return self.answer(429, {'error': 'slow down'}, {'Retry-After': after})
         if failing is not None:
             return self.answer(failing, {'error': 'bad request' if failing == 400 else 'unavailable'})
