@@ -29,6 +29,7 @@
 #include "ds_errcodes.h"
 #include "policy.h"
 #include "replay_cache.h"
+#include "runs.h"
 #include "step_attempt.h"
 #include "step_context.h"
 #include "step_lock.h"
@@ -549,6 +550,8 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	rec.remediation = NULL;
 	ds_store_update_step(&rec);
 	ds_worker_wake_at_commit();
+	/* a run waiting for this step, or blocked on it, goes on */
+	ds_run_wake_for_step(run_id);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 
