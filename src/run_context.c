@@ -248,6 +248,16 @@ row_int(Datum row, const char *name)
 	return isnull ? 0 : DatumGetInt32(d);
 }
 
+/* Text attribute `name` of a kept row. */
+static char *
+row_text(Datum row, const char *name)
+{
+	bool		isnull;
+	Datum		d = GetAttributeByName(DatumGetHeapTupleHeader(row), name, &isnull);
+
+	return isnull ? "" : TextDatumGetCString(d);
+}
+
 int
 ds_turn_restore_kept_steps(void)
 {
@@ -286,6 +296,10 @@ ds_turn_restore_kept_steps(void)
 			int			attempts = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 															   SPI_tuptable->tupdesc, 2, &isnull));
 
+			/* kept as it stands: a completed turn, whose workflow caught nothing around it */
+			if (attempts == row_int(k->row, "attempts") &&
+				strcmp(status, row_text(k->row, "status")) == 0)
+				continue;
 			if (strcmp(status, "running") == 0 || attempts > row_int(k->row, "attempts"))
 				continue;
 			/* its attempts go with it (trigger steps_delete_attempts) and come back below */

@@ -50,8 +50,9 @@ extern void ds_turn_suspend(bool blocked, TimestampTz wake_at, const char *reaso
 extern void ds_turn_keep_step(const char *run_id, const char *step_id);
 
 /*
- * After the turn's rollback, in the turn's transaction: write the kept steps and their attempts
- * back as they were kept. Returns how many were written.
+ * After the turn, in the turn's transaction: write the kept steps and their attempts back as
+ * they were kept, where a rollback took them -- the turn's, or that of an exception block of the
+ * workflow that caught a step's failure and went on. Returns how many were written.
  */
 extern int	ds_turn_restore_kept_steps(void);
 

@@ -343,6 +343,11 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 	MemoryContextSwitchTo(oldcxt);
 	CurrentResourceOwner = oldowner;
 
+	/*
+	 * What a rollback took that records no effect: failed attempts, waits. The turn's own, or
+	 * (in a turn that completed) an exception block's that caught a step's failure.
+	 */
+	(void) ds_turn_restore_kept_steps();
 	if (outcome.cls == ATTEMPT_COMPLETED && !susp.suspended)
 	{
 		o.status = "succeeded";
@@ -350,8 +355,6 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 		record_run(run->run_id, &o);
 		return;
 	}
-	/* what the rollback took that records no effect: failed attempts, waits */
-	(void) ds_turn_restore_kept_steps();
 	if (outcome.cls == ATTEMPT_CANCELLED)
 	{
 		o.status = "cancelled";
