@@ -156,6 +156,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 	char	   *status = "pending";
 	bool		created;
 	int			rc;
+	Oid			caller = GetUserId();
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -192,7 +193,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 	nulls[3] = run_key ? ' ' : 'n';
 	args[4] = policy ? JsonbPGetDatum(policy) : (Datum) 0;
 	nulls[4] = policy ? ' ' : 'n';
-	args[5] = ObjectIdGetDatum(GetUserId());
+	args[5] = ObjectIdGetDatum(caller);
 	args[6] = CStringGetTextDatum(namespace_search_path);
 	ds_store_spi_begin(&spi);
 	/* a concurrent start of the same key is waited for; then its run answers this one */
@@ -228,7 +229,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 		td = SPI_tuptable->tupdesc;
 		owner = DatumGetObjectId(SPI_getbinval(row, td, 3, &n));
 		/* before anything about the definition: another role learns only that the key is taken */
-		if (owner != GetUserId())
+		if (owner != caller)
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 					 errmsg("run %s belongs to another role", run_id),
