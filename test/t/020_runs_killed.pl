@@ -1,0 +1,87 @@
+# Runs (README, "Runs"): kill -9 of the executor in the middle of a turn -- in the workflow
+# between two steps, and inside a step's body. The crash rolls the turn back; the run is found
+# running with its executor gone, runs again, and no step's effect is committed twice.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Test;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = worker_node('runs_killed', "durable_steps.database = 'postgres'\n");
+$node->safe_psql(
+	'postgres', q{
+CREATE EXTENSION durable_steps;
+CREATE TABLE ledger (run text, step text);
+-- the test turns a nap off (committed from its own session) before it kills the executor
+CREATE TABLE naps (place text PRIMARY KEY, on_ boolean NOT NULL);
+INSERT INTO naps VALUES ('between', true), ('body', true);
+CREATE FUNCTION effect() RETURNS int LANGUAGE sql AS
+  $$ INSERT INTO ledger VALUES (ds_run_id(), ds_step_id()) RETURNING 1 $$;
+CREATE FUNCTION sleepy_body() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO ledger VALUES (ds_run_id(), ds_step_id());
+    IF (SELECT on_ FROM naps WHERE place = 'body') THEN PERFORM pg_sleep(60); END IF;
+    RETURN 2;
+END $$;
+CREATE FUNCTION wf(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE r jsonb := '[]';
+BEGIN
+    r := r || ds_step('s1', 'SELECT effect()');
+    IF input->>'kill' = 'between' AND (SELECT on_ FROM naps WHERE place = 'between') THEN
+        PERFORM pg_sleep(60);
+    END IF;
+    r := r || ds_step('s2', CASE WHEN input->>'kill' = 'body' THEN 'SELECT sleepy_body()'
+                                 ELSE 'SELECT effect()' END);
+    r := r || ds_step('s3', 'SELECT effect()');
+    RETURN r;
+END $$;
+});
+
+for my $where ('between', 'body')
+{
+	my $t = "killed $where steps";
+	$t = 'killed in a step body' if $where eq 'body';
+	my $run = "k-$where";
+	$node->safe_psql('postgres', qq{SELECT ds_start_run('wf', '{"kill": "$where"}', '$run')});
+	ok( poll_until($node,
+			'postgres', q{
+SELECT count(*) = 1 FROM pg_stat_activity
+ WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep'}),
+		"$t: the executor sleeps in the turn");
+	is($node->safe_psql('postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}),
+		'running', "$t: the run is running");
+	$node->safe_psql('postgres', qq{UPDATE naps SET on_ = false WHERE place = '$where'});
+	my $pid = executor_pid($node);
+	my $off = log_offset($node);
+	kill 'KILL', $pid;
+	$node->wait_for_log(
+		qr/durable_steps worker.*\(PID $pid\) was terminated by signal 9.*database system is ready to accept connections/s,
+		$off);
+	ok(poll_until($node, 'postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}, 'succeeded'),
+		"$t: after the crash restart the run succeeds");
+	like(log_since($node, $off), qr/the turn of run $run was lost with its executor; running it again/,
+		"$t: the lost turn is logged");
+	is( $node->safe_psql('postgres',
+			qq{SELECT string_agg(step || ':' || n, ',' ORDER BY step)
+			     FROM (SELECT step, count(*) AS n FROM ledger WHERE run = '$run' GROUP BY step) s}),
+		's1:1,s2:1,s3:1', "$t: each step's effect is committed once");
+	is( $node->safe_psql('postgres',
+			qq{SELECT string_agg(step_id || ':' || attempt || ':' || class, ',' ORDER BY step_id)
+			     FROM ds_attempts WHERE run_id = '$run'}),
+		's1:1:completed,s2:1:completed,s3:1:completed',
+		"$t: one completed attempt per step (the lost turn recorded nothing)");
+	is( $node->safe_psql('postgres',
+			qq{SELECT output::text || '|' || turns || '|' || (claimed_by IS NULL)
+			     FROM durable_steps.runs WHERE run_id = '$run'}),
+		'[1, ' . ($where eq 'body' ? 2 : 1) . ', 1]|2|true',
+		"$t: the output, and two turns: the lost one and the one that finished");
+}
+
+unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed (other than our kill -9)');
+$node->stop;
+done_testing();
