@@ -148,6 +148,25 @@ ds_step(PG_FUNCTION_ARGS)
 		nulls[i + 1] = PG_ARGISNULL(i) ? 'n' : ' ';
 		args[i + 1] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
 	}
+	/*
+	 * A step that was re-armed (ds_retry_step, maybe with corrected input) runs as it was armed:
+	 * the workflow passes what it passed before, and the correction must not be a conflict.
+	 */
+	{
+		StepRecord	probe;
+		StepRecord	armed;
+
+		if (ds_probe_step(run_id, step_id, GetLatestSnapshot(), &probe, NULL) &&
+			probe.attempt_base > 0 && probe.owner == GetUserId() &&
+			strcmp(probe.kind, "sql") == 0 &&
+			ds_store_lock_step(run_id, step_id, &armed) && armed.sql != NULL)
+		{
+			args[2] = CStringGetTextDatum(armed.sql);
+			nulls[2] = ' ';
+			args[3] = armed.input ? JsonbPGetDatum(armed.input) : (Datum) 0;
+			nulls[3] = armed.input ? ' ' : 'n';
+		}
+	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	rc = SPI_execute_plan(run_step_plan(), args, nulls, false, 1);
