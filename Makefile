@@ -8,6 +8,7 @@ OBJS = \
 	src/key.o \
 	src/launcher.o \
 	src/policy.o \
+	src/queues.o \
 	src/replay_cache.o \
 	src/retention.o \
 	src/role_guard.o \
@@ -21,6 +22,7 @@ OBJS = \
 	src/step_claims.o \
 	src/step_context.o \
 	src/step_exec.o \
+	src/step_hooks.o \
 	src/step_isolation.o \
 	src/step_lock.o \
 	src/step_probe.o \

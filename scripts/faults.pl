@@ -13,7 +13,7 @@
 # checked against ds_steps, ds_attempts and the ledger; every violation is printed with its rows.
 #
 # Options: --trials N --steps N --seed S --clients N --short --verbose
-#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in five
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in six
 #          known ways (see tamper()); the run must then fail with exactly those violations
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
 # Exit status: 0 all invariants held, 1 an invariant was violated, 2 the harness could not run.
@@ -123,7 +123,8 @@ sub psql
 }
 
 # A connection-level failure (server restarting, session killed) rather than an SQL error.
-my $transient_re = qr/could not connect|connection to server|server closed the connection|
+# (under /x a bare space is ignored: the spaces of every alternative are escaped)
+my $transient_re = qr/could\ not\ connect|connection\ to\ server|server\ closed\ the\ connection|
 	terminating\ connection|no\ connection\ to\ the\ server|the\ database\ system\ is|
 	FATAL|57P0[1-4]|Connection\ refused|No\ such\ file\ or\ directory|\[harness:\ /x;
 
@@ -272,6 +273,7 @@ sub setup_database
 	my $roles = join '', map { "CREATE ROLE $_ LOGIN;\n" } @ROLES;
 	my ($rc, $out, $err) = psql($SU, <<"EOF");
 CREATE EXTENSION durable_steps;
+SELECT ds_set_queue('fh_serial', 1);
 $roles
 -- The effect ledger: no unique constraint, so that a duplicated effect shows.
 CREATE TABLE fh_ledger (
@@ -286,6 +288,20 @@ CREATE TABLE fh_ledger (
 );
 GRANT SELECT, INSERT ON fh_ledger TO PUBLIC;
 GRANT USAGE ON SEQUENCE fh_ledger_id_seq TO PUBLIC;
+
+-- What every step's outcome hooks (on_success, on_failure) write, in the outcome's transaction:
+-- one row per outcome that ended the step, no unique constraint so that a duplicate shows.
+CREATE TABLE fh_hooks (
+    id       bigserial PRIMARY KEY,
+    run_id   text NOT NULL,
+    step_id  text NOT NULL,
+    hook     text NOT NULL,
+    status   text NOT NULL,
+    attempt  integer NOT NULL,
+    who      text NOT NULL DEFAULT current_user
+);
+GRANT SELECT, INSERT ON fh_hooks TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_hooks_id_seq TO PUBLIC;
 
 -- A step's body. plan->'p' scripts attempt n by its element n-1 (missing: succeed):
 --   ra ds_retry_after (DS002)     rx RAISE EXCEPTION (P0001)    -- retryable
@@ -379,8 +395,15 @@ sub make_step
 		backoff => $backoff, multiplier => 2 };
 	# a quarter of the steps are deferred: every call only stores them, the worker runs attempt 1
 	my $defer = rand() < 0.25 ? 1 : 0;
+	# a quarter of the steps are in queue fh_serial, whose concurrency is 1: the worker never runs
+	# two of its attempts at once, across both executors (the check "queue limit")
+	my $queue = rand() < 0.25 ? 'fh_serial' : 'default';
+	# a tenth are cancelled with ds_cancel_step at a random moment of their life (not the re-arm
+	# steps: their re-arming client needs them blocked or failed)
+	my $cancel_at = ($kind ne 'rearm' && rand() < 0.1) ? rand(0.8) : undef;
 	return {
 		kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra, defer => $defer,
+		cancel_at => $cancel_at, queue => $queue,
 		delay => $delay, backoff => $backoff,
 		input => $json->encode($input), policy => $json->encode($policy),
 		fixed_input => $json->encode({ %$input, p => [], fixed => JSON::PP::true }),
@@ -401,15 +424,24 @@ sub shuffled
 
 sub lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'" }
 
+# The outcome hooks every step is called with: each records the outcome it was given.
+sub hook_sql
+{
+	my ($hook) = @_;
+	return "INSERT INTO fh_hooks(run_id, step_id, hook, status, attempt) "
+	  . "SELECT \$1->>'run_id', \$1->>'step_id', '$hook', \$1->>'status', (\$1->>'attempt')::integer";
+}
+
 sub call_sql
 {
 	my ($idx, $st, $nowait, $pause_ms) = @_;
 	my $sql = '';
 	$sql .= sprintf("SELECT pg_sleep(%.3f);\n", $pause_ms / 1000) if $pause_ms;
 	$sql .= sprintf(
-		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s);\n",
+		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s, on_success => %s, on_failure => %s, queue => %s);\n",
 		$idx, lit($st->{run}), lit($st->{step}), lit($st->{input}), lit($st->{policy}),
-		$nowait ? 'true' : 'false', $st->{defer} ? 'true' : 'false');
+		$nowait ? 'true' : 'false', $st->{defer} ? 'true' : 'false',
+		lit(hook_sql('on_success')), lit(hook_sql('on_failure')), lit($st->{queue}));
 	return $sql;
 }
 
@@ -520,6 +552,49 @@ sub rearm_main
 		usleep(50_000);
 	}
 	print $fh "left\t$_\n" for sort keys %todo;
+	print $fh "stat\t$reconnects\n";
+	close $fh;
+	POSIX::_exit(0);
+}
+
+# Cancels each of its steps with ds_cancel_step, as the owner, $st->{cancel_at} seconds after the
+# clients started: whatever the step is doing then (not created yet, running in a caller or in the
+# worker, waiting to retry, finished). Writes "cancel run step status" when the call answered,
+# "done run step" when the step had already succeeded or failed (DS103), "err ..." otherwise.
+sub cancel_main
+{
+	my ($steps, $outfile, $start, $deadline) = @_;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	$fh->autoflush(1);
+	my $reconnects = 0;
+	for my $st (sort { $a->{cancel_at} <=> $b->{cancel_at} } @$steps)
+	{
+		my $wait = $start + $st->{cancel_at} - time();
+		usleep($wait * 1e6) if $wait > 0;
+		while (1)
+		{
+			if (time() > $deadline)
+			{
+				print $fh "err\t$st->{run}\t$st->{step}\tTIMEOUT\tnot cancelled before the deadline\n";
+				last;
+			}
+			my ($rc, $out, $err) = psql($st->{role},
+				sprintf("SELECT 'ack', status FROM ds_cancel_step(%s, %s);\n", lit($st->{run}), lit($st->{step})),
+				timeout => 60);
+			if ($out =~ /^ack$US(\w+)/m) { print $fh "cancel\t$st->{run}\t$st->{step}\t$1\n"; last }
+			if ($err =~ /ERROR:\s+DS103:/) { print $fh "done\t$st->{run}\t$st->{step}\n"; last }
+			# not created yet (its client has not called), or the server is restarting
+			if ($err =~ /ERROR:\s+DS404:/ || $err =~ $transient_re)
+			{
+				$reconnects++ unless $err =~ /DS404/;
+				usleep(50_000);
+				next;
+			}
+			(my $e = $err) =~ s/\s+/ /g;
+			print $fh "err\t$st->{run}\t$st->{step}\t$e\n";
+			last;
+		}
+	}
 	print $fh "stat\t$reconnects\n";
 	close $fh;
 	POSIX::_exit(0);
@@ -730,6 +805,56 @@ sub check_step
 	return (\@v, $lost);
 }
 
+# A cancelled step: every attempt before the cancellation ended as its script says (or was lost),
+# none of them ended the step, and only the last may be the running attempt that ds_cancel_step
+# stopped (cancelled, 57014, by the worker, rolled back: the ledger checks see no effect of it).
+sub check_cancelled_step
+{
+	my ($st, $row, $atts) = @_;
+	my @v;
+	my $id = "$st->{run}/$st->{step}";
+	my ($status, $attempt, $max) = @$row[ 2 .. 4 ];
+	my @plan = @{ $st->{plan} };
+	my $lost = 0;
+	for my $n (1 .. $attempt)
+	{
+		my $rec = $atts->{$n} or next;		# a hole is reported by the attempt-number check
+		my ($cls, $code, $msg, $executor) = @$rec[ 3 .. 6 ];
+		if ($cls eq 'cancelled')
+		{
+			push @v, "step $id: cancelled attempt $n is not its last ($attempt)" if $n != $attempt;
+			push @v, "step $id attempt $n: stopped attempt recorded as $cls/$code/$msg by $executor"
+			  unless $code eq '57014' && $executor eq 'worker' && $msg =~ /ds_cancel_step/;
+			next;
+		}
+		my $outcome;
+		if ($code eq 'DS007' || $code eq '57014')
+		{
+			$lost++;
+			push @v, "step $id attempt $n: lost or cancelled attempt recorded as $cls/$code/$msg by $executor"
+			  unless $cls eq 'retryable' && $executor eq 'worker';
+			$outcome = 'retryable';
+		}
+		else
+		{
+			my $act = defined $plan[ $n - 1 ] ? $plan[ $n - 1 ] : 'ok';
+			my ($want_cls, $want_code) = @{ $ACTION{$act} };
+			push @v, "step $id attempt $n: scripted '$act' ($want_cls $want_code), recorded $cls $code ($msg)"
+			  unless $cls eq $want_cls && $code eq $want_code;
+			$outcome = $cls;
+		}
+		push @v, "step $id: attempt $n ended as $outcome, yet the step went on to attempt $attempt"
+		  if $n < $attempt && $outcome ne 'retryable';
+		# a step that had failed (exhausted or permanent) or succeeded cannot be cancelled (DS103)
+		push @v, "step $id: attempt $n used up max_attempts $max, yet the step is cancelled, not failed"
+		  if $outcome eq 'retryable' && $n == $attempt && $n >= $max;
+		push @v, "step $id: attempt $n ended as $outcome, yet the step is cancelled"
+		  if $n == $attempt && ($outcome eq 'permanent' || $outcome eq 'completed');
+	}
+	push @v, "step $id: attempt $attempt exceeds max_attempts $max" if $attempt > $max;
+	return (\@v, $lost);
+}
+
 # --tamper: what a broken extension could leave behind, written by hand into trial 1's rows.
 sub tamper
 {
@@ -753,6 +878,10 @@ UPDATE durable_steps.steps SET status = 'failed', error_class = 'exhausted', err
  WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
                               WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND attempts = 1
                               ORDER BY run_id, step_id LIMIT 1);
+-- an outcome hook run twice: [outcome hook]
+INSERT INTO fh_hooks(run_id, step_id, hook, status, attempt, who)
+SELECT run_id, step_id, hook, status, attempt, who FROM fh_hooks
+ WHERE run_id LIKE '$prefix%' AND hook = 'on_success' ORDER BY id LIMIT 1;
 -- a scripted failure passed off as a lost attempt: [end state]
 UPDATE durable_steps.attempts SET error_code = 'DS007'
  WHERE (run_id, step_id, attempt) IN (SELECT run_id, step_id, attempt FROM durable_steps.attempts
@@ -760,7 +889,7 @@ UPDATE durable_steps.attempts SET error_code = 'DS007'
                                        ORDER BY run_id, step_id LIMIT 1);
 EOF
 	die "tampering failed: $err\n" if $rc;
-	print "  (--tamper: trial 1's rows were corrupted by hand in five ways)\n";
+	print "  (--tamper: trial 1's rows were corrupted by hand in six ways)\n";
 }
 
 sub run_trial
@@ -820,6 +949,13 @@ sub run_trial
 	{
 		my $pid = spawn(sub { rearm_main(\@rearm, "$dir/rearm", $deadline) });
 		$child{$pid} = 'rearm';
+	}
+	my @to_cancel = grep { defined $_->{cancel_at} } @steps;
+	if (@to_cancel)
+	{
+		my $start = time();
+		my $pid = spawn(sub { cancel_main(\@to_cancel, "$dir/cancel", $start, $deadline) });
+		$child{$pid} = 'cancel';
 	}
 
 	# faults while the clients run and the worker drains
@@ -903,6 +1039,22 @@ sub run_trial
 		close $fh;
 	}
 
+	my (%cancel_ack, @cancel_errs);
+	if (@to_cancel)
+	{
+		open my $fh, '<', "$dir/cancel" or die "$dir/cancel: $!";
+		while (<$fh>)
+		{
+			chomp;
+			my @f = split /\t/;
+			$cancel_ack{"$f[1]/$f[2]"} = $f[3] if $f[0] eq 'cancel';
+			$cancel_ack{"$f[1]/$f[2]"} = 'done' if $f[0] eq 'done';
+			push @cancel_errs, "@f[1..$#f]" if $f[0] eq 'err';
+			$reconnects += $f[1] if $f[0] eq 'stat';
+		}
+		close $fh;
+	}
+
 	# ---- the database's view
 	my $steps_rows = rows(
 		"SELECT s.run_id, s.step_id, s.status, s.attempt, s.max_attempts, coalesce(s.error_class, ''), "
@@ -928,6 +1080,11 @@ sub run_trial
 	}
 	my %ledger;
 	push @{ $ledger{"$_->[0]/$_->[1]"} }, $_ for @$ledger_rows;
+	my $hook_rows = rows(
+		"SELECT run_id, step_id, hook, status, attempt, who FROM fh_hooks "
+		  . "WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt, id");
+	my %hooks;
+	push @{ $hooks{"$_->[0]/$_->[1]"} }, $_ for @$hook_rows;
 	my %planned = map { ("$_->{run}/$_->{step}" => $_) } @steps;
 
 	my %viol;    # check => [ lines ]
@@ -957,19 +1114,25 @@ sub run_trial
 	}
 	$v->('rearm', "ds_retry_step error: $_") for @rearm_errs;
 	$v->('rearm', "step $_ was never re-armed") for @rearm_left;
+	$v->('cancel', "ds_cancel_step error: $_") for @cancel_errs;
 	$v->('settle', "steps still pending, retrying or running after $cfg{settle_timeout} s") unless $settled;
 
 	my %status_n;
-	my ($lost_n, $n_att, $n_caller, $n_worker, $n_caller_retry) = (0, 0, 0, 0, 0);
+	my ($lost_n, $n_att, $n_caller, $n_worker, $n_caller_retry, $n_stopped) = (0, 0, 0, 0, 0, 0);
 	for my $k (sort keys %srow)
 	{
 		my $row = $srow{$k};
 		my $st = $planned{$k} or next;
 		my $status = $row->[2];
 		$status_n{$status}++;
-		# terminal, and nothing running
+		# terminal, and nothing running; cancelled only when ds_cancel_step said so
 		$v->('not terminal', "step: " . $fmt->($row))
-		  unless $status =~ /^(succeeded|failed|blocked)$/;
+		  unless $status =~ /^(succeeded|failed|blocked)$/
+		  || ($status eq 'cancelled' && ($cancel_ack{$k} // '') eq 'cancelled');
+		$v->('cancel', "ds_cancel_step answered cancelled, the step is $status: " . $fmt->($row))
+		  if ($cancel_ack{$k} // '') eq 'cancelled' && $status ne 'cancelled';
+		$v->('cancel', "ds_cancel_step answered DS103 (finished), the step is $status: " . $fmt->($row))
+		  if ($cancel_ack{$k} // '') eq 'done' && $status !~ /^(succeeded|failed)$/;
 		my $at = $att{$k} || {};
 		# contiguous attempt numbers 1..attempt, each recorded once, each with an outcome
 		my @nums = sort { $a <=> $b } keys %$at;
@@ -981,6 +1144,7 @@ sub run_trial
 		{
 			$n_att++;
 			$at->{$n}[6] eq 'caller' ? $n_caller++ : $n_worker++;
+			$n_stopped++ if $at->{$n}[3] eq 'cancelled';
 			$n_caller_retry++ if $n > 1 && $at->{$n}[6] eq 'caller';
 			$v->('attempt without outcome', "attempt: " . $fmt->($at->{$n})) if $at->{$n}[3] eq '';
 			# attempt 1 runs in the caller, or for a deferred step in the worker
@@ -1026,8 +1190,25 @@ sub run_trial
 			next unless $at->{$n}[3] eq 'completed';
 			$v->('completed attempt without effect', "attempt: " . $fmt->($at->{$n})) unless $per{$n};
 		}
+		# outcome hooks: on_success once for a succeeded step, with its attempt; on_failure once
+		# for each time the step failed for good (a re-armed step may have failed before), the
+		# last one with the step's attempt if it is failed; nothing for any other outcome
+		my @h = @{ $hooks{$k} || [] };
+		my @ok = grep { $_->[2] eq 'on_success' } @h;
+		my @fail = grep { $_->[2] eq 'on_failure' } @h;
+		$v->('outcome hook', "step $k is $status at attempt $row->[3]; on_success rows: "
+			  . join(' ; ', map { $fmt->($_) } @ok))
+		  if ($status eq 'succeeded' ? 1 : 0) != @ok
+		  || (@ok && ($ok[0][3] ne 'succeeded' || $ok[0][4] != $row->[3]));
+		$v->('outcome hook', "step $k is $status at attempt $row->[3]; on_failure rows: "
+			  . join(' ; ', map { $fmt->($_) } @fail))
+		  if ($status eq 'failed' && (!@fail || $fail[-1][4] != $row->[3]))
+		  || ($st->{kind} ne 'rearm' && @fail > ($status eq 'failed' ? 1 : 0))
+		  || grep { $_->[3] ne 'failed' || !$at->{ $_->[4] } || $at->{ $_->[4] }[3] eq 'completed' } @fail;
+		$v->('outcome hook', "hook row written as $_->[5], step owned by $row->[8]: " . $fmt->($_))
+		  for grep { $_->[5] ne $row->[8] } @h;
 		# the end state as the script, the policy and the lost attempts predict
-		my ($pv, $lost) = check_step($st, $row, $at);
+		my ($pv, $lost) = $status eq 'cancelled' ? check_cancelled_step($st, $row, $at) : check_step($st, $row, $at);
 		$lost_n += $lost;
 		if (@$pv)
 		{
@@ -1054,6 +1235,18 @@ sub run_trial
 		}
 	}
 
+	# queue fh_serial (concurrency 1): no two worker attempts of it overlap, from the claim's commit
+	# to the outcome (a lost attempt's step stays running, and counted, until it is recorded)
+	my $overlaps = rows(
+		"WITH w AS (SELECT a.run_id, a.step_id, a.attempt, a.claimed_at, a.finished_at "
+		  . "FROM ds_attempts a JOIN ds_steps s USING (run_id, step_id) "
+		  . "WHERE s.queue = 'fh_serial' AND a.executor = 'worker' AND a.run_id LIKE '$prefix%') "
+		  . "SELECT x.run_id || '/' || x.step_id || ' attempt ' || x.attempt || ' claimed ' || x.claimed_at, "
+		  . "y.run_id || '/' || y.step_id || ' attempt ' || y.attempt || ' ran ' || y.claimed_at || ' .. ' || y.finished_at "
+		  . "FROM w x JOIN w y ON (y.run_id, y.step_id, y.attempt) <> (x.run_id, x.step_id, x.attempt) "
+		  . "AND y.claimed_at <= x.claimed_at AND y.finished_at > x.claimed_at");
+	$v->('queue limit', "$_->[0] while $_->[1] of the same queue (concurrency 1)") for @$overlaps;
+
 	# the server log: nothing died of a signal but our kill -9s, no PANIC, the lost attempts logged
 	my $log = log_since($log_off);
 	for my $line ($log =~ /^(.*(?:terminated by signal (?!9:)\d+|PANIC:|TRAP:|server process .* exited with exit code [^01]).*)$/mg)
@@ -1076,10 +1269,11 @@ sub run_trial
 	my $fdesc = join(' ', map { "$_=" . ($fc{$_} || 0) } @FAULTS);
 	my $mid = ($fc{kill9_mid_attempt} || 0) + ($fc{terminate_mid_attempt} || 0) + ($fc{cancel_mid_attempt} || 0);
 	printf "trial %2d/%d seed %d: %d steps, %d calls (%d dup), %d faults [%s; %d mid-attempt] | "
-	  . "succeeded %d failed %d blocked %d | attempts %d (caller %d, worker %d, lost %d) | "
+	  . "succeeded %d failed %d blocked %d cancelled %d/%d (%d running) | attempts %d (caller %d, worker %d, lost %d) | "
 	  . "reconnects %d | %.1fs (settle %.1fs) | %s\n",
 	  $t, $cfg{trials}, $tseed, scalar @steps, $calls_n, $dups, $nfaults, $fdesc, $mid,
 	  $status_n{succeeded} || 0, $status_n{failed} || 0, $status_n{blocked} || 0,
+	  $status_n{cancelled} || 0, scalar @to_cancel, $n_stopped,
 	  $n_att, $n_caller, $n_worker, $lost_n, $reconnects, time() - $t0, $settle_time,
 	  $nviol ? "$nviol VIOLATION(S)" : 'ok';
 	for my $check (sort keys %viol)
@@ -1104,7 +1298,8 @@ sub run_trial
 	$tot->{faults} += $nfaults;
 	$tot->{fault}{$_} += $fc{$_} || 0 for @FAULTS;
 	$tot->{mid} += $mid;
-	$tot->{$_} += $status_n{$_} || 0 for qw(succeeded failed blocked);
+	$tot->{$_} += $status_n{$_} || 0 for qw(succeeded failed blocked cancelled);
+	$tot->{stopped} += $n_stopped;
 	$tot->{attempts} += $n_att;
 	$tot->{caller} += $n_caller;
 	$tot->{worker} += $n_worker;
@@ -1146,14 +1341,14 @@ if (!$ok)
 my $elapsed = time() - $start;
 printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d duplicate) | "
   . "%d faults (%s; mid-attempt: kill9 %d, terminate %d, cancel %d) | succeeded %d, failed %d, "
-  . "blocked %d (%d re-armed) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
+  . "blocked %d (%d re-armed), cancelled %d by ds_cancel_step (%d while running in the worker) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
   . "worker %d), %d lost (DS007; %d logged by the worker) | %d executor exit(s), "
   . "%d client reconnects | longest settle %.1f s | %d invariant violation(s) in %d trial(s)"
   . ($tot{harness_errors} ? ", $tot{harness_errors} HARNESS ERROR(S)" : '') . "\n",
   $tot{trials} || 0, $seed, $elapsed, $tot{steps} || 0, $tot{calls} || 0, $tot{dups} || 0,
   $tot{faults} || 0, join(' ', map { "$_ " . ($tot{fault}{$_} || 0) } @FAULTS),
   map({ $tot{"${_}_mid"} || 0 } qw(kill9 terminate cancel)),
-  $tot{succeeded} || 0, $tot{failed} || 0, $tot{blocked} || 0, $tot{rearmed} || 0,
+  $tot{succeeded} || 0, $tot{failed} || 0, $tot{blocked} || 0, $tot{rearmed} || 0, $tot{cancelled} || 0, $tot{stopped} || 0,
   $tot{attempts} || 0, $tot{caller} || 0, $tot{caller_retry} || 0, $tot{worker} || 0, $tot{lost} || 0, $tot{lost_logged} || 0,
   $tot{executor_exits} || 0, $tot{reconnects} || 0, $tot{max_settle} || 0,
   $tot{violations} || 0, $tot{bad_trials} || 0;

@@ -102,6 +102,14 @@ CREATE TABLE durable_steps.steps (
     search_path     text NOT NULL,
     -- channel NOTIFYed when the step stops: succeeded, failed, blocked or cancelled
     notify          text,
+    -- outcome hooks (README, "Outcome hooks"): SQL run as the owner, $1 the outcome as jsonb, in
+    -- the transaction that records a success (on_success) or a final failure (on_failure)
+    on_success      text,
+    on_failure      text,
+    -- the worker serves each queue within its concurrency (durable_steps.queues), lower
+    -- priority numbers first (README, "Queues")
+    queue           text COLLATE "C" NOT NULL DEFAULT 'default',
+    priority        integer NOT NULL DEFAULT 0,
     created_at      timestamptz NOT NULL,
     -- where it stands: written by every claim and outcome. Last in the row, so that an update
     -- on the same page logs these bytes only (PostgreSQL logs the changed middle of a row).
@@ -127,11 +135,15 @@ CREATE TABLE durable_steps.steps (
     PRIMARY KEY (run_id, step_id)
 ) WITH (fillfactor = 60);   -- room on each page for the claim's and the outcome's row versions
 
--- The worker's hot path: the earliest due step that still has work to do.
-CREATE INDEX steps_due_idx ON durable_steps.steps (next_attempt_at)
+-- The worker's hot path: the due steps of one queue, by priority and then due time. Each
+-- (queue, priority) group is a range of this index, due steps first, so a claim reads the due
+-- steps of a group and stops at its first step not yet due; the queues and priorities with
+-- waiting steps are found by skipping from group to group (src/step_claims.c).
+CREATE INDEX steps_due_idx ON durable_steps.steps (queue, priority, next_attempt_at)
     WHERE status IN ('pending', 'retrying');
--- Crash accounting: attempts claimed by a worker whose lease may have run out.
-CREATE INDEX steps_lease_idx ON durable_steps.steps (lease_expires_at)
+-- Attempts claimed by a worker: counted per queue against its concurrency, and looked at by
+-- crash accounting.
+CREATE INDEX steps_lease_idx ON durable_steps.steps (queue, lease_expires_at)
     WHERE status = 'running';
 -- Retention purges finished steps by age. BRIN, because every succeeded step would otherwise pay
 -- for one more btree entry on the hot path; finish times follow insertion order closely.
@@ -172,12 +184,22 @@ CREATE TABLE durable_steps.attempts (
     PRIMARY KEY (run_id, step_id, attempt)
 );
 
+-- Queues with a concurrency limit (README, "Queues"), set with ds_set_queue. A queue without a
+-- row, or with concurrency NULL, has no limit; 0 pauses it. Steps name their queue freely: a
+-- step may be created before its queue is configured.
+CREATE TABLE durable_steps.queues (
+    name            text COLLATE "C" PRIMARY KEY,
+    concurrency     integer CHECK (concurrency >= 0),
+    updated_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+);
+
 -- The tables hold data, not configuration: pg_dump skips an extension's tables unless they are
 -- marked, and would then restore every step as never having run. Marked with an empty filter,
 -- all their rows are dumped (pg_dump, pg_dumpall, pg_dump -t) and loaded after CREATE EXTENSION.
 SELECT pg_catalog.pg_extension_config_dump('durable_steps.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('durable_steps.steps', '');
 SELECT pg_catalog.pg_extension_config_dump('durable_steps.attempts', '');
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('durable_steps.events', '');
 
 -- A step's attempts go with it. A step row deleted without its attempts (by hand) would leave
@@ -294,7 +316,11 @@ CREATE FUNCTION @extschema@.ds_run_step(
         on_timeout text DEFAULT 'retry',
         defer boolean DEFAULT false,
         run_at timestamptz DEFAULT NULL,
-        notify text DEFAULT NULL)
+        notify text DEFAULT NULL,
+        on_success text DEFAULT NULL,
+        on_failure text DEFAULT NULL,
+        queue text DEFAULT 'default',
+        priority integer DEFAULT 0)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_run_step' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_retry_step(run_id text, step_id text, input jsonb DEFAULT NULL)
@@ -303,6 +329,9 @@ CREATE FUNCTION @extschema@.ds_retry_step(run_id text, step_id text, input jsonb
 CREATE FUNCTION @extschema@.ds_cancel_step(run_id text, step_id text)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_cancel_step' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_set_queue(name text, concurrency integer)
+    RETURNS void
+    AS 'MODULE_PATHNAME', 'ds_set_queue' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_unwrap(step @extschema@.ds_step_result) RETURNS jsonb
     AS 'MODULE_PATHNAME', 'ds_unwrap' LANGUAGE C IMMUTABLE;
 
@@ -323,7 +352,7 @@ CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
            s.attempts AS attempt, s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts AS max_attempts,
            s.next_attempt_at, s.error_class, s.error_code, s.error_message, s.error_detail,
            s.remediation, s.sql, s.input, s.request, s.policy, s.timeout, s.on_timeout,
-           s.retry_on, s.fail_on, s.notify, s.fingerprint, s.owner,
+           s.retry_on, s.fail_on, s.notify, s.on_success, s.on_failure, s.queue, s.priority, s.fingerprint, s.owner,
            s.created_at, s.updated_at, s.finished_at
       FROM durable_steps.steps s
      WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
@@ -353,7 +382,29 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
      WHERE pg_catalog.pg_has_role(a.role::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
 
-GRANT SELECT ON @extschema@.ds_runs, @extschema@.ds_steps, @extschema@.ds_attempts TO PUBLIC;
+-- Every configured queue and every queue with steps waiting or running: its limit, and the
+-- steps of it the caller may see (all of them for durable_steps_admin) by state. The queues and
+-- their limits are shown to everybody: they are the worker's configuration, not a role's data.
+CREATE VIEW @extschema@.ds_queues WITH (security_barrier) AS
+    SELECT coalesce(q.name, c.queue) AS queue, q.concurrency,
+           coalesce(c.running, 0) AS running, coalesce(c.due, 0) AS due,
+           coalesce(c.scheduled, 0) AS scheduled, q.updated_at
+      FROM durable_steps.queues q
+      FULL JOIN (SELECT s.queue,
+                        pg_catalog.count(*) FILTER (WHERE s.status OPERATOR(pg_catalog.=) 'running') AS running,
+                        pg_catalog.count(*) FILTER (WHERE s.status OPERATOR(pg_catalog.<>) 'running'
+                            AND s.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) AS due,
+                        pg_catalog.count(*) FILTER (WHERE s.status OPERATOR(pg_catalog.<>) 'running'
+                            AND s.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS scheduled
+                   FROM durable_steps.steps s
+                  WHERE s.status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,running}'::text[])
+                    AND (pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
+                         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE'))
+                  GROUP BY s.queue) c
+        ON c.queue OPERATOR(pg_catalog.=) q.name;
+
+GRANT SELECT ON @extschema@.ds_runs, @extschema@.ds_steps, @extschema@.ds_attempts,
+                @extschema@.ds_queues TO PUBLIC;
 
 -- Runs (README, "Runs"): durable workflows. ds_start_run and the controls act on runs; ds_step,
 -- ds_sleep and ds_await_event act on the current run, inside its workflow.

@@ -10,6 +10,7 @@
 #include "replay_cache.h"
 #include "retention.h"
 #include "role_guard.h"
+#include "step_attempt.h"
 #include "step_context.h"
 #include "step_exec.h"
 #include "store.h"
@@ -27,6 +28,7 @@ _PG_init(void)
 	ds_policy_init_module();
 	ds_replay_cache_init_module();
 	ds_step_exec_init_module();
+	ds_step_attempt_init_module();
 	ds_step_context_init_module();
 	ds_retention_init_module();
 	ds_executor_init_module();

@@ -33,7 +33,7 @@
 #include "worker.h"
 #include "worker_wakeup.h"
 
-int			ds_max_workers = 1;
+int			ds_max_workers = 2;
 
 /* how often the launcher looks for the database and at its executors */
 #define LAUNCHER_CHECK_MS 1000
@@ -52,7 +52,7 @@ ds_launcher_init_module(void)
 							"Number of executor processes that run due steps in each served database.",
 							"0 disables the background worker. Each executor needs a slot of max_worker_processes.",
 							&ds_max_workers,
-							1,
+							2,
 							0,
 							DS_MAX_WORKERS,
 							PGC_POSTMASTER,

@@ -14,6 +14,7 @@
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "common/hashfn.h"
+#include "lib/stringinfo.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
@@ -28,10 +29,12 @@
 #include "classify.h"
 #include "ds_errcodes.h"
 #include "policy.h"
+#include "queues.h"
 #include "replay_cache.h"
 #include "runs.h"
 #include "step_attempt.h"
 #include "step_context.h"
+#include "step_hooks.h"
 #include "step_lock.h"
 #include "store.h"
 #include "worker_wakeup.h"
@@ -74,13 +77,14 @@ identity_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 }
 
 /*
- * The step's definition: its SQL and its input (policy and timeout are not part of it), as 128
- * bits of two independently seeded hashes. It tells definitions apart, which needs no
- * cryptographic strength (a caller can only ever match steps of roles it acts for), and every
- * call computes it, replays included.
+ * The step's definition: its SQL, its input and its outcome hooks (policy and timeout are not
+ * part of it), as 128 bits of two independently seeded hashes. It tells definitions apart,
+ * which needs no cryptographic strength (a caller can only ever match steps of roles it acts
+ * for), and every call computes it, replays included. A step without hooks hashes as it did
+ * before hooks existed.
  */
 static char *
-step_fingerprint(const char *sql, Jsonb *input)
+step_fingerprint(const char *sql, Jsonb *input, const char *on_success, const char *on_failure)
 {
 	size_t		sql_len = strlen(sql) + 1;	/* the NUL separates SQL from input */
 	uint64		a = hash_bytes_extended((const unsigned char *) sql, (int) sql_len,
@@ -95,6 +99,23 @@ step_fingerprint(const char *sql, Jsonb *input)
 
 		a = hash_bytes_extended((const unsigned char *) text, len, a);
 		b = hash_bytes_extended((const unsigned char *) text, len, b ^ UINT64CONST(0xc2b2ae3d27d4eb4f));
+	}
+	if (on_success != NULL || on_failure != NULL)
+	{
+		/* a tag byte tells a missing hook from an empty one and the two hooks apart */
+		StringInfoData hooks;
+
+		initStringInfo(&hooks);
+		appendStringInfoChar(&hooks, on_success ? 'S' : 's');
+		if (on_success)
+			appendBinaryStringInfo(&hooks, on_success, strlen(on_success) + 1);
+		appendStringInfoChar(&hooks, on_failure ? 'F' : 'f');
+		if (on_failure)
+			appendBinaryStringInfo(&hooks, on_failure, strlen(on_failure) + 1);
+		a = hash_bytes_extended((const unsigned char *) hooks.data, hooks.len,
+								a ^ UINT64CONST(0x686f6f6b73000001));
+		b = hash_bytes_extended((const unsigned char *) hooks.data, hooks.len,
+								b ^ UINT64CONST(0x686f6f6b73000002));
 	}
 	return psprintf("%016" INT64_MODIFIER "x%016" INT64_MODIFIER "x", a, b);
 }
@@ -187,7 +208,7 @@ answer_from_store(const StepRecord *rec, const char *fingerprint)
 				(errcode(ERRCODE_DS_STEP_CONFLICT),
 				 errmsg("step %s/%s already exists with a different definition",
 						rec->run_id, rec->step_id),
-				 errdetail("The stored step (status %s) was created with other SQL or input.",
+				 errdetail("The stored step (status %s) was created with other SQL, input or hooks.",
 						   ds_step_status_name(rec->status)),
 				 rec->status == STEP_BLOCKED ?
 				 errhint("Give a blocked step corrected input with ds_retry_step().") :
@@ -232,6 +253,10 @@ typedef struct StepCall
 	bool		defer;			/* store the step, run nothing now: the worker runs attempt 1 */
 	TimestampTz run_at;			/* with defer: when attempt 1 is due; 0 = at once */
 	char	   *notify;			/* channel to NOTIFY when the step stops; NULL = none */
+	char	   *on_success;		/* outcome hooks (step_hooks.c); NULL = none */
+	char	   *on_failure;
+	char	   *queue;			/* the worker's queue for its attempts (README, "Queues") */
+	int			priority;		/* lower numbers run first within the queue */
 	char	   *fingerprint;	/* computed when a replay needs it, or for a new step */
 } StepCall;
 
@@ -292,6 +317,16 @@ parse_step_call(FunctionCallInfo fcinfo, StepCall *call)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("notify must be a channel name of 1 to %d bytes", NAMEDATALEN - 1)));
+	call->on_success = PG_ARGISNULL(13) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(13));
+	call->on_failure = PG_ARGISNULL(14) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(14));
+	ds_check_hook_sql("on_success", call->on_success);
+	ds_check_hook_sql("on_failure", call->on_failure);
+	call->queue = ds_queue_name_arg(fcinfo, 15, "queue");
+	if (PG_ARGISNULL(16))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("priority must not be null")));
+	call->priority = PG_GETARG_INT32(16);
 	ds_policy_parse(call->policy, &parsed);
 	memset(&overrides, 0, sizeof(overrides));
 	ds_parse_sqlstate_list(call->retry_on, "retry_on", &overrides.n_retry, &overrides.retry_on,
@@ -307,6 +342,11 @@ parse_step_call(FunctionCallInfo fcinfo, StepCall *call)
 /*
  * The common case, a replay: answered from what this backend remembers of succeeded steps
  * (replay_cache.c), or from the row without any lock. False: there may be work to do.
+ *
+ * The cache knows a step by its SQL and input only, so calls with hooks neither use nor fill
+ * it: an entry then always comes from a call without hooks that matched its row's fingerprint,
+ * i.e. a step without hooks, and a call with hooks is compared by fingerprint (DS422 on a
+ * difference).
  */
 static bool
 answer_replay(FunctionCallInfo fcinfo, StepCall *call, Datum *result)
@@ -316,14 +356,18 @@ answer_replay(FunctionCallInfo fcinfo, StepCall *call, Datum *result)
 	Oid			owner;
 	HeapTuple	answer;
 
-	if (ds_replay_cache_lookup(call->run_id, call->step_id, call->sql, call->input, &owner,
+	bool		cacheable = call->on_success == NULL && call->on_failure == NULL;
+
+	if (cacheable &&
+		ds_replay_cache_lookup(call->run_id, call->step_id, call->sql, call->input, &owner,
 							   &answer))
 	{
 		check_owner(owner, call->run_id, call->step_id);
 		*result = HeapTupleGetDatum(answer);
 		return true;
 	}
-	call->fingerprint = step_fingerprint(call->sql, call->input);
+	call->fingerprint = step_fingerprint(call->sql, call->input, call->on_success,
+										 call->on_failure);
 	if (!ds_replay_cache_probe(call->run_id, call->step_id, statement_snapshot(), &rec, &ticket))
 		return false;
 	/* before anything about the definition: another role must not learn whether it guessed it */
@@ -332,7 +376,8 @@ answer_replay(FunctionCallInfo fcinfo, StepCall *call, Datum *result)
 		!answer_from_store(&rec, call->fingerprint))
 		return false;
 	*result = step_result_datum(fcinfo, &rec, true);
-	ds_replay_cache_remember(&ticket, call->run_id, call->step_id, rec.owner, call->sql,
+	if (cacheable)
+		ds_replay_cache_remember(&ticket, call->run_id, call->step_id, rec.owner, call->sql,
 							 call->input, DatumGetHeapTupleHeader(*result));
 	return true;
 }
@@ -412,6 +457,10 @@ new_step_record(const StepCall *call, StepRecord *rec)
 	rec->retry_on = call->retry_on;
 	rec->fail_on = call->fail_on;
 	rec->notify = call->notify;
+	rec->on_success = call->on_success;
+	rec->on_failure = call->on_failure;
+	rec->queue = call->queue;
+	rec->priority = call->priority;
 	rec->owner = GetUserId();
 	rec->search_path = namespace_search_path;
 	rec->status = STEP_RUNNING;
@@ -427,7 +476,8 @@ new_step_record(const StepCall *call, StepRecord *rec)
 
 /*
  * ds_run_step(run_id, step_id, sql, input, policy, timeout, nowait, retry_on, fail_on,
- *             on_timeout, defer, run_at, notify) -> ds_step_result
+ *             on_timeout, defer, run_at, notify, on_success, on_failure, queue, priority)
+ *             -> ds_step_result
  */
 Datum
 ds_run_step(PG_FUNCTION_ARGS)
@@ -512,7 +562,39 @@ lock_visible_step(const char *run_id, const char *step_id, bool stop_running, St
 				 errmsg("step %s/%s does not exist", run_id, step_id)));
 }
 
-/* ds_retry_step(run_id, step_id, input) → ds_step_result: re-arm a failed or blocked step. */
+/*
+ * ds_retry_step() of a step blocked by its on_success hook: its body succeeded and its effects
+ * are committed, so running it again would do them twice. The hook alone runs again, now, in the
+ * caller's transaction and as the step's owner (step_hooks.c); the step is then succeeded, or
+ * blocked again by the hook's new error. Returns false (the answer is not a replay).
+ */
+static bool
+rerun_success_hook(StepRecord *rec, bool new_input)
+{
+	TimestampTz now;
+
+	if (new_input)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
+				 errmsg("step %s/%s has succeeded and cannot be given new input", rec->run_id,
+						rec->step_id),
+				 errdetail("Only its on_success hook is left to run; ds_retry_step() without input runs it again.")));
+	now = GetCurrentTimestamp();
+	rec->status = STEP_SUCCEEDED;
+	rec->error_class = rec->error_code = rec->error_message = rec->error_detail = NULL;
+	rec->remediation = NULL;
+	rec->updated_at = now;
+	rec->finished_at = now;
+	ds_run_step_outcome_hooks(rec);
+	ds_notify_step_stopped(rec);
+	ds_store_update_step(rec);
+	return false;
+}
+
+/*
+ * ds_retry_step(run_id, step_id, input) → ds_step_result: re-arm a failed or blocked step (a
+ * step blocked by its on_success hook runs the hook again instead: rerun_success_hook).
+ */
 Datum
 ds_retry_step(PG_FUNCTION_ARGS)
 {
@@ -530,6 +612,8 @@ ds_retry_step(PG_FUNCTION_ARGS)
 				 errmsg("step %s/%s is %s and cannot be re-armed", run_id, step_id,
 						ds_step_status_name(rec.status)),
 				 errdetail("Only failed, blocked and uncertain steps can be re-armed.")));
+	if (ds_step_blocked_by_success_hook(&rec))
+		PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, rerun_success_hook(&rec, !PG_ARGISNULL(2))));
 	if (!PG_ARGISNULL(2))
 	{
 		if (strcmp(rec.kind, "sql") != 0)
@@ -537,7 +621,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("input can only be replaced for SQL steps")));
 		rec.input = PG_GETARG_JSONB_P_COPY(2);
-		rec.fingerprint = step_fingerprint(rec.sql, rec.input);
+		rec.fingerprint = step_fingerprint(rec.sql, rec.input, rec.on_success, rec.on_failure);
 	}
 	/* a fresh budget of attempts; attempt numbers go on from where they were */
 	rec.attempt_base = rec.attempts;

@@ -9,11 +9,17 @@
  *   retryable, no attempts left      -> failed    (error_class 'exhausted')
  *   correctable                      -> blocked   (remediation stored)
  *   permanent                        -> failed    (error_class 'permanent')
+ *
+ * Then, before the outcome is written: the step's outcome hook (step_hooks.c) for a success or
+ * a failure for good, which may make the step blocked; in the worker, a log line for a step
+ * that failed or is blocked; the step's NOTIFY if it stopped.
  */
 #include "compat.h"
 
 #include "commands/async.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/timestamp.h"
@@ -21,7 +27,39 @@
 #include "ds_errcodes.h"
 #include "policy.h"
 #include "step_attempt.h"
+#include "step_hooks.h"
 #include "worker_wakeup.h"
+
+/* durable_steps.log_outcomes_level */
+static int	log_outcomes_level = LOG;
+
+static const struct config_enum_entry log_level_options[] = {
+	{"debug5", DEBUG5, false},
+	{"debug4", DEBUG4, false},
+	{"debug3", DEBUG3, false},
+	{"debug2", DEBUG2, false},
+	{"debug1", DEBUG1, false},
+	{"debug", DEBUG2, true},
+	{"info", INFO, false},
+	{"notice", NOTICE, false},
+	{"warning", WARNING, false},
+	{"log", LOG, false},
+	{NULL, 0, false}
+};
+
+void
+ds_step_attempt_init_module(void)
+{
+	DefineCustomEnumVariable("durable_steps.log_outcomes_level",
+							 "Message level at which the worker logs failed and blocked steps.",
+							 "Each line names the step, its attempt, status and SQLSTATE, never its input or result.",
+							 &log_outcomes_level,
+							 LOG,
+							 log_level_options,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+}
 
 #define DEFAULT_REMEDIATION \
 	"Correct the step's input or the data it depends on, then re-arm it with ds_retry_step()."
@@ -68,13 +106,35 @@ ds_notify_step_stopped(const StepRecord *rec)
 	Async_Notify(rec->notify, payload.data);
 }
 
-/* Apply the outcome, and NOTIFY the step's channel if the step stopped. */
+/*
+ * A worker's outcome that needs a person, or ends the step for good without success, goes to
+ * the server log (README, "Logging"): identity, attempt, status and SQLSTATE, never the input,
+ * the result or the error's text (which may quote the input).
+ */
+static void
+log_worker_outcome(const StepRecord *rec)
+{
+	if (!IsBackgroundWorker ||
+		(rec->status != STEP_FAILED && rec->status != STEP_BLOCKED))
+		return;
+	ereport(log_outcomes_level,
+			(errmsg("durable_steps: step %s/%s attempt %d is %s (%s), SQLSTATE %s",
+					rec->run_id, rec->step_id, rec->attempts, ds_step_status_name(rec->status),
+					rec->error_class ? rec->error_class : "-",
+					rec->error_code ? rec->error_code : "-"),
+			 errhidestmt(true)));
+}
+
+/* Apply the outcome, run the step's outcome hook, and NOTIFY its channel if it stopped. */
 static void apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome);
 
 void
 ds_apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 {
 	apply_outcome(rec, attempt, outcome);
+	/* in the transaction that records the outcome, before it is written: it may block the step */
+	ds_run_step_outcome_hooks(rec);
+	log_worker_outcome(rec);
 	if (rec->status == STEP_SUCCEEDED || rec->status == STEP_FAILED ||
 		rec->status == STEP_BLOCKED || rec->status == STEP_CANCELLED)
 		ds_notify_step_stopped(rec);

@@ -8,6 +8,9 @@
 
 #include "step_store.h"
 
+/* From _PG_init: durable_steps.log_outcomes_level. */
+extern void ds_step_attempt_init_module(void);
+
 /*
  * Run the next attempt of the step in `rec`, apply its outcome to `rec` and persist both the step
  * (inserted when is_new, else updated) and the attempt, all in the current transaction. The
@@ -20,7 +23,8 @@ extern void ds_run_next_attempt(StepRecord *rec, bool is_new, bool by_worker);
 
 /*
  * The state rules of README, "Outcome classes", for attempt `attempt`: status, result, error,
- * next attempt time.
+ * next attempt time; then the step's outcome hook (step_hooks.c, which may block the step), the
+ * worker's log line and the NOTIFY of a step that stopped. The caller writes the record.
  */
 extern void ds_apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome);
 

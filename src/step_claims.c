@@ -10,6 +10,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/itemptr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -23,65 +24,252 @@
 #include "step_lock.h"
 #include "store.h"
 
+static SPIPlanPtr queues_plan = NULL;
+static SPIPlanPtr queue_lock_plan = NULL;
+static SPIPlanPtr running_count_plan = NULL;
+static SPIPlanPtr level_plan = NULL;
 static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr mark_running_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr next_due_plan = NULL;
 
-int
-ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped)
+/*
+ * The (queue, priority) groups of waiting steps, walked through steps_due_idx one group at a
+ * time: each row of the recursion is one index descent to the next group, however many steps a
+ * group holds. PostgreSQL 15 has no skip scan; this is the "loose index scan" written out.
+ */
+#define WAITING_GROUPS \
+	"WITH RECURSIVE g(queue, priority) AS (" \
+	" (SELECT queue, priority FROM durable_steps.steps" \
+	"   WHERE status IN ('pending', 'retrying') ORDER BY queue, priority LIMIT 1)" \
+	" UNION ALL" \
+	" SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL" \
+	"  (SELECT s.queue, s.priority FROM durable_steps.steps s" \
+	"    WHERE s.status IN ('pending', 'retrying')" \
+	"      AND (s.queue, s.priority) > (g.queue, g.priority)" \
+	"    ORDER BY s.queue, s.priority LIMIT 1) n) "
+
+/* A queue with due steps, and its concurrency as last read (-1: none, no limit). */
+typedef struct DueQueue
 {
-	Oid			due_types[1] = {INT4OID};
+	char	   *name;
+	int			concurrency;
+} DueQueue;
+
+/* The queues with due steps, in name order (C collation: byte order, as strcmp). */
+static int
+due_queues(TimestampTz now, DueQueue **out)
+{
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		args[1];
+	int			rc;
+	int			n;
+	bool		isnull;
+
+	args[0] = TimestampTzGetDatum(now);
+	rc = SPI_execute_plan(ds_prepare_kept(&queues_plan,
+									WAITING_GROUPS
+									"SELECT DISTINCT ON (g.queue) g.queue, q.concurrency FROM g"
+									" LEFT JOIN durable_steps.queues q ON q.name = g.queue"
+									" WHERE EXISTS (SELECT FROM durable_steps.steps s"
+									"  WHERE s.queue = g.queue AND s.priority = g.priority"
+									"   AND s.status IN ('pending', 'retrying')"
+									"   AND s.next_attempt_at <= $1)"
+									" ORDER BY g.queue",
+									1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "due queue query failed: %s", SPI_result_code_string(rc));
+	n = (int) SPI_processed;
+	*out = palloc(sizeof(DueQueue) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		Datum		c = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+
+		(*out)[i].name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		(*out)[i].concurrency = isnull ? -1 : DatumGetInt32(c);
+	}
+	return n;
+}
+
+/*
+ * How many steps of a limited queue this claim may take: its concurrency less the steps of it
+ * claimed and not yet recorded (status running), at most `limit`. The queue's row stays locked
+ * until the claim commits, so executors claiming from the same queue take turns and each counts
+ * the claims committed before it; an executor that finds the row locked passes the queue by (0)
+ * and serves another. Runs under READ COMMITTED (see worker.c): the count's snapshot is taken
+ * after the row lock.
+ */
+static int
+queue_capacity(const char *queue, int limit)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1];
+	int			rc;
+	bool		isnull;
+	Datum		d;
+	int64		running;
+	int			concurrency;
+
+	args[0] = CStringGetTextDatum(queue);
+	rc = SPI_execute_plan(ds_prepare_kept(&queue_lock_plan,
+									"SELECT concurrency FROM durable_steps.queues"
+									" WHERE name = $1 FOR UPDATE SKIP LOCKED", 1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "queue lock failed: %s", SPI_result_code_string(rc));
+	/* another executor is claiming from it (or the row went away): serve another queue */
+	if (SPI_processed != 1)
+		return 0;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return limit;
+	concurrency = DatumGetInt32(d);
+	if (concurrency <= 0)
+		return 0;
+	rc = SPI_execute_plan(ds_prepare_kept(&running_count_plan,
+									"SELECT pg_catalog.count(*) FROM durable_steps.steps"
+									" WHERE queue = $1 AND status = 'running'", 1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "running step count failed: %s", SPI_result_code_string(rc));
+	running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+										  &isnull));
+	return (int) Min((int64) limit, Max((int64) concurrency - running, 0));
+}
+
+/*
+ * Lock up to `limit` due steps of `queue`, lowest priority number first and, within a
+ * priority, earliest due first, skipping rows others hold: each priority is one range of
+ * steps_due_idx, read up to its first step not yet due. Appends to the arrays from *n on.
+ */
+static void
+lock_due_steps(const char *queue, int limit, TimestampTz now, char **run_ids, char **step_ids,
+			   ItemPointerData *tids, int *n)
+{
+	Oid			level_types[2] = {TEXTOID, INT4OID};
+	Oid			due_types[4] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID};
+	Datum		args[4];
+	int32		from = PG_INT32_MIN;
+	int			taken = 0;
+	bool		isnull;
+
+	args[0] = CStringGetTextDatum(queue);
+	while (taken < limit)
+	{
+		int			rc;
+		int32		priority;
+		Datum		d;
+
+		args[1] = Int32GetDatum(from);
+		rc = SPI_execute_plan(ds_prepare_kept(&level_plan,
+										"SELECT priority FROM durable_steps.steps"
+										" WHERE queue = $1 AND status IN ('pending', 'retrying')"
+										" AND priority >= $2 ORDER BY priority LIMIT 1",
+										2, level_types),
+							  args, NULL, false, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "priority query failed: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 0)
+			break;
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		priority = DatumGetInt32(d);
+		args[1] = Int32GetDatum(priority);
+		args[2] = Int32GetDatum(limit - taken);
+		/* a parameter, not clock_timestamp(): the bound of the index range, not a filter */
+		args[3] = TimestampTzGetDatum(now);
+		rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
+										"SELECT run_id, step_id, ctid FROM durable_steps.steps"
+										" WHERE queue = $1 AND priority = $2"
+										" AND status IN ('pending', 'retrying')"
+										" AND next_attempt_at <= $4"
+										" ORDER BY next_attempt_at LIMIT $3"
+										" FOR UPDATE SKIP LOCKED", 4, due_types),
+							  args, NULL, false, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "due step query failed: %s", SPI_result_code_string(rc));
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	t = SPI_tuptable->vals[i];
+			TupleDesc	td = SPI_tuptable->tupdesc;
+
+			run_ids[*n] = SPI_getvalue(t, td, 1);
+			step_ids[*n] = SPI_getvalue(t, td, 2);
+			tids[*n] = *(ItemPointer) DatumGetPointer(SPI_getbinval(t, td, 3, &isnull));
+			(*n)++;
+			taken++;
+		}
+		if (priority == PG_INT32_MAX)
+			break;
+		from = priority + 1;
+	}
+}
+
+int
+ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
+				   MemoryContext cxt, ClaimedStep **claims, int *skipped)
+{
 	Oid			mark_types[5] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID};
 	Datum		args[5];
 	char	  **run_ids;
 	char	  **step_ids;
+	ItemPointerData *row_tids;
 	Datum	   *tids;
 	int			n_locked = 0;
 	int			n_claimed = 0;
-	uint64		n_due;
 	int			rc;
 	StoreSpi	spi;
-	bool		isnull;
+	DueQueue   *queues;
+	int			n_queues;
+	int			first = 0;
+	TimestampTz now;
 
 	*skipped = 0;
 	*claims = NULL;
+	served->name[0] = '\0';
+	served->limited = false;
 	ds_store_spi_begin(&spi);
-	args[0] = Int32GetDatum(limit);
-	rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
-									"SELECT run_id, step_id, ctid FROM durable_steps.steps "
-									"WHERE status IN ('pending', 'retrying') "
-									"AND next_attempt_at <= clock_timestamp() "
-									"ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-									1, due_types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "due step query failed: %s", SPI_result_code_string(rc));
-	n_due = SPI_processed;
-	if (n_due == 0)
-	{
-		ds_store_spi_end(&spi);
-		return 0;
-	}
-	run_ids = palloc(sizeof(char *) * n_due);
-	step_ids = palloc(sizeof(char *) * n_due);
-	tids = palloc(sizeof(Datum) * n_due);
-	for (uint64 i = 0; i < n_due; i++)
-	{
-		char	   *run_id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		char	   *step_id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+	now = GetCurrentTimestamp();
+	n_queues = due_queues(now, &queues);
+	run_ids = palloc(sizeof(char *) * limit);
+	step_ids = palloc(sizeof(char *) * limit);
+	row_tids = palloc(sizeof(ItemPointerData) * limit);
+	tids = palloc(sizeof(Datum) * limit);
 
-		/* a synchronous caller (or another executor) may be running it right now */
-		if (ds_step_lock_try_session(run_id, step_id))
+	/* fair serving: each executor takes the queues in turn, from the one after its last */
+	while (first < n_queues && strcmp(queues[first].name, after_queue) <= 0)
+		first++;
+	for (int k = 0; k < n_queues && n_locked == 0; k++)
+	{
+		DueQueue   *q = &queues[(first + k) % n_queues];
+		int			capacity = limit;
+		int			n_rows = 0;
+
+		if (q->concurrency == 0)
+			continue;			/* paused */
+		if (q->concurrency > 0)
+			capacity = queue_capacity(q->name, limit);
+		if (capacity <= 0)
+			continue;
+		lock_due_steps(q->name, capacity, now, run_ids, step_ids, row_tids, &n_rows);
+		for (int i = 0; i < n_rows; i++)
 		{
-			run_ids[n_locked] = run_id;
-			step_ids[n_locked] = step_id;
-			tids[n_locked] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3,
-										 &isnull);
-			n_locked++;
+			/* a synchronous caller (or another executor) may be running it right now */
+			if (ds_step_lock_try_session(run_ids[i], step_ids[i]))
+			{
+				run_ids[n_locked] = run_ids[i];
+				step_ids[n_locked] = step_ids[i];
+				tids[n_locked] = PointerGetDatum(&row_tids[i]);
+				n_locked++;
+			}
+			else
+				(*skipped)++;
 		}
-		else
-			(*skipped)++;
+		if (n_locked > 0)
+		{
+			strlcpy(served->name, q->name, sizeof(served->name));
+			served->limited = q->concurrency > 0;
+		}
 	}
 	if (n_locked > 0)
 	{
@@ -107,7 +295,7 @@ ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skip
 										   " WHERE s.ctid = ANY ($1) AND s.status IN ('pending', 'retrying')"
 										   " RETURNING s.*, s.ctid AS row_tid) "
 										   "SELECT %s, row_tid FROM claimed"
-										   " ORDER BY owner::pg_catalog.oid, next_attempt_at",
+										   " ORDER BY priority, owner::pg_catalog.oid, next_attempt_at",
 										   ds_step_column_list()),
 								   5, mark_types);
 		rc = SPI_execute_plan(mark_running_plan, args, NULL, false, 0);
@@ -208,8 +396,18 @@ ds_next_due_time(void)
 
 	ds_store_spi_begin(&spi);
 	rc = SPI_execute_plan(ds_prepare_kept(&next_due_plan,
-									"SELECT min(next_attempt_at) FROM durable_steps.steps "
-									"WHERE status IN ('pending', 'retrying')", 0, NULL),
+									WAITING_GROUPS
+									"SELECT pg_catalog.min((SELECT s.next_attempt_at"
+									"  FROM durable_steps.steps s"
+									"  WHERE s.queue = g.queue AND s.priority = g.priority"
+									"   AND s.status IN ('pending', 'retrying')"
+									"  ORDER BY s.next_attempt_at LIMIT 1))"
+									" FROM g LEFT JOIN durable_steps.queues q ON q.name = g.queue"
+									/* a full or paused queue has nothing for an idle executor */
+									" WHERE q.concurrency IS NULL OR q.concurrency >"
+									"  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
+									"    WHERE r.queue = g.queue AND r.status = 'running')",
+									0, NULL),
 						  NULL, NULL, true, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "next due query failed: %s", SPI_result_code_string(rc));

@@ -17,17 +17,29 @@ typedef struct ClaimedStep
 	StepRecord	rec;			/* the step as claimed (claims only; not lost attempts) */
 } ClaimedStep;
 
+/* The queue a claim served. */
+typedef struct ClaimedQueue
+{
+	char		name[NAMEDATALEN];	/* "" when nothing was claimed */
+	bool		limited;		/* it has a concurrency limit */
+} ClaimedQueue;
+
 /*
- * In the current transaction, claim up to `limit` due steps: lock their rows (skipping rows
- * others hold), take each step's session lock (skipping steps in flight elsewhere), mark them
- * running, count their attempts and record this process as the claimant. Claims come sorted by
- * owner, then due time. The caller commits, runs each attempt, and releases each step's session
- * lock after the attempt's outcome commits. Each claim carries
- * the whole step as it was claimed: while its session lock is held nobody else changes a
- * running step, so the attempt needs no second read.
- * *skipped counts due steps passed over because someone else held them.
+ * In the current transaction (READ COMMITTED), claim up to `limit` due steps of one queue: the
+ * first queue after `after_queue` (in name order, wrapping around) that has due steps and room
+ * under its concurrency limit (README, "Queues"). Lock their rows (skipping rows others hold),
+ * take each step's session lock (skipping steps in flight elsewhere), mark them running, count
+ * their attempts and record this process as the claimant. A limited queue never has more steps
+ * running than its concurrency: its row in durable_steps.queues is locked while its running
+ * steps are counted and the claim is made. Claims come sorted by priority, then owner, then due
+ * time. The caller commits, runs each attempt, and releases each step's session lock after the
+ * attempt's outcome commits. Each claim carries the whole step as it was claimed: while its
+ * session lock is held nobody else changes a running step, so the attempt needs no second read.
+ * *served names the queue served; *skipped counts due steps passed over because someone else
+ * held them.
  */
-extern int	ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims, int *skipped);
+extern int	ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
+							   MemoryContext cxt, ClaimedStep **claims, int *skipped);
 
 /*
  * In the current transaction, find steps left running by an executor that is gone (their
@@ -36,7 +48,11 @@ extern int	ds_claim_due_steps(int limit, MemoryContext cxt, ClaimedStep **claims
  */
 extern int	ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered);
 
-/* The earliest next_attempt_at of a pending or retrying step; 0 when there is none. */
+/*
+ * The earliest next_attempt_at of a pending or retrying step of a queue with room under its
+ * limit; 0 when there is none. (A full queue gets room when one of its attempts ends, and the
+ * executor that ran it looks again at once.)
+ */
 extern TimestampTz ds_next_due_time(void);
 
 #endif							/* DS_STEP_CLAIMS_H */

@@ -56,8 +56,8 @@ ds_isolation_init_session(void)
 }
 
 /* Seed random() afresh: a seed set by one role's setseed() must not choose the next one's. */
-static void
-reseed_random(void)
+void
+ds_isolation_reseed_random(void)
 {
 	uint32		seed;
 
@@ -89,7 +89,7 @@ void
 ds_isolation_end_owner(int level)
 {
 	AtEOXact_GUC(true, level);
-	reseed_random();
+	ds_isolation_reseed_random();
 }
 
 void

@@ -25,6 +25,9 @@ extern void ds_isolation_enter(Oid owner, int save_sec_context);
 /* After a body that succeeded, still inside its subtransaction: drop what it left in the session. */
 extern void ds_isolation_reset_session(void);
 
+/* Seed random() afresh (after an owner's code ran outside an owner group: outcome hooks). */
+extern void ds_isolation_reseed_random(void);
+
 /* After a body that failed and was rolled back: drop what the rollback did not. */
 extern void ds_isolation_reset_after_abort(void);
 

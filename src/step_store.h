@@ -63,6 +63,10 @@ typedef struct StepRecord
 	Oid			owner;
 	char	   *search_path;
 	char	   *notify;			/* channel NOTIFYed when the step stops; NULL = none */
+	char	   *on_success;		/* hook SQL run when the step succeeds; NULL = none */
+	char	   *on_failure;		/* hook SQL run when the step fails for good; NULL = none */
+	char	   *queue;			/* the queue the worker serves it from (README, "Queues") */
+	int			priority;		/* lower numbers first within the queue */
 	StepStatus	status;
 	Jsonb	   *result;
 	char	   *error_class;
@@ -123,6 +127,10 @@ typedef enum StepColumn
 	STEP_COL_OWNER,
 	STEP_COL_SEARCH_PATH,
 	STEP_COL_NOTIFY,
+	STEP_COL_ON_SUCCESS,
+	STEP_COL_ON_FAILURE,
+	STEP_COL_QUEUE,
+	STEP_COL_PRIORITY,
 	STEP_COL_STATUS,
 	STEP_COL_RESULT,
 	STEP_COL_ERROR_CLASS,

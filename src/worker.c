@@ -4,9 +4,11 @@
  *
  * One pass of the loop:
  *   1. find attempts whose executor is gone and record them as lost (invocation_lost);
- *   2. claim a batch of due steps and COMMIT them as started (status running, attempt number
- *      counted, claiming process recorded, each step's session lock held) -- an attempt is
- *      durable before it runs; its attempt row is written once, with its outcome;
+ *   2. claim a batch of due steps of one queue -- the next one, in turn, with due steps and room
+ *      under its concurrency limit (step_claims.c) -- and COMMIT them as started (status
+ *      running, attempt number counted, claiming process recorded, each step's session lock
+ *      held) -- an attempt is durable before it runs; its attempt row is written once, with its
+ *      outcome;
  *   3. run the claimed attempts, each in its own subtransaction and as the step's owner, and
  *      commit their outcomes; several attempts share one transaction for throughput, for at most
  *      a few milliseconds, so that a failed commit loses nothing but time: the attempts stay
@@ -57,6 +59,8 @@ static int	batch_size = 100;
 #define SHARED_TRANSACTION_MS 20
 
 static int	my_slot = -1;
+/* the queue this executor claimed from last (step_claims.c serves the next one first) */
+static char last_queue[NAMEDATALEN] = "";
 static MemoryContext pass_cxt = NULL;
 /* the name of the database this executor serves, for log lines */
 static char *my_database = NULL;
@@ -101,12 +105,22 @@ release_slot(int code, Datum arg)
 	}
 }
 
+/*
+ * Isolation level of the next transaction begin_transaction starts: -1 for the default, or
+ * XACT_READ_COMMITTED for a claim (whose count of a queue's running steps must see the claims
+ * committed before it took the queue's lock, whatever default_transaction_isolation says).
+ */
+static int	next_isolation = -1;
+
 /* Start a transaction with a snapshot, and say so in pg_stat_activity. */
 static void
 begin_transaction(const char *activity)
 {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	if (next_isolation >= 0)
+		XactIsoLevel = next_isolation;
+	next_isolation = -1;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, activity);
 }
@@ -263,7 +277,7 @@ run_claimed_attempt(ClaimedStep *claim)
  * go once its outcome committed; so are the session-level advisory locks bodies took.
  */
 static void
-run_claimed(ClaimedStep *claims, int n)
+run_claimed(ClaimedStep *claims, int n, bool limited_queue)
 {
 	int			done = 0;
 
@@ -301,6 +315,12 @@ run_claimed(ClaimedStep *claims, int n)
 				 !TimestampDifferenceExceeds(opened, GetCurrentTimestamp(), SHARED_TRANSACTION_MS));
 		ds_direct_write_batch_end();
 		ds_isolation_end_owner(owner_level);
+		/*
+		 * An attempt of a limited queue that ends makes room in it: another executor may take
+		 * the queue's next due step while this one goes on with the rest of its batch.
+		 */
+		if (limited_queue)
+			ds_worker_wake_at_commit();
 		/* the claims run now go with the commit; those still to run are held for the session */
 		ds_step_lock_release_all_session();
 		for (int i = done; i < n; i++)
@@ -342,15 +362,21 @@ static bool
 claim_and_run_batch(int *skipped)
 {
 	ClaimedStep *claims;
+	ClaimedQueue served;
 	int			claimed;
 
 	*skipped = 0;
+	next_isolation = XACT_READ_COMMITTED;
 	if (!begin_work("durable_steps: claiming due steps"))
 		return true;
-	claimed = ds_claim_due_steps(batch_size, pass_cxt, &claims, skipped);
+	claimed = ds_claim_due_steps(batch_size, last_queue, &served, pass_cxt, &claims, skipped);
 	commit_transaction();
 	if (claimed > 0)
-		run_claimed(claims, claimed);
+	{
+		/* the next claim starts from the queue after this one: no queue waits on another */
+		strlcpy(last_queue, served.name, sizeof(last_queue));
+		run_claimed(claims, claimed, served.limited);
+	}
 	MemoryContextReset(pass_cxt);
 	return claimed > 0;
 }

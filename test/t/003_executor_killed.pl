@@ -14,7 +14,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $node = worker_node('worker');
+# one executor: the test kills the one running the step
+my $node = worker_node('worker', "durable_steps.max_workers = 1\n");
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION durable_steps;

@@ -12,8 +12,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+# one executor: the test cancels and follows the executor process
 my $node = worker_node('isolation',
-	"durable_steps.database = 'postgres'\ndurable_steps.poll_interval = '100ms'\n");
+	"durable_steps.database = 'postgres'\ndurable_steps.poll_interval = '100ms'\ndurable_steps.max_workers = 1\n");
 $node->safe_psql('postgres', q{
 CREATE EXTENSION durable_steps;
 CREATE ROLE mallory LOGIN;

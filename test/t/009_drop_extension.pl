@@ -13,7 +13,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $node = worker_node('worker', "durable_steps.database = 'postgres'\n");
+# one executor: the test follows that process through the DROP
+my $node = worker_node('worker', "durable_steps.database = 'postgres'\ndurable_steps.max_workers = 1\n");
 $node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
 # the executor has seen the extension: it ran a step's second attempt
 $node->safe_psql('postgres', q{SELECT status FROM ds_run_step('seen', 's',

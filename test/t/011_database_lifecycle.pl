@@ -14,7 +14,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $appnode = worker_node('appdb', "durable_steps.database = 'appdb'\n");
+# one executor: the test counts its sessions, starts and exits
+my $appnode = worker_node('appdb', "durable_steps.database = 'appdb'\ndurable_steps.max_workers = 1\n");
 {
 	my $t = 'DROP DATABASE';
 	my $n = $appnode;

@@ -11,7 +11,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
 
-my $node = worker_node('cancel', "durable_steps.database = 'postgres'\n");
+# one executor: the test checks that the executor running the cancelled attempt survives
+my $node = worker_node('cancel', "durable_steps.database = 'postgres'\ndurable_steps.max_workers = 1\n");
 $node->safe_psql('postgres', q{
 CREATE EXTENSION durable_steps;
 CREATE ROLE app;

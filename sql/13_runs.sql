@@ -1,7 +1,7 @@
 -- Runs (README, "Runs"): bad arguments of ds_start_run and of the run controls get a clear error
 -- with a documented SQLSTATE and change nothing; the in-workflow calls refuse to run outside a
--- workflow. (Whether runs run is for the TAP tests: the worker serves this database too, so
--- everything started here is rolled back before the worker could see it.)
+-- workflow. (pg_regress runs no worker: whether runs run is for the TAP tests, 025-028. What is
+-- started here is rolled back all the same.)
 
 CREATE FUNCTION run_try(q text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
