@@ -12,7 +12,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = worker_node('runs_killed', "durable_steps.database = 'postgres'\n");
+my $node = worker_node('runs_killed', "durable_steps.database = 'postgres'\ndurable_steps.max_workers = 1\n");
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION durable_steps;
