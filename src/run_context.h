@@ -10,7 +10,21 @@
 /* The step id of a turn's own context entry: step ids are never empty, so it names no step. */
 #define DS_TURN_STEP_ID ""
 
-/* How a turn ended when a call in it had to wait. */
+/*
+ * The work a suspended turn leaves to the executor, done after the turn's rollback in the turn's
+ * transaction: a step attempt to run, or a wait to record.
+ */
+typedef enum TurnWork
+{
+	TURN_WORK_NONE,
+	TURN_WORK_STEP,				/* run the next attempt of step `step_id` (call in step_call) */
+	TURN_WORK_SLEEP,			/* record sleep step `step_id`, until `until` */
+	TURN_WORK_EVENT_START,		/* record event step `step_id` waiting for `event` */
+	TURN_WORK_EVENT_DONE,		/* record event step `step_id` succeeded with `payload` */
+	TURN_WORK_EVENT_TIMEOUT		/* record event step `step_id` failed: timed out */
+} TurnWork;
+
+/* How a turn ended when a call in it had to wait or had work to do. */
 typedef struct TurnSuspension
 {
 	bool		suspended;
@@ -19,6 +33,14 @@ typedef struct TurnSuspension
 	char	   *reason;
 	char	   *step_id;
 	char	   *event;			/* the event awaited, or NULL */
+	TurnWork	work;
+	char	   *step_call;		/* TURN_WORK_STEP: ds_run_step's arguments, as jsonb text */
+	int64		step_timeout;	/* TURN_WORK_STEP: the attempt's limit, microseconds */
+	TimestampTz until;			/* TURN_WORK_SLEEP */
+	int64		event_timeout;	/* TURN_WORK_EVENT_START: microseconds, 0 = none */
+	char	   *payload;		/* TURN_WORK_EVENT_DONE: jsonb text, NULL = SQL NULL */
+	Oid			owner;			/* the role the workflow called as */
+	char	   *search_path;
 } TurnSuspension;
 
 /* The schema the extension's functions are in. */
@@ -43,18 +65,10 @@ extern void ds_turn_suspend(bool blocked, TimestampTz wake_at, const char *reaso
 							const char *step_id, const char *event) pg_attribute_noreturn();
 
 /*
- * Step `step_id` of the current run holds records that must outlive the turn's rollback (failed
- * attempts, a sleep's wake-up time, an event wait's start): keep a copy of its row and its
- * attempts in backend memory, and hold its lock for the session until the turn has ended.
+ * The turn has work to do that must commit on its own (a step attempt, a wait to record): end it
+ * here like a suspension, and leave the work in `work` (its strings are copied). Never returns.
  */
-extern void ds_turn_keep_step(const char *run_id, const char *step_id);
-
-/*
- * After the turn, in the turn's transaction: write the kept steps and their attempts back as
- * they were kept, where a rollback took them -- the turn's, or that of an exception block of the
- * workflow that caught a step's failure and went on. Returns how many were written.
- */
-extern int	ds_turn_restore_kept_steps(void);
+extern void ds_turn_suspend_for_work(const TurnSuspension *work) pg_attribute_noreturn();
 
 /* After the turn's transaction ended: let go of the kept steps' locks and memory. */
 extern void ds_turn_release(void);

@@ -2,16 +2,17 @@
  * run_steps.c -- what a workflow calls on its run: ds_step, ds_sleep, ds_await_event; and
  * ds_emit_event, which anybody calls (README, "Runs").
  *
- * ds_step is ds_run_step on the current run (same rules, same records, the run's policy as the
- * default): a completed step replays its result, a new or due one runs its attempt inline. What
- * the workflow sees is a value or an error: the result of a succeeded step; the step-failed
- * error (DS102) of a step that failed for good; and, for a step that must wait -- its retry not
- * due, blocked for a person -- the turn's suspension (run_context.c).
+ * In a turn these only replay: a step that completed before returns its result (through
+ * ds_run_step, asked to run nothing now: `defer => true`), one that failed for good raises the
+ * step-failed error (DS102) into the workflow, one that must wait -- its retry not due, blocked
+ * for a person, a sleep, an event -- suspends the run. A call that has work to do (an attempt
+ * that is due, a wait to begin or end) ends the turn and leaves the work to the executor, which
+ * does it after the turn's rollback, so that it commits on its own (run_context.c, run_turn.c).
  *
  * Sleeps and event waits are steps too (kind 'sleep' and 'event'), so that their state replays
  * like any step's: a sleep records its wake-up time the first time it is reached (a succeeded
  * step whose result is {"until": ...}); an event wait records when it began (a pending step that
- * no executor claims, its next_attempt_at NULL) and, once the event is there, its payload.
+ * no executor claims, its next_attempt_at NULL), then the event's payload or its timeout.
  */
 #include "compat.h"
 
@@ -25,7 +26,9 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "tcop/utility.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/datetime.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -37,6 +40,8 @@
 #include "ds_errcodes.h"
 #include "policy.h"
 #include "run_context.h"
+#include "run_steps.h"
+#include "step_exec.h"
 #include "step_lock.h"
 #include "store.h"
 #include "worker_wakeup.h"
@@ -87,7 +92,11 @@ throw_step_failed(const char *run_id, const char *step_id, const char *status,
 			 errhint("Catch SQLSTATE DS102 in the workflow to carry on without the step; re-arm it with ds_retry_step() and resume the run with ds_resume_run().")));
 }
 
-/* The plan that calls ds_run_step() by its qualified name, made for the extension's schema. */
+/*
+ * The plan that calls ds_run_step() by its qualified name, made for the extension's schema, to
+ * replay: with defer => true it runs no attempt (a new step is stored pending, and rolled back
+ * with the turn).
+ */
 static SPIPlanPtr step_plan = NULL;
 static Oid	step_plan_schema = InvalidOid;
 
@@ -107,12 +116,78 @@ run_step_plan(void)
 	step_plan_schema = schema;
 	return ds_prepare_kept(&step_plan,
 						   psprintf("SELECT status, result, next_attempt_at, error_class, error_code,"
-									" error_message, remediation, replayed"
+									" error_message, remediation"
 									" FROM %s.ds_run_step(run_id => $1, step_id => $2, sql => $3,"
 									" input => $4, policy => $5, timeout => $6, retry_on => $7,"
-									" fail_on => $8, on_timeout => $9)",
+									" fail_on => $8, on_timeout => $9, defer => true)",
 									quote_identifier(get_namespace_name(schema))),
 						   9, types);
+}
+
+/* Append `"key": <string>` to a JSON object being built. */
+static void
+append_string_field(StringInfo buf, const char *key, const char *value)
+{
+	appendStringInfo(buf, "%s\"%s\": ", buf->len > 1 ? ", " : "", key);
+	escape_json(buf, value);
+}
+
+/* Append the text[] `arr` as a JSON array under `key`. */
+static void
+append_text_array(StringInfo buf, const char *key, Datum arr)
+{
+	Datum	   *elems;
+	bool	   *enulls;
+	int			n;
+
+	deconstruct_array(DatumGetArrayTypeP(arr), TEXTOID, -1, false, TYPALIGN_INT, &elems, &enulls, &n);
+	appendStringInfo(buf, "%s\"%s\": [", buf->len > 1 ? ", " : "", key);
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0)
+			appendStringInfoString(buf, ", ");
+		if (enulls[i])
+			appendStringInfoString(buf, "null");
+		else
+			escape_json(buf, TextDatumGetCString(elems[i]));
+	}
+	appendStringInfoChar(buf, ']');
+}
+
+/*
+ * ds_run_step's arguments for the attempt the executor runs after the turn, as the text of a
+ * jsonb object (a key is left out for SQL NULL, so that a JSON null input stays one). The
+ * attempt is bounded like a worker attempt: by its timeout, or durable_steps.default_timeout.
+ */
+static char *
+encode_step_call(Datum *args, char *nulls, int64 *limit)
+{
+	StringInfoData buf;
+	int64		timeout = nulls[5] == ' ' ? ds_interval_to_usecs(DatumGetIntervalP(args[5])) : 0;
+
+	*limit = ds_worker_attempt_limit_usecs(timeout);
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	append_string_field(&buf, "run_id", TextDatumGetCString(args[0]));
+	append_string_field(&buf, "step_id", TextDatumGetCString(args[1]));
+	append_string_field(&buf, "sql", TextDatumGetCString(args[2]));
+	if (nulls[3] == ' ')
+		appendStringInfo(&buf, ", \"input\": %s",
+						 JsonbToCString(NULL, &DatumGetJsonbP(args[3])->root, 0));
+	if (nulls[4] == ' ')
+		appendStringInfo(&buf, ", \"policy\": %s",
+						 JsonbToCString(NULL, &DatumGetJsonbP(args[4])->root, 0));
+	append_string_field(&buf, "timeout",
+						DatumGetCString(DirectFunctionCall1(interval_out,
+															IntervalPGetDatum(ds_usecs_to_interval(*limit)))));
+	if (nulls[6] == ' ')
+		append_text_array(&buf, "retry_on", args[6]);
+	if (nulls[7] == ' ')
+		append_text_array(&buf, "fail_on", args[7]);
+	if (nulls[8] == ' ')
+		append_string_field(&buf, "on_timeout", TextDatumGetCString(args[8]));
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
 }
 
 /*
@@ -137,7 +212,6 @@ ds_step(PG_FUNCTION_ARGS)
 	char	   *error_code;
 	char	   *error_message;
 	char	   *remediation;
-	bool		replayed;
 	MemoryContext caller_cxt = CurrentMemoryContext;
 
 	step_id = name_arg(fcinfo, 0, "step_id");
@@ -189,7 +263,6 @@ ds_step(PG_FUNCTION_ARGS)
 		error_code = SPI_getvalue(row, td, 5);
 		error_message = SPI_getvalue(row, td, 6);
 		remediation = SPI_getvalue(row, td, 7);
-		replayed = DatumGetBool(SPI_getbinval(row, td, 8, &isnull));
 		MemoryContextSwitchTo(spi_cxt);
 	}
 	SPI_finish();
@@ -200,16 +273,29 @@ ds_step(PG_FUNCTION_ARGS)
 			PG_RETURN_NULL();
 		PG_RETURN_JSONB_P(result);
 	}
-	/* an attempt ran now and failed: its record must outlive the turn's rollback */
-	if (!replayed)
-		ds_turn_keep_step(run_id, step_id);
-	if (strcmp(status, "retrying") == 0 || strcmp(status, "pending") == 0)
-		ds_turn_suspend(false, next_at != 0 ? next_at : GetCurrentTimestamp(),
+	if ((strcmp(status, "retrying") == 0 || strcmp(status, "pending") == 0) &&
+		next_at > GetCurrentTimestamp())
+		ds_turn_suspend(false, next_at,
 						error_message ?
 						psprintf("retry of step %s (last error %s: %s)", step_id,
 								 error_code ? error_code : "?", error_message) :
 						psprintf("step %s", step_id),
 						step_id, NULL);
+	if (strcmp(status, "retrying") == 0 || strcmp(status, "pending") == 0)
+	{
+		/* due: its attempt runs after this turn, and commits on its own */
+		TurnSuspension work;
+
+		memset(&work, 0, sizeof(work));
+		work.work = TURN_WORK_STEP;
+		work.wake_at = GetCurrentTimestamp();
+		work.reason = psprintf("running step %s", step_id);
+		work.step_id = step_id;
+		work.step_call = encode_step_call(args, nulls, &work.step_timeout);
+		work.owner = GetUserId();
+		work.search_path = namespace_search_path;
+		ds_turn_suspend_for_work(&work);
+	}
 	if (strcmp(status, "blocked") == 0)
 		ds_turn_suspend(true, 0,
 						psprintf("step %s is blocked: %s", step_id,
@@ -223,9 +309,10 @@ ds_step(PG_FUNCTION_ARGS)
 	PG_RETURN_NULL();
 }
 
-/* A step of the run made by ds_sleep or ds_await_event: its record, before it is inserted. */
+/* A step of the run made by ds_sleep or ds_await_event: its record, before it is written. */
 static void
-wait_step_record(StepRecord *rec, const char *run_id, const char *step_id, const char *kind)
+wait_step_record(StepRecord *rec, const char *run_id, const char *step_id, const char *kind,
+				 Oid owner, const char *search_path)
 {
 	RetryPolicy unused;
 	TimestampTz now = GetCurrentTimestamp();
@@ -239,23 +326,21 @@ wait_step_record(StepRecord *rec, const char *run_id, const char *step_id, const
 	rec->policy = ds_policy_default_jsonb(&unused);
 	rec->max_attempts = 1;
 	rec->on_timeout = "retry";
-	rec->owner = GetUserId();
-	rec->search_path = namespace_search_path;
+	/* never claimed by an executor: the queue only has to be a valid one */
+	rec->queue = "default";
+	rec->owner = owner;
+	rec->search_path = pstrdup(search_path);
 	rec->created_at = now;
 	rec->updated_at = now;
 }
 
 /*
- * Lock the identity of a sleep or event step of the current run and read it; false when it does
- * not exist. One of another kind, or another role's, is a conflict.
+ * Read the sleep or event step `step_id` of the current run; false when it does not exist. One
+ * of another kind, or another role's, is a conflict.
  */
 static bool
-lock_wait_step(const char *run_id, const char *step_id, const char *kind, StepRecord *rec)
+read_wait_step(const char *run_id, const char *step_id, const char *kind, StepRecord *rec)
 {
-	if (!ds_step_lock_acquire(run_id, step_id, false))
-		ereport(ERROR,
-				(errcode(ERRCODE_DS_IN_PROGRESS),
-				 errmsg("step %s/%s is in progress in this process", run_id, step_id)));
 	if (!ds_store_lock_step(run_id, step_id, rec))
 		return false;
 	if (rec->owner != GetUserId())
@@ -286,20 +371,47 @@ until_jsonb(TimestampTz until)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(s.data)));
 }
 
+/* Text field `key` of a jsonb object; NULL when absent. */
+static char *
+jsonb_field_text(Jsonb *j, const char *key)
+{
+	LOCAL_FCINFO(call, 2);
+	Datum		d;
+
+	if (j == NULL)
+		return NULL;
+	InitFunctionCallInfoData(*call, NULL, 2, InvalidOid, NULL, NULL);
+	call->args[0].value = PointerGetDatum(j);
+	call->args[0].isnull = false;
+	call->args[1].value = CStringGetTextDatum(key);
+	call->args[1].isnull = false;
+	d = jsonb_object_field_text(call);
+	return call->isnull ? NULL : TextDatumGetCString(d);
+}
+
 /* The time in the result of a sleep step. */
 static TimestampTz
 sleep_until(const StepRecord *rec)
 {
-	text	   *t;
+	char	   *t = jsonb_field_text(rec->result, "until");
 
-	if (rec->result == NULL)
+	if (t == NULL)
 		elog(ERROR, "sleep step %s/%s has no wake-up time", rec->run_id, rec->step_id);
-	t = DatumGetTextPP(DirectFunctionCall2(jsonb_object_field_text, PointerGetDatum(rec->result),
-										   CStringGetTextDatum("until")));
-	return DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in,
-												   CStringGetDatum(text_to_cstring(t)),
+	return DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in, CStringGetDatum(t),
 												   ObjectIdGetDatum(InvalidOid),
 												   Int32GetDatum(-1)));
+}
+
+/* A wait's work for the executor, as far as the calls below share it. */
+static void
+wait_work(TurnSuspension *work, TurnWork kind, const char *step_id, const char *reason)
+{
+	memset(work, 0, sizeof(*work));
+	work->work = kind;
+	work->step_id = (char *) step_id;
+	work->reason = (char *) reason;
+	work->owner = GetUserId();
+	work->search_path = namespace_search_path;
 }
 
 /* ds_sleep(step_id, duration): the run goes on no earlier than `duration` after it first got here. */
@@ -321,19 +433,17 @@ ds_sleep(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("duration must not be negative")));
-	if (lock_wait_step(run_id, step_id, "sleep", &rec))
-		until = sleep_until(&rec);
-	else
+	if (!read_wait_step(run_id, step_id, "sleep", &rec))
 	{
-		wait_step_record(&rec, run_id, step_id, "sleep");
-		until = rec.created_at + usecs;
-		rec.status = STEP_SUCCEEDED;
-		rec.result = until_jsonb(until);
-		rec.finished_at = rec.created_at;
-		ds_store_insert_step(&rec);
-		/* the wake-up time must outlive this turn's rollback */
-		ds_turn_keep_step(run_id, step_id);
+		/* the wake-up time is recorded once, and the run sleeps until it */
+		TurnSuspension work;
+
+		wait_work(&work, TURN_WORK_SLEEP, step_id, psprintf("sleep %s", step_id));
+		work.until = GetCurrentTimestamp() + usecs;
+		work.wake_at = work.until;
+		ds_turn_suspend_for_work(&work);
 	}
+	until = sleep_until(&rec);
 	if (GetCurrentTimestamp() < until)
 		ds_turn_suspend(false, until, psprintf("sleep %s", step_id), step_id, NULL);
 	PG_RETURN_VOID();
@@ -387,36 +497,6 @@ event_request(const char *name)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(s.data)));
 }
 
-/* The event's name in an event step's request. */
-static char *
-event_name_of(const StepRecord *rec)
-{
-	text	   *t;
-
-	if (rec->request == NULL)
-		return "";
-	t = DatumGetTextPP(DirectFunctionCall2(jsonb_object_field_text, PointerGetDatum(rec->request),
-										   CStringGetTextDatum("event")));
-	return text_to_cstring(t);
-}
-
-/* The event wait timed out: recorded as failed (it outlives the rollback) and raised. */
-static void
-event_timed_out(StepRecord *rec, const char *name)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	rec->status = STEP_FAILED;
-	rec->error_class = "timeout";
-	rec->error_code = pstrdup(unpack_sql_state(ERRCODE_DS_EVENT_TIMEOUT));
-	rec->error_message = psprintf("event %s was not emitted in time", name);
-	rec->next_attempt_at = 0;
-	rec->updated_at = now;
-	rec->finished_at = now;
-	ds_store_update_step(rec);
-	ds_turn_keep_step(rec->run_id, rec->step_id);
-}
-
 /*
  * ds_await_event(step_id, name, timeout) -> jsonb: the payload of event `name` emitted by the
  * run's owner; the run waits until it is emitted. A timeout, counted from the first time the run
@@ -432,8 +512,8 @@ ds_await_event(PG_FUNCTION_ARGS)
 	int64		timeout = 0;
 	StepRecord	rec;
 	Jsonb	   *payload;
-	bool		exists;
 	TimestampTz deadline = 0;
+	TurnSuspension work;
 
 	if (!PG_ARGISNULL(2))
 	{
@@ -443,14 +523,15 @@ ds_await_event(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("timeout must be more than 0")));
 	}
-	exists = lock_wait_step(run_id, step_id, "event", &rec);
-	if (exists)
+	if (read_wait_step(run_id, step_id, "event", &rec))
 	{
-		if (strcmp(event_name_of(&rec), name) != 0)
+		char	   *waited_for = jsonb_field_text(rec.request, "event");
+
+		if (waited_for == NULL || strcmp(waited_for, name) != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_DS_STEP_CONFLICT),
 					 errmsg("step %s/%s already waits for event %s", run_id, step_id,
-							event_name_of(&rec)),
+							waited_for ? waited_for : "(none)"),
 					 errhint("Use a new step_id for a different event.")));
 		if (rec.status == STEP_SUCCEEDED)
 		{
@@ -466,53 +547,85 @@ ds_await_event(PG_FUNCTION_ARGS)
 		if (rec.status != STEP_PENDING)
 			throw_step_failed(run_id, step_id, ds_step_status_name(rec.status),
 							  rec.error_class, rec.error_code, rec.error_message);
+		/* the wait began when the step was recorded: the timeout counts from there */
 		if (rec.timeout > 0)
 			deadline = rec.created_at + rec.timeout;
+		if (find_event(owner, name, &payload))
+		{
+			wait_work(&work, TURN_WORK_EVENT_DONE, step_id, psprintf("event %s arrived", name));
+			work.wake_at = GetCurrentTimestamp();
+			work.payload = payload ? JsonbToCString(NULL, &payload->root, 0) : NULL;
+			work.event = name;
+			ds_turn_suspend_for_work(&work);
+		}
+		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+		{
+			wait_work(&work, TURN_WORK_EVENT_TIMEOUT, step_id,
+					  psprintf("event %s timed out", name));
+			work.wake_at = GetCurrentTimestamp();
+			work.event = name;
+			ds_turn_suspend_for_work(&work);
+		}
+		ds_turn_suspend(false, deadline, psprintf("event %s", name), step_id, name);
 	}
-	if (find_event(owner, name, &payload))
-	{
-		TimestampTz now = GetCurrentTimestamp();
-
-		if (!exists)
-			wait_step_record(&rec, run_id, step_id, "event");
-		rec.request = event_request(name);
-		rec.status = STEP_SUCCEEDED;
-		rec.result = payload;
-		rec.timeout = exists ? rec.timeout : timeout;
-		rec.next_attempt_at = 0;
-		rec.updated_at = now;
-		rec.finished_at = now;
-		if (exists)
-			ds_store_update_step(&rec);
-		else
-			ds_store_insert_step(&rec);
-		if (payload == NULL)
-			PG_RETURN_NULL();
-		PG_RETURN_JSONB_P(payload);
-	}
-	if (!exists)
-	{
-		/* pending with no next attempt time: no executor claims it; the run waits */
-		wait_step_record(&rec, run_id, step_id, "event");
-		rec.request = event_request(name);
-		rec.status = STEP_PENDING;
-		rec.timeout = timeout;
-		ds_store_insert_step(&rec);
-		/* when the wait began must outlive this turn's rollback: the timeout counts from it */
-		ds_turn_keep_step(run_id, step_id);
-		if (timeout > 0)
-			deadline = rec.created_at + timeout;
-	}
-	else if (deadline != 0 && GetCurrentTimestamp() >= deadline)
-	{
-		event_timed_out(&rec, name);
-		ereport(ERROR,
-				(errcode(ERRCODE_DS_EVENT_TIMEOUT),
-				 errmsg("step %s of run %s: event %s was not emitted in time", step_id, run_id,
-						name)));
-	}
-	ds_turn_suspend(false, deadline, psprintf("event %s", name), step_id, name);
+	/* the first time here: the wait begins (and, if the event is there, ends at once) */
+	wait_work(&work, TURN_WORK_EVENT_START, step_id, psprintf("event %s", name));
+	work.event = name;
+	work.event_timeout = timeout;
+	work.wake_at = timeout > 0 ? GetCurrentTimestamp() + timeout : 0;
+	ds_turn_suspend_for_work(&work);
 	PG_RETURN_NULL();
+}
+
+void
+ds_turn_record_wait(const char *run_id, TurnSuspension *work)
+{
+	StepRecord	rec;
+	TimestampTz now = GetCurrentTimestamp();
+
+	switch (work->work)
+	{
+		case TURN_WORK_SLEEP:
+			wait_step_record(&rec, run_id, work->step_id, "sleep", work->owner, work->search_path);
+			rec.status = STEP_SUCCEEDED;
+			rec.result = until_jsonb(work->until);
+			rec.finished_at = rec.created_at;
+			ds_store_insert_step(&rec);
+			break;
+		case TURN_WORK_EVENT_START:
+			/* pending with no next attempt time: no executor claims it; the run waits */
+			wait_step_record(&rec, run_id, work->step_id, "event", work->owner, work->search_path);
+			rec.request = event_request(work->event);
+			rec.status = STEP_PENDING;
+			rec.timeout = work->event_timeout;
+			ds_store_insert_step(&rec);
+			break;
+		case TURN_WORK_EVENT_DONE:
+		case TURN_WORK_EVENT_TIMEOUT:
+			if (!ds_store_lock_step(run_id, work->step_id, &rec) || rec.status != STEP_PENDING)
+				return;			/* cancelled meanwhile */
+			rec.updated_at = now;
+			rec.finished_at = now;
+			rec.next_attempt_at = 0;
+			if (work->work == TURN_WORK_EVENT_DONE)
+			{
+				rec.status = STEP_SUCCEEDED;
+				rec.result = work->payload ?
+					DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(work->payload))) :
+					NULL;
+			}
+			else
+			{
+				rec.status = STEP_FAILED;
+				rec.error_class = "timeout";
+				rec.error_code = pstrdup(unpack_sql_state(ERRCODE_DS_EVENT_TIMEOUT));
+				rec.error_message = psprintf("event %s was not emitted in time", work->event);
+			}
+			ds_store_update_step(&rec);
+			break;
+		default:
+			elog(ERROR, "not a wait to record");
+	}
 }
 
 /*

@@ -8,12 +8,15 @@
  * durable_steps.default_timeout and max_worker_attempt_time, stoppable by ds_cancel_run), inside
  * a subtransaction of its own:
  *
- *   - the workflow returned and nothing suspended: the subtransaction is kept, so the steps the
- *     turn completed commit together with their effects, and the run succeeds with the
- *     workflow's value as its output;
- *   - a call suspended (or the workflow raised): the subtransaction rolls back, taking every
- *     effect of the turn with it; the records that must survive are written back
- *     (run_context.c), and the run is recorded waiting, blocked or failed.
+ *   - the workflow returned and nothing suspended: the subtransaction is kept (the workflow's own
+ *     writes commit), and the run succeeds with the workflow's value as its output;
+ *   - a call ended the turn (run_context.c): the subtransaction rolls back, and the one piece of
+ *     work the call left is done in the turn's transaction -- the next attempt of a step (run
+ *     isolated as the workflow's role, through ds_run_step, so that its effect and its record
+ *     commit together), or a wait's record -- and the run is recorded waiting (due at once when
+ *     it can go on), blocked, or failed when the workflow raised.
+ *
+ * So each step's effect commits once, as soon as it completed, whatever the run waits for later.
  *
  * A claim commits the turn as started (status running, turns counted, claimant recorded) and
  * holds the run's session lock until the turn's outcome commits, as claims of steps do; the
@@ -41,6 +44,7 @@
 #include "ds_errcodes.h"
 #include "policy.h"
 #include "run_context.h"
+#include "run_steps.h"
 #include "run_turn.h"
 #include "step_exec.h"
 #include "step_lock.h"
@@ -280,6 +284,124 @@ turn_statement(const char *workflow, bool *returns_value)
 	return sql;
 }
 
+/* ds_cancel_run stopped the turn: the run and its unfinished steps are cancelled. */
+static void
+run_cancelled(const char *run_id)
+{
+	RunOutcome	o;
+
+	memset(&o, 0, sizeof(o));
+	o.status = "cancelled";
+	o.wait_reason = "cancelled by ds_cancel_run()";
+	record_run(run_id, &o);
+	cancel_run_steps(run_id);
+}
+
+/* Text field `key` of a jsonb object; NULL when absent or null. */
+static char *
+field_text(Jsonb *j, const char *key)
+{
+	LOCAL_FCINFO(call, 2);
+	Datum		d;
+
+	InitFunctionCallInfoData(*call, NULL, 2, InvalidOid, NULL, NULL);
+	call->args[0].value = PointerGetDatum(j);
+	call->args[0].isnull = false;
+	call->args[1].value = CStringGetTextDatum(key);
+	call->args[1].isnull = false;
+	d = jsonb_object_field_text(call);
+	return call->isnull ? NULL : TextDatumGetCString(d);
+}
+
+/*
+ * The turn ended at a step whose attempt is due: run it now, in this transaction, isolated as
+ * the role the workflow called it as (like a worker attempt), through ds_run_step -- which
+ * records the attempt and the step's new state with the step's effect -- and record the run as
+ * the step left it.
+ */
+static void
+run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
+{
+	StepBody	body;
+	ClassOverrides no_overrides;
+	AttemptOutcome outcome;
+	char	   *status;
+	char	   *next_at;
+
+	memset(&no_overrides, 0, sizeof(no_overrides));
+	memset(&body, 0, sizeof(body));
+	body.run_id = run->run_id;
+	body.step_id = DS_TURN_STEP_ID;
+	body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_run_step("
+						"run_id => $1 OPERATOR(pg_catalog.->>) 'run_id',"
+						" step_id => $1 OPERATOR(pg_catalog.->>) 'step_id',"
+						" sql => $1 OPERATOR(pg_catalog.->>) 'sql',"
+						" input => $1 OPERATOR(pg_catalog.->) 'input',"
+						" policy => $1 OPERATOR(pg_catalog.->) 'policy',"
+						" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval,"
+						" retry_on => (SELECT pg_catalog.array_agg(e) FROM"
+						"  pg_catalog.jsonb_array_elements_text($1 OPERATOR(pg_catalog.->) 'retry_on') e),"
+						" fail_on => (SELECT pg_catalog.array_agg(e) FROM"
+						"  pg_catalog.jsonb_array_elements_text($1 OPERATOR(pg_catalog.->) 'fail_on') e),"
+						" on_timeout => COALESCE($1 OPERATOR(pg_catalog.->>) 'on_timeout', 'retry')) r",
+						quote_identifier(get_namespace_name(ds_extension_schema())));
+	body.input = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(susp->step_call)));
+	/* the step's own timeout stops its attempt first: this bound is the backstop */
+	body.timeout = susp->step_timeout + 5 * USECS_PER_SEC;
+	body.isolate_as = OidIsValid(susp->owner) ? susp->owner : run->owner;
+	body.cancel_key = ds_attempt_cancel_key(run->run_id, DS_TURN_STEP_ID, run->turn);
+	body.search_path = susp->search_path;
+	body.overrides = &no_overrides;
+	ds_execute_step_attempt(&body, run->turn, run->turn, &outcome);
+
+	o->current_step = susp->step_id;
+	if (outcome.cls == ATTEMPT_CANCELLED)
+	{
+		run_cancelled(run->run_id);
+		return;
+	}
+	if (outcome.cls != ATTEMPT_COMPLETED)
+	{
+		/* ds_run_step refused the call (a conflicting definition, ...): the workflow's error */
+		o->status = "failed";
+		o->error_code = unpack_sql_state(outcome.sqlerrcode);
+		o->error_message = outcome.message;
+		o->error_detail = outcome.detail;
+		record_run(run->run_id, o);
+		return;
+	}
+	status = field_text(outcome.result, "status");
+	next_at = field_text(outcome.result, "next_attempt_at");
+	o->status = "waiting";
+	o->wake_at = GetCurrentTimestamp();
+	if (status == NULL)
+		elog(ERROR, "ds_run_step answered no status");
+	if (strcmp(status, "blocked") == 0)
+	{
+		o->status = "blocked";
+		o->wake_at = 0;
+		o->wait_reason = psprintf("step %s is blocked: %s", susp->step_id,
+								  field_text(outcome.result, "remediation") ?
+								  field_text(outcome.result, "remediation") : "it needs corrected input");
+	}
+	else if ((strcmp(status, "retrying") == 0 || strcmp(status, "pending") == 0) && next_at)
+	{
+		o->wake_at = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in,
+															 CStringGetDatum(next_at),
+															 ObjectIdGetDatum(InvalidOid),
+															 Int32GetDatum(-1)));
+		o->wait_reason = psprintf("retry of step %s (last error %s: %s)", susp->step_id,
+								  field_text(outcome.result, "error_code") ?
+								  field_text(outcome.result, "error_code") : "?",
+								  field_text(outcome.result, "error_message") ?
+								  field_text(outcome.result, "error_message") : "");
+	}
+	else
+		/* succeeded, or failed for good: the next turn replays it */
+		o->wait_reason = psprintf("step %s %s", susp->step_id, status);
+	record_run(run->run_id, o);
+}
+
 void
 ds_run_turn(const ClaimedRun *run, char **awaited)
 {
@@ -343,11 +465,6 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 	MemoryContextSwitchTo(oldcxt);
 	CurrentResourceOwner = oldowner;
 
-	/*
-	 * What a rollback took that records no effect: failed attempts, waits. The turn's own, or
-	 * (in a turn that completed) an exception block's that caught a step's failure.
-	 */
-	(void) ds_turn_restore_kept_steps();
 	if (outcome.cls == ATTEMPT_COMPLETED && !susp.suspended)
 	{
 		o.status = "succeeded";
@@ -357,22 +474,27 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 	}
 	if (outcome.cls == ATTEMPT_CANCELLED)
 	{
-		o.status = "cancelled";
-		o.wait_reason = "cancelled by ds_cancel_run()";
-		record_run(run->run_id, &o);
-		cancel_run_steps(run->run_id);
+		run_cancelled(run->run_id);
 		return;
 	}
 	if (susp.suspended)
 	{
+		if (susp.work == TURN_WORK_STEP)
+		{
+			run_step_work(run, &susp, &o);
+			return;
+		}
+		if (susp.work != TURN_WORK_NONE)
+			ds_turn_record_wait(run->run_id, &susp);
 		o.status = susp.blocked ? "blocked" : "waiting";
 		o.wake_at = susp.wake_at;
 		o.wait_reason = susp.reason;
 		o.current_step = susp.step_id;
-		o.wait_event = susp.event;
+		o.wait_event = susp.work == TURN_WORK_NONE || susp.work == TURN_WORK_EVENT_START ?
+			susp.event : NULL;
 		record_run(run->run_id, &o);
-		if (susp.event != NULL)
-			*awaited = pstrdup(susp.event);
+		if (o.wait_event != NULL)
+			*awaited = pstrdup(o.wait_event);
 		return;
 	}
 	/* the workflow raised: a step's failure it did not catch, or an error of its own */

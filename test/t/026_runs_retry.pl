@@ -1,5 +1,5 @@
 # Runs (README, "Runs"): a workflow's steps replay, a step that must wait for its retry suspends
-# the run, failed attempts survive the turn's rollback, a step that used up its attempts throws
+# the run, each attempt is recorded once, a step that used up its attempts throws
 # DS102 into the workflow (caught: the workflow goes on; uncaught: the run fails), and the
 # workflow runs as the role that started the run, isolated like a worker attempt.
 
@@ -79,7 +79,7 @@ is( $node->safe_psql('postgres',
 		                    ',' ORDER BY step_id, attempt) FROM ds_attempts WHERE run_id = 'r3'}),
 	's1:1:completed::alice,s2:1:retryable:flaky attempt 1:alice,s2:2:retryable:flaky attempt 2:alice,'
 	  . 's2:3:completed::alice,s3:1:completed::alice',
-	"$t: s2's failed attempts kept their history through the suspended turns");
+	"$t: s2's failed attempts are recorded, each once");
 ok( $node->safe_psql('postgres',
 		q{SELECT bool_and(owner = 'alice'::regrole AND status = 'succeeded') AND count(*) = 3
 		    FROM ds_steps WHERE run_id = 'r3'}) eq 't',
@@ -122,7 +122,7 @@ is( $node->safe_psql('postgres',
 		q{SELECT string_agg(step_id || ':' || attempt || ':' || class, ',' ORDER BY step_id, attempt)
 		    FROM ds_attempts WHERE run_id = 'ru'}),
 	'doomed:1:retryable,doomed:2:retryable',
-	"$t: the failed attempts survive the failed turn's rollback; the next step never ran");
+	"$t: the failed attempts are recorded; the next step never ran");
 
 $t = 'isolation';
 $node->safe_psql('postgres', q{SET ROLE alice; SELECT ds_start_run('restricted', '{}', 'ri')});

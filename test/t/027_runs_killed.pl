@@ -1,6 +1,7 @@
 # Runs (README, "Runs"): kill -9 of the executor in the middle of a turn -- in the workflow
-# between two steps, and inside a step's body. The crash rolls the turn back; the run is found
-# running with its executor gone, runs again, and no step's effect is committed twice.
+# between two steps, and inside a step's body. The steps completed before stay committed; the
+# crash rolls the turn back; the run is found running with its executor gone, runs again, and no
+# step's effect is committed twice.
 
 use strict;
 use warnings;
@@ -55,6 +56,9 @@ SELECT count(*) = 1 FROM pg_stat_activity
 		"$t: the executor sleeps in the turn");
 	is($node->safe_psql('postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}),
 		'running', "$t: the run is running");
+	is( $node->safe_psql('postgres',
+			qq{SELECT string_agg(step, ',' ORDER BY step) FROM ledger WHERE run = '$run'}),
+		's1', "$t: s1's effect committed before the kill (its own turn), nothing else");
 	$node->safe_psql('postgres', qq{UPDATE naps SET on_ = false WHERE place = '$where'});
 	my $pid = executor_pid($node);
 	my $off = log_offset($node);
@@ -78,8 +82,8 @@ SELECT count(*) = 1 FROM pg_stat_activity
 	is( $node->safe_psql('postgres',
 			qq{SELECT output::text || '|' || turns || '|' || (claimed_by IS NULL)
 			     FROM durable_steps.runs WHERE run_id = '$run'}),
-		'[1, ' . ($where eq 'body' ? 2 : 1) . ', 1]|2|true',
-		"$t: the output, and two turns: the lost one and the one that finished");
+		'[1, ' . ($where eq 'body' ? 2 : 1) . ', 1]|5|true',
+		"$t: the output, and five turns: one per step, the lost one, and the one that finished");
 }
 
 unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed (other than our kill -9)');

@@ -28,6 +28,11 @@ CREATE FUNCTION waiter(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql 
 BEGIN
     RETURN ds_await_event('ship', input->>'event', (input->>'timeout')::interval);
 END $$;
+CREATE FUNCTION reserve_then_wait(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM ds_step('reserve', 'INSERT INTO ledger VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
+    RETURN ds_await_event('ship', 'shipped:' || run_id);
+END $$;
 CREATE FUNCTION patient(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 BEGIN
     RETURN ds_await_event('ship', 'never', '300 ms');
@@ -105,6 +110,17 @@ ok(poll_until($node, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'ev
 cmp_ok(time() - $t0, '<', 5, "$t: at once (not by a poll of its own)");
 is($node->safe_psql('postgres', q{SELECT output FROM ds_runs WHERE run_id = 'ev-late'}),
 	'"here"', "$t: the workflow got the payload");
+$node->safe_psql('postgres', q{SELECT ds_start_run('reserve_then_wait', '{}', 'ev-reserve')});
+ok( poll_until($node, 'postgres',
+		q{SELECT status || '|' || wait_event FROM ds_runs WHERE run_id = 'ev-reserve'}, 'waiting|shipped:ev-reserve'),
+	"$t: a run waits for its event after a step");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM ledger WHERE run = 'ev-reserve'}),
+	'1', "$t: the step before the wait has taken effect while the run waits");
+$node->safe_psql('postgres', q{SELECT ds_emit_event('shipped:ev-reserve')});
+ok(poll_until($node, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'ev-reserve'}, 'succeeded'),
+	"$t: an event without payload wakes it too");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM ledger WHERE run = 'ev-reserve'}),
+	'1', "$t: and the step took effect once");
 $node->safe_psql('postgres',
 	q{SELECT ds_start_run('waiter', '{"event": "never", "timeout": "300 ms"}', 'ev-timeout')});
 ok(poll_until($node, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'ev-timeout'}, 'failed'),
