@@ -57,9 +57,10 @@ BEGIN
         NULL;
     END;
     INSERT INTO ledger VALUES (run_id, 'after the caught suspension');
-    RETURN ds_step('next', 'SELECT 1');
-EXCEPTION WHEN OTHERS THEN
-    RETURN '"swallowed"';
+    IF input->>'then' = 'step' THEN
+        RETURN ds_step('next', 'SELECT 1');
+    END IF;
+    RETURN '"returned"';
 END $$;
 CREATE FUNCTION gated(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 BEGIN
@@ -171,11 +172,15 @@ like($err, qr/DS404.*run nobody does not exist/, "$t: an unknown run is DS404");
 
 $t = 'caught suspension';
 $node->safe_psql('postgres', q{SELECT ds_start_run('catchall', '{}', 'catchall')});
+$node->safe_psql('postgres', q{SELECT ds_start_run('catchall', '{"then": "step"}', 'catchall-step')});
 ok( poll_until($node, 'postgres',
-		q{SELECT status || '|' || current_step FROM ds_runs WHERE run_id = 'catchall'}, 'waiting|nap'),
-	"$t: a workflow that catches its suspension still waits");
-is($node->safe_psql('postgres', q{SELECT count(*) FROM ledger WHERE run = 'catchall'}),
+		q{SELECT string_agg(run_id || ':' || status || ':' || current_step, ',' ORDER BY run_id)
+		    FROM ds_runs WHERE run_id LIKE 'catchall%'}, 'catchall:waiting:nap,catchall-step:waiting:nap'),
+	"$t: a workflow that catches its suspension and returns, or calls on, still waits");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM ledger WHERE run LIKE 'catchall%'}),
 	'0', "$t: what it did after catching it was rolled back");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM ds_steps WHERE step_id = 'next'}),
+	'0', "$t: the call after the caught suspension raised it again: its step never ran");
 
 $t = 'resume';
 $node->safe_psql('postgres', q{SELECT ds_start_run('gated', '{}', 'gated')});
