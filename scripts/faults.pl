@@ -388,6 +388,12 @@ sub make_step
 	my $sleep = rand() < 0.3 ? 20 + int rand 100 : int rand 6;
 	my $slow = rand() < 0.2;
 	my $ra = $slow ? 100 + int rand 500 : int rand 30;
+	# a tenth are cancelled with ds_cancel_step (not the re-arm steps: their re-arming client needs
+	# them blocked or failed): half at a random moment of the trial's first 3 s, half as soon as
+	# an attempt of theirs runs in the worker; the bodies of those sleep 150-300 ms
+	my $cancel_at = ($kind ne 'rearm' && rand() < 0.1) ? rand(3) : undef;
+	my $cancel_running = defined $cancel_at && rand() < 0.5;
+	if ($cancel_running) { $sleep = 150 + int rand 150; $cancel_at = 0; }
 	my $input = { k => $kind, p => \@p, sleep => $sleep, ra => $ra };
 	my $delay = $slow ? 50 + int rand 150 : int rand 30;
 	my $backoff = pick('fixed', 'exponential');
@@ -398,12 +404,9 @@ sub make_step
 	# a quarter of the steps are in queue fh_serial, whose concurrency is 1: the worker never runs
 	# two of its attempts at once, across both executors (the check "queue limit")
 	my $queue = rand() < 0.25 ? 'fh_serial' : 'default';
-	# a tenth are cancelled with ds_cancel_step at a random moment of their life (not the re-arm
-	# steps: their re-arming client needs them blocked or failed)
-	my $cancel_at = ($kind ne 'rearm' && rand() < 0.1) ? rand(0.8) : undef;
 	return {
 		kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra, defer => $defer,
-		cancel_at => $cancel_at, queue => $queue,
+		cancel_at => $cancel_at, cancel_running => $cancel_running, queue => $queue,
 		delay => $delay, backoff => $backoff,
 		input => $json->encode($input), policy => $json->encode($policy),
 		fixed_input => $json->encode({ %$input, p => [], fixed => JSON::PP::true }),
@@ -578,13 +581,23 @@ sub cancel_main
 				print $fh "err\t$st->{run}\t$st->{step}\tTIMEOUT\tnot cancelled before the deadline\n";
 				last;
 			}
+			# half of them first wait (up to 3 s, in the server) for an attempt of the step to
+			# be running in the worker (or for the step to stop), so that the cancellation stops
+			# a running attempt; their bodies are slow (make_step)
+			my $wait_sql = !$st->{cancel_running} ? '' : sprintf(
+				"DO \$\$ BEGIN FOR i IN 1 .. 600 LOOP EXIT WHEN EXISTS (SELECT FROM ds_steps WHERE run_id = %s "
+				  . "AND step_id = %s AND status NOT IN ('pending', 'retrying')); PERFORM pg_sleep(0.005); "
+				  . "END LOOP; END \$\$;\n",
+				lit($st->{run}), lit($st->{step}));
 			my ($rc, $out, $err) = psql($st->{role},
-				sprintf("SELECT 'ack', status FROM ds_cancel_step(%s, %s);\n", lit($st->{run}), lit($st->{step})),
+				$wait_sql . sprintf("SELECT 'ack', status FROM ds_cancel_step(%s, %s);\n", lit($st->{run}), lit($st->{step})),
 				timeout => 60);
 			if ($out =~ /^ack$US(\w+)/m) { print $fh "cancel\t$st->{run}\t$st->{step}\t$1\n"; last }
 			if ($err =~ /ERROR:\s+DS103:/) { print $fh "done\t$st->{run}\t$st->{step}\n"; last }
-			# not created yet (its client has not called), or the server is restarting
-			if ($err =~ /ERROR:\s+DS404:/ || $err =~ $transient_re)
+			# not created yet (its client has not called), or the server is restarting: a call
+			# whose connection was lost may or may not have committed, and repeating it is safe
+			# (cancelling a cancelled step returns it)
+			if ($err =~ /ERROR:\s+DS404:/ || $err =~ $transient_re || $err !~ /ERROR:/)
 			{
 				$reconnects++ unless $err =~ /DS404/;
 				usleep(50_000);
@@ -951,11 +964,15 @@ sub run_trial
 		$child{$pid} = 'rearm';
 	}
 	my @to_cancel = grep { defined $_->{cancel_at} } @steps;
-	if (@to_cancel)
+	# the timed cancels in one session, in order; each wait for a running attempt in its own
+	my @cancel_groups = ([ grep { !$_->{cancel_running} } @to_cancel ],
+		map { [$_] } grep { $_->{cancel_running} } @to_cancel);
+	@cancel_groups = grep { @$_ } @cancel_groups;
+	for my $g (0 .. $#cancel_groups)
 	{
 		my $start = time();
-		my $pid = spawn(sub { cancel_main(\@to_cancel, "$dir/cancel", $start, $deadline) });
-		$child{$pid} = 'cancel';
+		my $pid = spawn(sub { cancel_main($cancel_groups[$g], "$dir/cancel$g", $start, $deadline) });
+		$child{$pid} = "cancel$g";
 	}
 
 	# faults while the clients run and the worker drains
@@ -1040,9 +1057,9 @@ sub run_trial
 	}
 
 	my (%cancel_ack, @cancel_errs);
-	if (@to_cancel)
+	for my $g (0 .. $#cancel_groups)
 	{
-		open my $fh, '<', "$dir/cancel" or die "$dir/cancel: $!";
+		open my $fh, '<', "$dir/cancel$g" or die "$dir/cancel$g: $!";
 		while (<$fh>)
 		{
 			chomp;
