@@ -70,7 +70,7 @@ extern void ds_turn_suspend(bool blocked, TimestampTz wake_at, const char *reaso
  */
 extern void ds_turn_suspend_for_work(const TurnSuspension *work) pg_attribute_noreturn();
 
-/* After the turn's transaction ended: let go of the kept steps' locks and memory. */
+/* After the turn's transaction ended: forget the turn (its suspension and work). */
 extern void ds_turn_release(void);
 
 #endif							/* DS_RUN_CONTEXT_H */

@@ -419,7 +419,7 @@ claim_and_run_turns(void)
 			awaited = MemoryContextStrdup(pass_cxt, awaited);
 
 		/*
-		 * The turn's session locks (the run's, the kept steps', any the workflow took) go with
+		 * The turn's session locks (the run's, and any the workflow or a step body took) go with
 		 * the commit; the runs still to run are held for the session.
 		 */
 		for (int j = i + 1; j < n; j++)
