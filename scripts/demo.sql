@@ -233,7 +233,8 @@ CREATE FUNCTION demo_wait_run(id text, what text) RETURNS text LANGUAGE plpgsql 
 DECLARE s text;
 BEGIN
     FOR i IN 1 .. 300 LOOP
-        SELECT status || coalesce(':' || current_step, '') INTO s FROM ds_runs WHERE run_id = id;
+        SELECT status || CASE WHEN status = 'running' THEN '' ELSE coalesce(':' || current_step, '') END
+          INTO s FROM ds_runs WHERE run_id = id;
         EXIT WHEN s = what OR (what = 'charging' AND EXISTS (
             SELECT FROM pg_stat_activity WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep'));
         PERFORM pg_sleep(0.1);
