@@ -86,6 +86,50 @@ SELECT count(*) = 1 FROM pg_stat_activity
 		"$t: the output, and five turns: one per step, the lost one, and the one that finished");
 }
 
+{
+	# many runs in flight through two immediate stops: every step's effect once, and every
+	# completed attempt recorded once with it
+	my $t = 'immediate stops';
+	my $off = log_offset($node);
+	$node->safe_psql(
+		'postgres', q{
+CREATE FUNCTION slow_effect() RETURNS int LANGUAGE sql AS
+  $$ SELECT pg_sleep(0.05); INSERT INTO ledger VALUES (ds_run_id(), ds_step_id()) RETURNING 1 $$;
+CREATE FUNCTION wf3(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN ds_step('a', 'SELECT slow_effect()') || ds_step('b', 'SELECT slow_effect()')
+        || ds_step('c', 'SELECT slow_effect()');
+END $$;
+SELECT count(*) FROM generate_series(1, 60) g, ds_start_run('wf3', '{}', 'many-' || g);
+});
+	for my $round (1 .. 2)
+	{
+		ok( poll_until($node, 'postgres',
+				qq{SELECT count(*) >= $round * 20 FROM ledger WHERE run LIKE 'many-%'}),
+			"$t: round $round: runs are under way");
+		is( $node->safe_psql('postgres',
+				q{SELECT count(*) > 0 FROM ds_runs WHERE run_id LIKE 'many-%' AND status = 'running'}),
+			't', "$t: round $round: turns are running as the server stops");
+		$node->stop('immediate');
+		$node->start;
+	}
+	ok( poll_until($node, 'postgres',
+			q{SELECT count(*) = 60 FROM ds_runs WHERE run_id LIKE 'many-%' AND status = 'succeeded'}),
+		"$t: all 60 runs succeed");
+	is( $node->safe_psql('postgres',
+			q{SELECT count(*) || '|' || count(DISTINCT (run, step)) FROM ledger WHERE run LIKE 'many-%'}),
+		'180|180', "$t: each of the 180 steps took effect exactly once");
+	is( $node->safe_psql('postgres',
+			q{SELECT count(*) FILTER (WHERE class = 'completed') || '|' || count(*)
+			    FROM ds_attempts WHERE run_id LIKE 'many-%'}),
+		'180|180', "$t: one completed attempt recorded per step, nothing else");
+	is( $node->safe_psql('postgres',
+			q{SELECT count(*) FROM ds_runs WHERE run_id LIKE 'many-%' AND output <> '[1, 1, 1]'}),
+		'0', "$t: every run's output");
+	cmp_ok(count_matches(log_since($node, $off), qr/the turn of run many-\d+ was lost with its executor/),
+		'>=', 2, "$t: turns were lost and taken again");
+}
+
 unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed (other than our kill -9)');
 $node->stop;
 done_testing();
