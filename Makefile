@@ -17,7 +17,11 @@ OBJS = \
 	src/replay_cache.o \
 	src/retention.o \
 	src/role_guard.o \
+	src/run_context.o \
 	src/run_step.o \
+	src/run_steps.o \
+	src/run_turn.o \
+	src/runs.o \
 	src/served_databases.o \
 	src/step_attempt.o \
 	src/step_claims.o \

@@ -232,4 +232,75 @@ SELECT demo_wait('demo', 'provider-counts', 1);
 SELECT result->'body'->'charges'->'ship-42' AS charges, result->'body'->'requests'->'ship-42' AS requests
   FROM ds_steps WHERE run_id = 'demo' AND step_id = 'provider-counts';
 \echo
+\echo '=== (g) A run: an order checkout as a durable workflow, through a crash ==='
+\echo '    checkout() is a workflow: reserve stock, charge (a SQL step here; an HTTP step once HTTP'
+\echo '    steps exist), wait for the shipping webhook, confirm. The background worker runs it in'
+\echo '    turns; each step commits on its own the moment it completes, and completed steps replay.'
+CREATE TABLE stock (sku text PRIMARY KEY, available int CHECK (available >= 0));
+INSERT INTO stock VALUES ('book', 5);
+CREATE TABLE payments (order_id text PRIMARY KEY, amount int, provider_key text);
+CREATE TABLE outbox (order_id text, message text);
+-- the payment provider is slow the first time: long enough to kill the executor in the middle
+CREATE TABLE provider (slow boolean);
+INSERT INTO provider VALUES (true);
+CREATE FUNCTION provider_charge(order_id text, amount int) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT slow FROM provider) THEN PERFORM pg_sleep(60); END IF;
+    INSERT INTO payments VALUES (order_id, amount, ds_idempotency_key());
+    RETURN ds_idempotency_key();
+END $$;
+CREATE FUNCTION checkout(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    charged jsonb;
+    shipment jsonb;
+BEGIN
+    PERFORM ds_step('reserve',
+        'UPDATE stock SET available = available - ($1->>''qty'')::int WHERE sku = $1->>''sku'' RETURNING available',
+        input);
+    charged := ds_step('charge', 'SELECT provider_charge($1->>''order'', ($1->>''amount'')::int)', input);
+    shipment := ds_await_event('shipped', 'shipped:' || (input->>'order'), '7 days');
+    PERFORM ds_step('confirm',
+        'INSERT INTO outbox VALUES ($1->>''order'', ''shipped with '' || ($1->>''carrier''))',
+        input || shipment);
+    RETURN jsonb_build_object('charged', charged, 'shipment', shipment);
+END $$;
+CREATE FUNCTION demo_wait_run(id text, what text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE s text;
+BEGIN
+    FOR i IN 1 .. 300 LOOP
+        SELECT status || CASE WHEN status = 'running' THEN '' ELSE coalesce(':' || current_step, '') END
+          INTO s FROM ds_runs WHERE run_id = id;
+        EXIT WHEN s = what OR (what = 'charging' AND EXISTS (
+            SELECT FROM pg_stat_activity WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep'));
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+    RETURN s;
+END $$;
+\echo '    Start it (idempotent by its run key: starting it again returns the same run).'
+SELECT * FROM ds_start_run('checkout', '{"order": "o-42", "sku": "book", "qty": 1, "amount": 1999}',
+                           run_key => 'checkout:o-42');
+SELECT * FROM ds_start_run('checkout', '{"order": "o-42", "sku": "book", "qty": 1, "amount": 1999}',
+                           run_key => 'checkout:o-42');
+\echo '    The worker is in the middle of the charge. The stock is already reserved (committed):'
+SELECT demo_wait_run('checkout:o-42', 'charging') AS run;
+SELECT available FROM stock;
+\echo '    Now the executor dies (pg_terminate_backend here; kill -9 and crashes behave the same).'
+UPDATE provider SET slow = false;
+SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity
+ WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep';
+\echo '    A new executor finds the run without its executor and takes it up again: the reservation'
+\echo '    replays, the charge runs again (the first one never committed), then the run waits.'
+SELECT demo_wait_run('checkout:o-42', 'waiting:shipped') AS run;
+SELECT run_id, status, current_step, wait_reason, wait_event, turns FROM ds_runs;
+\echo '    The shipping webhook arrives: ds_emit_event wakes the run at commit.'
+SELECT ds_emit_event('shipped:o-42', '{"carrier": "DHL"}');
+SELECT demo_wait_run('checkout:o-42', 'succeeded') AS run;
+SELECT run_id, status, output, turns FROM ds_runs;
+\echo '    Each effect exactly once: one unit reserved, one payment, one confirmation.'
+SELECT (SELECT available FROM stock) AS available, (SELECT count(*) FROM payments) AS payments,
+       (SELECT count(*) FROM outbox) AS confirmations;
+SELECT step_id, attempt, class, executor FROM ds_attempts WHERE run_id = 'checkout:o-42'
+ ORDER BY started_at;
+
+\echo
 \echo 'End of the demo.'

@@ -24,9 +24,11 @@ CREATE SCHEMA durable_steps;
 -- restore into another cluster resolves it to that cluster's OID for the role. pg_upgrade keeps
 -- regrole columns (it preserves role OIDs).
 --
--- A run groups steps under one run_id and carries their default retry policy (README, "Views"; runs are not built yet).
+-- A run groups steps under one run_id, carries their default retry policy, and is driven by the
+-- worker through its workflow, one turn at a time (README, "Runs").
 CREATE TABLE durable_steps.runs (
     run_id          text COLLATE "C" PRIMARY KEY,
+    -- the workflow's qualified signature, e.g. public.checkout(text,jsonb)
     workflow        text,
     input           jsonb NOT NULL DEFAULT '{}',
     run_key         text COLLATE "C" UNIQUE,
@@ -35,11 +37,43 @@ CREATE TABLE durable_steps.runs (
                     CHECK (status IN ('pending', 'running', 'waiting', 'blocked',
                                       'succeeded', 'failed', 'cancelled')),
     owner           pg_catalog.regrole NOT NULL,
+    -- the search_path ds_start_run was called under: the workflow's turns run under it
+    search_path     text NOT NULL DEFAULT '',
+    -- the workflow's return value, once it succeeded
+    output          jsonb,
+    -- when a pending or waiting run's next turn is due; NULL = when something wakes it
+    next_wake_at    timestamptz,
+    -- what a waiting or blocked run waits for, the step it stopped at, and the event it awaits
+    wait_reason     text,
+    current_step    text COLLATE "C",
+    wait_event      text COLLATE "C",
+    -- turns started (each claim counts one), and turns lost in a row to a vanished executor
+    turns           integer NOT NULL DEFAULT 0,
+    lost_turns      integer NOT NULL DEFAULT 0,
+    -- the executor running the current turn (status 'running'), and until when its lease runs
+    claimed_by      integer,
+    lease_expires_at timestamptz,
     error_code      text,
     error_message   text,
+    error_detail    text,
     created_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     updated_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     finished_at     timestamptz
+);
+-- The worker's query for due turns.
+CREATE INDEX runs_due_idx ON durable_steps.runs (next_wake_at)
+    WHERE status IN ('pending', 'waiting');
+-- Turns whose executor may be gone, and runs waiting for an event.
+CREATE INDEX runs_running_idx ON durable_steps.runs (run_id) WHERE status = 'running';
+CREATE INDEX runs_event_idx ON durable_steps.runs (wait_event) WHERE status = 'waiting';
+
+-- Events for runs (README, "Events"): one row per (emitting role, name); the first emit wins.
+CREATE TABLE durable_steps.events (
+    owner           pg_catalog.regrole NOT NULL,
+    name            text COLLATE "C" NOT NULL,
+    payload         jsonb,
+    emitted_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    PRIMARY KEY (owner, name)
 );
 
 -- The value sets of the text state columns below are written only by the extension's C code
@@ -168,6 +202,7 @@ SELECT pg_catalog.pg_extension_config_dump('durable_steps.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('durable_steps.steps', '');
 SELECT pg_catalog.pg_extension_config_dump('durable_steps.attempts', '');
 SELECT pg_catalog.pg_extension_config_dump('durable_steps.queues', '');
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.events', '');
 
 -- A step's attempts go with it. A step row deleted without its attempts (by hand) would leave
 -- their rows behind, and the next call on that identity would collide with them on attempts_pkey
@@ -329,8 +364,9 @@ CREATE FUNCTION @extschema@.ds_unwrap(step @extschema@.ds_step_result) RETURNS j
 -- private tables, and show a role only the rows of roles it has the privileges of, unless it is
 -- a member of durable_steps_admin.
 CREATE VIEW @extschema@.ds_runs WITH (security_barrier) AS
-    SELECT r.run_id, r.workflow, r.status, r.input, r.run_key, r.policy,
-           r.owner, r.error_code, r.error_message,
+    SELECT r.run_id, r.workflow, r.status, r.input, r.output, r.run_key, r.policy,
+           r.current_step, r.wait_reason, r.wait_event, r.next_wake_at, r.turns,
+           r.owner, r.error_code, r.error_message, r.error_detail,
            r.created_at, r.updated_at, r.finished_at
       FROM durable_steps.runs r
      WHERE pg_catalog.pg_has_role(r.owner::pg_catalog.oid, 'USAGE')
@@ -398,6 +434,39 @@ CREATE VIEW @extschema@.ds_queues WITH (security_barrier) AS
 
 GRANT SELECT ON @extschema@.ds_runs, @extschema@.ds_steps, @extschema@.ds_attempts,
                 @extschema@.ds_queues TO PUBLIC;
+
+-- Runs (README, "Runs"): durable workflows. ds_start_run and the controls act on runs; ds_step,
+-- ds_sleep and ds_await_event act on the current run, inside its workflow.
+CREATE FUNCTION @extschema@.ds_start_run(
+        workflow text,
+        input jsonb DEFAULT '{}',
+        run_key text DEFAULT NULL,
+        policy jsonb DEFAULT NULL,
+        OUT run_id text, OUT status text, OUT created boolean)
+    RETURNS record
+    AS 'MODULE_PATHNAME', 'ds_start_run' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_cancel_run(run_id text) RETURNS text
+    AS 'MODULE_PATHNAME', 'ds_cancel_run' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_resume_run(run_id text) RETURNS text
+    AS 'MODULE_PATHNAME', 'ds_resume_run' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_step(
+        step_id text,
+        sql text,
+        input jsonb DEFAULT NULL,
+        policy jsonb DEFAULT NULL,
+        timeout interval DEFAULT NULL,
+        retry_on text[] DEFAULT NULL,
+        fail_on text[] DEFAULT NULL,
+        on_timeout text DEFAULT 'retry')
+    RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_step' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_sleep(step_id text, duration interval) RETURNS void
+    AS 'MODULE_PATHNAME', 'ds_sleep' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_await_event(step_id text, name text, timeout interval DEFAULT NULL)
+    RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_await_event' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_emit_event(name text, payload jsonb DEFAULT NULL) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'ds_emit_event' LANGUAGE C VOLATILE;
 
 -- The background worker serves every database in which the extension is installed (README, "The
 -- background worker"): this tells the launcher, once the CREATE EXTENSION commits, to start this

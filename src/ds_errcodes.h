@@ -29,6 +29,12 @@
 #define ERRCODE_DS_STEP_NOT_SUCCEEDED	MAKE_SQLSTATE('D','S','1','0','2')
 #define ERRCODE_DS_INVALID_STEP_STATE	MAKE_SQLSTATE('D','S','1','0','3')
 #define ERRCODE_DS_STEP_RECURSION		MAKE_SQLSTATE('D','S','1','0','4')
+/* Runs (README, "Runs"): a ds_step()/ds_sleep()/ds_await_event() outside a run's workflow. */
+#define ERRCODE_DS_NO_RUN_CONTEXT		MAKE_SQLSTATE('D','S','1','0','5')
+/* Internal: ends a workflow's turn that must wait. A workflow never needs to catch it. */
+#define ERRCODE_DS_RUN_SUSPENDED		MAKE_SQLSTATE('D','S','1','0','6')
+/* ds_await_event() whose timeout passed before the event was emitted. */
+#define ERRCODE_DS_EVENT_TIMEOUT		MAKE_SQLSTATE('D','S','4','0','8')
 #define ERRCODE_DS_STEP_NOT_FOUND		MAKE_SQLSTATE('D','S','4','0','4')
 #define ERRCODE_DS_IN_PROGRESS			MAKE_SQLSTATE('D','S','4','0','9')
 #define ERRCODE_DS_STEP_CONFLICT		MAKE_SQLSTATE('D','S','4','2','2')

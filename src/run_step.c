@@ -31,6 +31,7 @@
 #include "policy.h"
 #include "queues.h"
 #include "replay_cache.h"
+#include "runs.h"
 #include "step_attempt.h"
 #include "step_call.h"
 #include "step_context.h"
@@ -634,6 +635,8 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	rec.remediation = NULL;
 	ds_store_update_step(&rec);
 	ds_worker_wake_kind_at_commit(rec.kind);
+	/* a run waiting for this step, or blocked on it, goes on */
+	ds_run_wake_for_step(run_id);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 

@@ -72,6 +72,12 @@ ds_step_context_is_executing(const char *run_id, const char *step_id)
 	return false;
 }
 
+const StepContext *
+ds_step_context_innermost(void)
+{
+	return depth > 0 ? &stack[depth - 1] : NULL;
+}
+
 /* Transaction callback: no context outlives its transaction. */
 static void
 reset_at_transaction_end(XactEvent event, void *arg)

@@ -23,4 +23,7 @@ extern void ds_step_context_pop(void);
 /* Is this step executing in this backend right now (a body calling its own step)? */
 extern bool ds_step_context_is_executing(const char *run_id, const char *step_id);
 
+/* The innermost executing context, or NULL when no step body executes. */
+extern const StepContext *ds_step_context_innermost(void);
+
 #endif							/* DS_STEP_CONTEXT_H */

@@ -13,7 +13,8 @@
  *      commit their outcomes; several attempts share one transaction for throughput, for at most
  *      a few milliseconds, so that a failed commit loses nothing but time: the attempts stay
  *      running, their locks are released, and step 1 retries them by their policies;
- *   4. purge what retention allows;
+ *   4. claim due runs and run one turn of each, each turn its own transaction (run_turn.c);
+ *   4b. purge what retention allows;
  *   5. sleep until the earliest next attempt, a commit that makes work due (latch), or the
  *      polling backstop.
  */
@@ -41,6 +42,8 @@
 
 #include "store.h"
 #include "retention.h"
+#include "run_context.h"
+#include "run_turn.h"
 #include "step_attempt.h"
 #include "step_claims.h"
 #include "step_exec.h"
@@ -237,6 +240,18 @@ recover_pass(void)
 		release_session_locks(recovered, n);
 		MemoryContextReset(pass_cxt);
 	} while (n >= batch_size);
+	do
+	{
+		char	  **run_ids;
+
+		if (!begin_work("durable_steps: recovering lost turns"))
+			return;
+		n = ds_recover_lost_turns(batch_size, pass_cxt, &run_ids);
+		commit_transaction();
+		for (int i = 0; i < n; i++)
+			ds_step_lock_release_session(run_ids[i], DS_TURN_STEP_ID);
+		MemoryContextReset(pass_cxt);
+	} while (n >= batch_size);
 }
 
 /* Run one claimed attempt as its owner; a step whose owner is gone fails closed. */
@@ -373,6 +388,67 @@ claim_and_run_batch(int *skipped)
 	return claimed > 0;
 }
 
+/*
+ * Claim due runs and run one turn of each, each in a transaction of its own with the session
+ * user its run's owner. Returns whether anything was claimed.
+ */
+static bool
+claim_and_run_turns(void)
+{
+	ClaimedRun *runs;
+	int			n;
+
+	if (!begin_work("durable_steps: claiming due runs"))
+		return true;
+	n = ds_claim_due_runs(batch_size, pass_cxt, &runs);
+	commit_transaction();
+	if (n == 0)
+		return false;
+	ds_poll_cancel_requests(true);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *awaited = NULL;
+		int			owner_level;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!begin_work("durable_steps: running a workflow"))
+		{
+			ds_step_lock_release_all_session();
+			break;
+		}
+		pgstat_report_activity(STATE_RUNNING,
+							   psprintf("durable_steps: run %s turn %d", runs[i].run_id,
+										runs[i].turn));
+		owner_level = ds_isolation_begin_owner(runs[i].owner);
+		ds_run_turn(&runs[i], &awaited);
+		ds_isolation_end_owner(owner_level);
+		if (awaited != NULL)
+			awaited = MemoryContextStrdup(pass_cxt, awaited);
+
+		/*
+		 * The turn's session locks (the run's, and any the workflow or a step body took) go with
+		 * the commit; the runs still to run are held for the session.
+		 */
+		for (int j = i + 1; j < n; j++)
+			ds_step_lock_pin(runs[j].run_id, DS_TURN_STEP_ID);
+		ds_step_lock_release_all_session();
+		for (int j = i + 1; j < n; j++)
+			if (!ds_step_lock_try_session(runs[j].run_id, DS_TURN_STEP_ID))
+				elog(ERROR, "could not keep the lock of claimed run %s", runs[j].run_id);
+		commit_transaction();
+		ds_turn_release();
+		/* an event emitted while the turn ran found the run not yet waiting: look once more */
+		if (awaited != NULL && begin_work("durable_steps: looking for an awaited event"))
+		{
+			ds_wake_if_event_emitted(runs[i].run_id, awaited);
+			commit_transaction();
+		}
+	}
+	ds_poll_cancel_requests(false);
+	MemoryContextReset(pass_cxt);
+	return true;
+}
+
 /* Purge what retention allows, in batches, when a purge is due. */
 static void
 purge_if_due(void)
@@ -406,6 +482,12 @@ time_until_next_due(int skipped)
 	if (!begin_work("durable_steps: looking for the next due step"))
 		return 0;
 	next_due = ds_next_due_time();
+	{
+		TimestampTz next_run = ds_next_run_wake_time();
+
+		if (next_run != 0 && (next_due == 0 || next_run < next_due))
+			next_due = next_run;
+	}
 	commit_transaction();
 	if (next_due == 0)
 		return poll_interval_ms;
@@ -472,8 +554,11 @@ ds_executor_main(Datum arg)
 		reload_settings_if_asked();
 		if (extension_ready())
 		{
+			bool		worked;
+
 			recover_if_due(&last_recovery);
-			if (claim_and_run_batch(&skipped))
+			worked = claim_and_run_batch(&skipped);
+			if (claim_and_run_turns() || worked)
 				continue;
 			purge_if_due();
 			sleep_ms = time_until_next_due(skipped);

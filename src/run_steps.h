@@ -1,0 +1,17 @@
+/*
+ * run_steps.h -- what a workflow calls on its run (README, "Runs").
+ */
+#ifndef DS_RUN_STEPS_H
+#define DS_RUN_STEPS_H
+
+#include "compat.h"
+
+#include "run_context.h"
+
+/*
+ * After a turn that ended to begin or end a wait (sleep, event), in the turn's transaction:
+ * write that wait's step as `work` describes it.
+ */
+extern void ds_turn_record_wait(const char *run_id, TurnSuspension *work);
+
+#endif							/* DS_RUN_STEPS_H */

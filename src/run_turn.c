@@ -1,0 +1,640 @@
+/*
+ * run_turn.c -- the worker's side of runs (README, "Runs"): claiming due turns, running one,
+ * recording how it ended, recovering turns whose executor is gone.
+ *
+ * A turn is one transaction of the executor. It calls the workflow from its start, as the run's
+ * owner and isolated exactly like a worker attempt (step_exec.c, step_isolation.c: session and
+ * current user the owner, security-restricted, the run's search_path, bounded by
+ * durable_steps.default_timeout and max_worker_attempt_time, stoppable by ds_cancel_run), inside
+ * a subtransaction of its own:
+ *
+ *   - the workflow returned and nothing suspended: the subtransaction is kept (the workflow's own
+ *     writes commit), and the run succeeds with the workflow's value as its output;
+ *   - a call ended the turn (run_context.c): the subtransaction rolls back, and the one piece of
+ *     work the call left is done in the turn's transaction -- the next attempt of a step (run
+ *     isolated as the workflow's role, through ds_run_step, so that its effect and its record
+ *     commit together), or a wait's record -- and the run is recorded waiting (due at once when
+ *     it can go on), blocked, or failed when the workflow raised.
+ *
+ * So each step's effect commits once, as soon as it completed, whatever the run waits for later.
+ *
+ * A claim commits the turn as started (status running, turns counted, claimant recorded) and
+ * holds the run's session lock until the turn's outcome commits, as claims of steps do; the
+ * turn's transaction also holds the run's row. A run found running whose lock and row are free
+ * lost its executor: the crash rolled the turn back, and the run is simply due again.
+ */
+#include "compat.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/syscache.h"
+
+#include "ds_errcodes.h"
+#include "policy.h"
+#include "run_context.h"
+#include "run_steps.h"
+#include "run_turn.h"
+#include "step_exec.h"
+#include "step_lock.h"
+#include "store.h"
+#include "worker_wakeup.h"
+
+static SPIPlanPtr due_plan = NULL;
+static SPIPlanPtr claim_plan = NULL;
+static SPIPlanPtr lock_plan = NULL;
+static SPIPlanPtr record_plan = NULL;
+static SPIPlanPtr cancel_steps_plan = NULL;
+static SPIPlanPtr event_plan = NULL;
+static SPIPlanPtr running_plan = NULL;
+static SPIPlanPtr lost_plan = NULL;
+static SPIPlanPtr next_wake_plan = NULL;
+
+int
+ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
+{
+	Oid			due_types[1] = {INT4OID};
+	Oid			claim_types[3] = {TEXTARRAYOID, INT4OID, INTERVALOID};
+	Datum		args[3];
+	Datum	   *ids;
+	int			n_locked = 0;
+	int			n = 0;
+	int			rc;
+	StoreSpi	spi;
+
+	*runs = NULL;
+	ds_store_spi_begin(&spi);
+	args[0] = Int32GetDatum(limit);
+	rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
+										  "SELECT run_id FROM durable_steps.runs"
+										  " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
+										  " AND next_wake_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"
+										  " ORDER BY next_wake_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+										  1, due_types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "due run query failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+	{
+		ds_store_spi_end(&spi);
+		return 0;
+	}
+	ids = palloc(sizeof(Datum) * SPI_processed);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		char	   *run_id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+
+		if (ds_step_lock_try_session(run_id, DS_TURN_STEP_ID))
+			ids[n_locked++] = CStringGetTextDatum(run_id);
+	}
+	if (n_locked > 0)
+	{
+		args[0] = PointerGetDatum(construct_array(ids, n_locked, TEXTOID, -1, false, TYPALIGN_INT));
+		args[1] = Int32GetDatum(MyProcPid);
+		args[2] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
+		rc = SPI_execute_plan(ds_prepare_kept(&claim_plan,
+											  "UPDATE durable_steps.runs SET status = 'running',"
+											  " turns = turns OPERATOR(pg_catalog.+) 1, claimed_by = $2,"
+											  " updated_at = pg_catalog.clock_timestamp(),"
+											  " lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3"
+											  " WHERE run_id OPERATOR(pg_catalog.=) ANY ($1)"
+											  " RETURNING run_id, workflow, input, policy,"
+											  " owner::pg_catalog.oid, search_path, turns",
+											  3, claim_types),
+							  args, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "claiming runs failed: %s", SPI_result_code_string(rc));
+		n = (int) SPI_processed;
+		*runs = MemoryContextAlloc(cxt, sizeof(ClaimedRun) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+		{
+			HeapTuple	t = SPI_tuptable->vals[i];
+			TupleDesc	td = SPI_tuptable->tupdesc;
+			ClaimedRun *r = &(*runs)[i];
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+			bool		isnull;
+			Datum		d;
+
+			r->run_id = SPI_getvalue(t, td, 1);
+			r->workflow = SPI_getvalue(t, td, 2);
+			r->input = DatumGetJsonbPCopy(SPI_getbinval(t, td, 3, &isnull));
+			d = SPI_getbinval(t, td, 4, &isnull);
+			r->policy = isnull ? NULL : DatumGetJsonbPCopy(d);
+			r->owner = DatumGetObjectId(SPI_getbinval(t, td, 5, &isnull));
+			r->search_path = SPI_getvalue(t, td, 6);
+			r->turn = DatumGetInt32(SPI_getbinval(t, td, 7, &isnull));
+			MemoryContextSwitchTo(old);
+		}
+	}
+	ds_store_spi_end(&spi);
+	return n;
+}
+
+/* How a turn ended, as recorded on the run. */
+typedef struct RunOutcome
+{
+	const char *status;
+	Jsonb	   *output;
+	TimestampTz wake_at;		/* 0 = NULL */
+	const char *wait_reason;
+	const char *current_step;
+	const char *wait_event;
+	const char *error_code;
+	const char *error_message;
+	const char *error_detail;
+} RunOutcome;
+
+static void
+record_run(const char *run_id, const RunOutcome *o)
+{
+	Oid			types[10] = {TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID,
+	TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[10];
+	char		nulls[10];
+	const char *texts[10] = {run_id, o->status, NULL, NULL, o->wait_reason, o->current_step,
+	o->wait_event, o->error_code, o->error_message, o->error_detail};
+	StoreSpi	spi;
+	int			rc;
+
+	for (int i = 0; i < 10; i++)
+	{
+		nulls[i] = texts[i] ? ' ' : 'n';
+		args[i] = texts[i] ? CStringGetTextDatum(texts[i]) : (Datum) 0;
+	}
+	nulls[2] = o->output ? ' ' : 'n';
+	args[2] = o->output ? JsonbPGetDatum(o->output) : (Datum) 0;
+	nulls[3] = o->wake_at ? ' ' : 'n';
+	args[3] = TimestampTzGetDatum(o->wake_at);
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&record_plan,
+										  "UPDATE durable_steps.runs SET status = $2, output = $3,"
+										  " next_wake_at = $4, wait_reason = $5, current_step = $6,"
+										  " wait_event = $7, error_code = $8, error_message = $9,"
+										  " error_detail = $10, claimed_by = NULL,"
+										  " lease_expires_at = NULL, lost_turns = 0,"
+										  " updated_at = pg_catalog.clock_timestamp(),"
+										  " finished_at = CASE WHEN $2 OPERATOR(pg_catalog.=)"
+										  "  ANY ('{succeeded,failed,cancelled}')"
+										  "  THEN pg_catalog.clock_timestamp() END"
+										  " WHERE run_id OPERATOR(pg_catalog.=) $1",
+										  10, types),
+						  args, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "recording run %s failed: %s", run_id, SPI_result_code_string(rc));
+	if (o->wake_at != 0)
+		ds_worker_wake_at_commit();
+	ds_store_spi_end(&spi);
+}
+
+/* Is the run still this claim's (not cancelled meanwhile)? Locks its row for the turn. */
+static bool
+lock_claimed_run(const ClaimedRun *run)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(run->run_id)};
+	StoreSpi	spi;
+	bool		ours;
+	bool		isnull;
+	int			rc;
+
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&lock_plan,
+										  "SELECT status, claimed_by, turns FROM durable_steps.runs"
+										  " WHERE run_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+										  1, types),
+						  args, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "locking run %s failed", run->run_id);
+	ours = SPI_processed == 1 &&
+		strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "running") == 0 &&
+		DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) == MyProcPid &&
+		!isnull &&
+		DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)) == run->turn;
+	ds_store_spi_end(&spi);
+	return ours;
+}
+
+/* The steps of a cancelled run that have not finished are cancelled with it. */
+static void
+cancel_run_steps(const char *run_id)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(run_id)};
+	StoreSpi	spi;
+
+	ds_store_spi_begin(&spi);
+	if (SPI_execute_plan(ds_prepare_kept(&cancel_steps_plan,
+										 "UPDATE durable_steps.steps SET status = 'cancelled',"
+										 " error_class = 'cancelled', next_attempt_at = NULL,"
+										 " finished_at = pg_catalog.clock_timestamp(),"
+										 " updated_at = pg_catalog.clock_timestamp()"
+										 " WHERE run_id OPERATOR(pg_catalog.=) $1"
+										 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked}')",
+										 1, types),
+						 args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "cancelling the steps of run %s failed", run_id);
+	ds_store_spi_end(&spi);
+}
+
+/*
+ * The statement that calls the workflow: its qualified name, the run id from the turn's
+ * context, the input as $1. NULL when the workflow no longer exists.
+ */
+static char *
+turn_statement(const char *workflow, bool *returns_value)
+{
+	LOCAL_FCINFO(lookup, 1);
+	Datum		found;
+	Oid			oid;
+	HeapTuple	tuple;
+	Form_pg_proc proc;
+	char	   *sql;
+	Oid			ext_schema = ds_extension_schema();
+	char	   *run_id_call = psprintf("%s.ds_run_id()",
+									   quote_identifier(get_namespace_name(ext_schema)));
+
+	InitFunctionCallInfoData(*lookup, NULL, 1, InvalidOid, NULL, NULL);
+	lookup->args[0].value = CStringGetTextDatum(workflow);
+	lookup->args[0].isnull = false;
+	found = to_regprocedure(lookup);
+	if (lookup->isnull)
+		return NULL;
+	oid = DatumGetObjectId(found);
+	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(oid));
+	if (!HeapTupleIsValid(tuple))
+		return NULL;
+	proc = (Form_pg_proc) GETSTRUCT(tuple);
+	sql = psprintf("%s %s(%s, $1)", proc->prokind == PROKIND_PROCEDURE ? "CALL" : "SELECT",
+				   quote_qualified_identifier(get_namespace_name(proc->pronamespace),
+											  NameStr(proc->proname)),
+				   run_id_call);
+	*returns_value = proc->prokind != PROKIND_PROCEDURE && proc->prorettype != VOIDOID;
+	ReleaseSysCache(tuple);
+	return sql;
+}
+
+/* ds_cancel_run stopped the turn: the run and its unfinished steps are cancelled. */
+static void
+run_cancelled(const char *run_id)
+{
+	RunOutcome	o;
+
+	memset(&o, 0, sizeof(o));
+	o.status = "cancelled";
+	o.wait_reason = "cancelled by ds_cancel_run()";
+	record_run(run_id, &o);
+	cancel_run_steps(run_id);
+}
+
+/* Text field `key` of a jsonb object; NULL when absent or null. */
+static char *
+field_text(Jsonb *j, const char *key)
+{
+	LOCAL_FCINFO(call, 2);
+	Datum		d;
+
+	InitFunctionCallInfoData(*call, NULL, 2, InvalidOid, NULL, NULL);
+	call->args[0].value = PointerGetDatum(j);
+	call->args[0].isnull = false;
+	call->args[1].value = CStringGetTextDatum(key);
+	call->args[1].isnull = false;
+	d = jsonb_object_field_text(call);
+	return call->isnull ? NULL : TextDatumGetCString(d);
+}
+
+/*
+ * The turn ended at a step whose attempt is due: run it now, in this transaction, isolated as
+ * the role the workflow called it as (like a worker attempt), through ds_run_step -- which
+ * records the attempt and the step's new state with the step's effect -- and record the run as
+ * the step left it.
+ */
+static void
+run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
+{
+	StepBody	body;
+	ClassOverrides no_overrides;
+	AttemptOutcome outcome;
+	char	   *status;
+	char	   *next_at;
+
+	memset(&no_overrides, 0, sizeof(no_overrides));
+	memset(&body, 0, sizeof(body));
+	body.run_id = run->run_id;
+	body.step_id = DS_TURN_STEP_ID;
+	body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_run_step("
+						"run_id => $1 OPERATOR(pg_catalog.->>) 'run_id',"
+						" step_id => $1 OPERATOR(pg_catalog.->>) 'step_id',"
+						" sql => $1 OPERATOR(pg_catalog.->>) 'sql',"
+						" input => $1 OPERATOR(pg_catalog.->) 'input',"
+						" policy => $1 OPERATOR(pg_catalog.->) 'policy',"
+						" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval,"
+						" retry_on => (SELECT pg_catalog.array_agg(e) FROM"
+						"  pg_catalog.jsonb_array_elements_text($1 OPERATOR(pg_catalog.->) 'retry_on') e),"
+						" fail_on => (SELECT pg_catalog.array_agg(e) FROM"
+						"  pg_catalog.jsonb_array_elements_text($1 OPERATOR(pg_catalog.->) 'fail_on') e),"
+						" on_timeout => COALESCE($1 OPERATOR(pg_catalog.->>) 'on_timeout', 'retry')) r",
+						quote_identifier(get_namespace_name(ds_extension_schema())));
+	body.input = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(susp->step_call)));
+	/* the step's own timeout stops its attempt first: this bound is the backstop */
+	body.timeout = susp->step_timeout + 5 * USECS_PER_SEC;
+	body.isolate_as = OidIsValid(susp->owner) ? susp->owner : run->owner;
+	body.cancel_key = ds_attempt_cancel_key(run->run_id, DS_TURN_STEP_ID, run->turn);
+	body.search_path = susp->search_path;
+	body.overrides = &no_overrides;
+	ds_execute_step_attempt(&body, run->turn, run->turn, &outcome);
+
+	o->current_step = susp->step_id;
+	if (outcome.cls == ATTEMPT_CANCELLED)
+	{
+		run_cancelled(run->run_id);
+		return;
+	}
+	if (outcome.cls != ATTEMPT_COMPLETED)
+	{
+		/* ds_run_step refused the call (a conflicting definition, ...): the workflow's error */
+		o->status = "failed";
+		o->error_code = unpack_sql_state(outcome.sqlerrcode);
+		o->error_message = outcome.message;
+		o->error_detail = outcome.detail;
+		record_run(run->run_id, o);
+		return;
+	}
+	status = field_text(outcome.result, "status");
+	next_at = field_text(outcome.result, "next_attempt_at");
+	o->status = "waiting";
+	o->wake_at = GetCurrentTimestamp();
+	if (status == NULL)
+		elog(ERROR, "ds_run_step answered no status");
+	if (strcmp(status, "blocked") == 0)
+	{
+		o->status = "blocked";
+		o->wake_at = 0;
+		o->wait_reason = psprintf("step %s is blocked: %s", susp->step_id,
+								  field_text(outcome.result, "remediation") ?
+								  field_text(outcome.result, "remediation") : "it needs corrected input");
+	}
+	else if ((strcmp(status, "retrying") == 0 || strcmp(status, "pending") == 0) && next_at)
+	{
+		o->wake_at = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in,
+															 CStringGetDatum(next_at),
+															 ObjectIdGetDatum(InvalidOid),
+															 Int32GetDatum(-1)));
+		o->wait_reason = psprintf("retry of step %s (last error %s: %s)", susp->step_id,
+								  field_text(outcome.result, "error_code") ?
+								  field_text(outcome.result, "error_code") : "?",
+								  field_text(outcome.result, "error_message") ?
+								  field_text(outcome.result, "error_message") : "");
+	}
+	else
+		/* succeeded, or failed for good: the next turn replays it */
+		o->wait_reason = psprintf("step %s %s", susp->step_id, status);
+	record_run(run->run_id, o);
+}
+
+void
+ds_run_turn(const ClaimedRun *run, char **awaited)
+{
+	RunOutcome	o;
+	StepBody	body;
+	ClassOverrides no_overrides;
+	AttemptOutcome outcome;
+	TurnSuspension susp;
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	bool		returns_value = false;
+	char	   *sql;
+
+	*awaited = NULL;
+	memset(&o, 0, sizeof(o));
+	if (!lock_claimed_run(run))
+		return;
+	if (GetUserNameFromId(run->owner, true) == NULL)
+	{
+		/* never run as anybody else: the run fails closed */
+		o.status = "failed";
+		o.error_code = unpack_sql_state(ERRCODE_UNDEFINED_OBJECT);
+		o.error_message = "the role that started the run no longer exists";
+		record_run(run->run_id, &o);
+		return;
+	}
+	sql = turn_statement(run->workflow, &returns_value);
+	if (sql == NULL)
+	{
+		o.status = "failed";
+		o.error_code = unpack_sql_state(ERRCODE_UNDEFINED_FUNCTION);
+		o.error_message = psprintf("workflow %s no longer exists", run->workflow);
+		record_run(run->run_id, &o);
+		return;
+	}
+
+	memset(&no_overrides, 0, sizeof(no_overrides));
+	memset(&body, 0, sizeof(body));
+	body.run_id = run->run_id;
+	body.step_id = DS_TURN_STEP_ID;
+	body.sql = sql;
+	body.input = run->input;
+	body.timeout = 0;			/* durable_steps.default_timeout */
+	body.isolate_as = run->owner;
+	body.cancel_key = ds_attempt_cancel_key(run->run_id, DS_TURN_STEP_ID, run->turn);
+	/* as for a worker attempt: pg_temp last */
+	body.search_path = strspn(run->search_path, " \t\r\n") == strlen(run->search_path) ?
+		"pg_temp" : psprintf("%s, pg_temp", run->search_path);
+	body.overrides = &no_overrides;
+
+	/* the turn's own subtransaction: kept when the turn completes, rolled back when it waits */
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	ds_turn_begin(run->run_id, run->owner);
+	ds_execute_step_attempt(&body, run->turn, run->turn, &outcome);
+	ds_turn_end(&susp);
+	if (outcome.cls == ATTEMPT_COMPLETED && !susp.suspended)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcxt);
+	CurrentResourceOwner = oldowner;
+
+	if (outcome.cls == ATTEMPT_COMPLETED && !susp.suspended)
+	{
+		o.status = "succeeded";
+		o.output = returns_value ? outcome.result : NULL;
+		record_run(run->run_id, &o);
+		return;
+	}
+	if (outcome.cls == ATTEMPT_CANCELLED)
+	{
+		run_cancelled(run->run_id);
+		return;
+	}
+	if (susp.suspended)
+	{
+		if (susp.work == TURN_WORK_STEP)
+		{
+			run_step_work(run, &susp, &o);
+			return;
+		}
+		if (susp.work != TURN_WORK_NONE)
+			ds_turn_record_wait(run->run_id, &susp);
+		o.status = susp.blocked ? "blocked" : "waiting";
+		o.wake_at = susp.wake_at;
+		o.wait_reason = susp.reason;
+		o.current_step = susp.step_id;
+		o.wait_event = susp.work == TURN_WORK_NONE || susp.work == TURN_WORK_EVENT_START ?
+			susp.event : NULL;
+		record_run(run->run_id, &o);
+		if (o.wait_event != NULL)
+			*awaited = pstrdup(o.wait_event);
+		return;
+	}
+	/* the workflow raised: a step's failure it did not catch, or an error of its own */
+	o.status = "failed";
+	o.error_code = unpack_sql_state(outcome.sqlerrcode);
+	o.error_message = outcome.message;
+	o.error_detail = outcome.detail;
+	record_run(run->run_id, &o);
+}
+
+void
+ds_wake_if_event_emitted(const char *run_id, const char *event)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {CStringGetTextDatum(run_id), CStringGetTextDatum(event)};
+	StoreSpi	spi;
+
+	ds_store_spi_begin(&spi);
+	if (SPI_execute_plan(ds_prepare_kept(&event_plan,
+										 "UPDATE durable_steps.runs r"
+										 " SET next_wake_at = pg_catalog.clock_timestamp()"
+										 " WHERE r.run_id OPERATOR(pg_catalog.=) $1"
+										 " AND r.status OPERATOR(pg_catalog.=) 'waiting'"
+										 " AND r.wait_event OPERATOR(pg_catalog.=) $2"
+										 " AND EXISTS (SELECT FROM durable_steps.events e"
+										 "  WHERE e.owner OPERATOR(pg_catalog.=) r.owner"
+										 "  AND e.name OPERATOR(pg_catalog.=) $2)",
+										 2, types),
+						 args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "looking for event %s failed", event);
+	ds_store_spi_end(&spi);
+}
+
+int
+ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
+{
+	Oid			types[1] = {INT4OID};
+	Oid			lost_types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[3];
+	StoreSpi	spi;
+	int			n = 0;
+	int			rc;
+	uint64		n_running;
+	char	  **ids;
+	int		   *lost;
+	Jsonb	  **policies;
+
+	ds_store_spi_begin(&spi);
+	args[0] = Int32GetDatum(limit);
+	/* a turn in flight holds its row: SKIP LOCKED passes over it */
+	rc = SPI_execute_plan(ds_prepare_kept(&running_plan,
+										  "SELECT run_id, lost_turns, policy FROM durable_steps.runs"
+										  " WHERE status OPERATOR(pg_catalog.=) 'running'"
+										  " LIMIT $1 FOR UPDATE SKIP LOCKED", 1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "running run query failed: %s", SPI_result_code_string(rc));
+	n_running = SPI_processed;
+	ids = MemoryContextAlloc(cxt, sizeof(char *) * Max(n_running, 1));
+	lost = palloc(sizeof(int) * Max(n_running, 1));
+	policies = palloc(sizeof(Jsonb *) * Max(n_running, 1));
+	for (uint64 i = 0; i < n_running; i++)
+	{
+		bool		isnull;
+		Datum		d;
+
+		ids[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
+													   SPI_tuptable->tupdesc, 1));
+		lost[i] = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2,
+											  &isnull));
+		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull);
+		policies[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
+	}
+	for (uint64 i = 0; i < n_running; i++)
+	{
+		RetryPolicy policy;
+		bool		give_up;
+
+		/* a free lock on a running run means its executor is gone */
+		if (!ds_step_lock_try_session(ids[i], DS_TURN_STEP_ID))
+			continue;
+		ids[n++] = ids[i];
+		ds_policy_resolve(policies[i], NULL, &policy);
+		/* a turn that kills its executor every time must not be retried forever */
+		give_up = lost[i] + 1 >= policy.max_attempts;
+		ereport(LOG,
+				(errmsg("durable_steps: the turn of run %s was lost with its executor; %s",
+						ids[i], give_up ? "failing the run" : "running it again")));
+		args[0] = CStringGetTextDatum(ids[i]);
+		args[1] = CStringGetTextDatum(give_up ? "failed" : "waiting");
+		args[2] = CStringGetTextDatum(unpack_sql_state(ERRCODE_DS_INVOCATION_LOST));
+		rc = SPI_execute_plan(ds_prepare_kept(&lost_plan,
+											  "UPDATE durable_steps.runs SET status = $2,"
+											  " lost_turns = lost_turns OPERATOR(pg_catalog.+) 1,"
+											  " claimed_by = NULL, lease_expires_at = NULL,"
+											  " updated_at = pg_catalog.clock_timestamp(),"
+											  " next_wake_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'waiting'"
+											  "  THEN pg_catalog.clock_timestamp() END,"
+											  " finished_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'failed'"
+											  "  THEN pg_catalog.clock_timestamp() END,"
+											  " wait_reason = 'turn lost with its executor',"
+											  " error_code = CASE WHEN $2 OPERATOR(pg_catalog.=) 'failed' THEN $3 END,"
+											  " error_message = CASE WHEN $2 OPERATOR(pg_catalog.=) 'failed'"
+											  "  THEN 'invocation_lost: every turn lost its executor' END"
+											  " WHERE run_id OPERATOR(pg_catalog.=) $1",
+											  3, lost_types),
+							  args, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "recovering run %s failed", ids[i]);
+		if (!give_up)
+			ds_worker_wake_at_commit();
+	}
+	ds_store_spi_end(&spi);
+	*run_ids = ids;
+	return n;
+}
+
+TimestampTz
+ds_next_run_wake_time(void)
+{
+	TimestampTz next = 0;
+	bool		isnull;
+	StoreSpi	spi;
+	int			rc;
+
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&next_wake_plan,
+										  "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
+										  " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')",
+										  0, NULL),
+						  NULL, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "next wake query failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+	{
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			next = DatumGetTimestampTz(d);
+	}
+	ds_store_spi_end(&spi);
+	return next;
+}

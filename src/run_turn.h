@@ -1,0 +1,51 @@
+/*
+ * run_turn.h -- the worker's side of runs: claiming due turns, running one, recovering lost ones.
+ */
+#ifndef DS_RUN_TURN_H
+#define DS_RUN_TURN_H
+
+#include "compat.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+typedef struct ClaimedRun
+{
+	char	   *run_id;
+	char	   *workflow;		/* qualified signature */
+	Jsonb	   *input;
+	Jsonb	   *policy;			/* NULL = none */
+	Oid			owner;
+	char	   *search_path;
+	int			turn;			/* the number the claim gave this turn */
+} ClaimedRun;
+
+/*
+ * In the current transaction, claim up to `limit` due runs: lock their rows (skipping rows others
+ * hold), take each run's session lock, mark them running with this process as claimant. The
+ * caller commits, runs each turn (ds_run_turn) in a transaction of its own and releases the
+ * run's session lock after the turn committed.
+ */
+extern int	ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs);
+
+/*
+ * In the current transaction (the session user already the run's owner): run one turn of the
+ * workflow, as its owner and isolated like a worker attempt, and record how it ended. When the
+ * run now waits for an event, *awaited is its name: look again once committed
+ * (ds_wake_if_event_emitted), for an emit that committed while the turn ran.
+ */
+extern void ds_run_turn(const ClaimedRun *run, char **awaited);
+
+/* In a new transaction after a turn that waits for `event`: wake the run if it is there. */
+extern void ds_wake_if_event_emitted(const char *run_id, const char *event);
+
+/*
+ * In the current transaction, find runs left running by an executor that is gone and make them
+ * due again (or failed, past the run's max_attempts lost turns in a row). Returns the runs
+ * found; their session locks are held: release them after commit.
+ */
+extern int	ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids);
+
+/* The earliest next_wake_at of a pending or waiting run; 0 when there is none. */
+extern TimestampTz ds_next_run_wake_time(void);
+
+#endif							/* DS_RUN_TURN_H */
