@@ -18,6 +18,7 @@ OBJS = \
 	src/retention.o \
 	src/role_guard.o \
 	src/run_context.o \
+	src/run_http.o \
 	src/run_step.o \
 	src/run_steps.o \
 	src/run_turn.o \

@@ -436,7 +436,7 @@ GRANT SELECT ON @extschema@.ds_runs, @extschema@.ds_steps, @extschema@.ds_attemp
                 @extschema@.ds_queues TO PUBLIC;
 
 -- Runs (README, "Runs"): durable workflows. ds_start_run and the controls act on runs; ds_step,
--- ds_sleep and ds_await_event act on the current run, inside its workflow.
+-- ds_http, ds_sleep and ds_await_event act on the current run, inside its workflow.
 CREATE FUNCTION @extschema@.ds_start_run(
         workflow text,
         input jsonb DEFAULT '{}',
@@ -460,6 +460,14 @@ CREATE FUNCTION @extschema@.ds_step(
         on_timeout text DEFAULT 'retry')
     RETURNS jsonb
     AS 'MODULE_PATHNAME', 'ds_step' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_http(
+        step_id text,
+        request jsonb,
+        policy jsonb DEFAULT NULL,
+        idempotency_header text DEFAULT 'Idempotency-Key',
+        timeout interval DEFAULT '30 s')
+    RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_http' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_sleep(step_id text, duration interval) RETURNS void
     AS 'MODULE_PATHNAME', 'ds_sleep' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_await_event(step_id text, name text, timeout interval DEFAULT NULL)

@@ -13,6 +13,12 @@
 #define DS_HTTP_QUEUE "default"
 
 /*
+ * The SQL of every HTTP step's fingerprint: no SQL step has it (ds_run_step refuses SQL without
+ * a statement), so an HTTP step and a SQL step never share a definition.
+ */
+#define DS_HTTP_FINGERPRINT_SQL ""
+
+/*
  * As ds_claim_due_steps (step_claims.h), for steps of kind 'http' only: in the current
  * transaction, claim up to `limit` due HTTP steps, each with its session lock held and its row
  * marked running (attempt counted, this process the claimant, lease set). The caller commits

@@ -23,6 +23,7 @@
 #include "http_claims.h"
 #include "http_request.h"
 #include "policy.h"
+#include "runs.h"
 #include "step_attempt.h"
 #include "step_call.h"
 #include "step_hooks.h"
@@ -31,12 +32,6 @@
 
 PG_FUNCTION_INFO_V1(ds_http_step);
 PG_FUNCTION_INFO_V1(ds_resolve_step);
-
-/*
- * The SQL of every HTTP step's fingerprint: no SQL step has it (ds_run_step refuses SQL without
- * a statement), so an HTTP step and a SQL step never share a definition.
- */
-#define HTTP_FINGERPRINT_SQL ""
 
 /* Only members of durable_steps_http create HTTP steps. */
 static void
@@ -137,7 +132,7 @@ ds_http_step(PG_FUNCTION_ARGS)
 				 errmsg("notify must be a channel name of 1 to %d bytes", NAMEDATALEN - 1)));
 
 	/* the request (and its hooks) is the step's definition */
-	fingerprint = ds_step_fingerprint(HTTP_FINGERPRINT_SQL, request, on_success, on_failure);
+	fingerprint = ds_step_fingerprint(DS_HTTP_FINGERPRINT_SQL, request, on_success, on_failure);
 	if (ds_probe_step(run_id, step_id,
 					  ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot(),
 					  &rec, NULL) ||
@@ -243,5 +238,7 @@ ds_resolve_step(PG_FUNCTION_ARGS)
 	ds_apply_attempt_outcome(&rec, rec.attempts + 1, &outcome);
 	rec.claimed_by = 0;
 	ds_store_update_step_insert_operator_attempt(&rec, rec.attempts, &outcome);
+	/* a run blocked on this step goes on: it replays the finding (ds_http) */
+	ds_run_wake_for_step(run_id);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, false));
 }

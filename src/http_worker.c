@@ -54,6 +54,7 @@
 #include "step_lock.h"
 #include "store.h"
 #include "worker.h"
+#include "runs.h"
 #include "worker_wakeup.h"
 
 static int	max_inflight = 64;
@@ -532,6 +533,9 @@ record_transfer(HttpTransfer *t)
 		/* runs the step's outcome hook, as its owner, in this transaction (step_hooks.c) */
 		ds_apply_attempt_outcome(rec, rec->attempts, &outcome);
 		ds_store_finish_claimed_attempt(rec, rec->attempts, t->claimed_at, &outcome);
+		/* a run waiting for the step (ds_http) goes on, but not for a retry: that is ours */
+		if (rec->status != STEP_RETRYING && rec->status != STEP_PENDING)
+			ds_run_wake_for_http_step(rec->run_id, rec->step_id);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;

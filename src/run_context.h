@@ -21,7 +21,8 @@ typedef enum TurnWork
 	TURN_WORK_SLEEP,			/* record sleep step `step_id`, until `until` */
 	TURN_WORK_EVENT_START,		/* record event step `step_id` waiting for `event` */
 	TURN_WORK_EVENT_DONE,		/* record event step `step_id` succeeded with `payload` */
-	TURN_WORK_EVENT_TIMEOUT		/* record event step `step_id` failed: timed out */
+	TURN_WORK_EVENT_TIMEOUT,	/* record event step `step_id` failed: timed out */
+	TURN_WORK_HTTP				/* create HTTP step `step_id` (ds_http_step call in step_call) */
 } TurnWork;
 
 /* How a turn ended when a call in it had to wait or had work to do. */
@@ -34,7 +35,8 @@ typedef struct TurnSuspension
 	char	   *step_id;
 	char	   *event;			/* the event awaited, or NULL */
 	TurnWork	work;
-	char	   *step_call;		/* TURN_WORK_STEP: ds_run_step's arguments, as jsonb text */
+	char	   *step_call;		/* TURN_WORK_STEP, _HTTP: ds_run_step's or ds_http_step's
+								 * arguments, as jsonb text */
 	int64		step_timeout;	/* TURN_WORK_STEP: the attempt's limit, microseconds */
 	TimestampTz until;			/* TURN_WORK_SLEEP */
 	int64		event_timeout;	/* TURN_WORK_EVENT_START: microseconds, 0 = none */

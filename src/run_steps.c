@@ -76,9 +76,8 @@ name_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 	return s;
 }
 
-/* The step-failed error (DS102), thrown into the workflow at the step's call. */
-static void
-throw_step_failed(const char *run_id, const char *step_id, const char *status,
+void
+ds_turn_throw_step_failed(const char *run_id, const char *step_id, const char *status,
 				  const char *error_class, const char *code, const char *message)
 {
 	bool		failed = strcmp(status, "failed") == 0;
@@ -305,7 +304,7 @@ ds_step(PG_FUNCTION_ARGS)
 		/* an executor holds it (never expected here: ds_run_step waited for it) */
 		ds_turn_suspend(false, GetCurrentTimestamp() + USECS_PER_SEC,
 						psprintf("step %s is running elsewhere", step_id), step_id, NULL);
-	throw_step_failed(run_id, step_id, status, error_class, error_code, error_message);
+	ds_turn_throw_step_failed(run_id, step_id, status, error_class, error_code, error_message);
 	PG_RETURN_NULL();
 }
 
@@ -545,7 +544,7 @@ ds_await_event(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_DS_EVENT_TIMEOUT),
 					 errmsg("step %s of run %s: %s", step_id, run_id, rec.error_message)));
 		if (rec.status != STEP_PENDING)
-			throw_step_failed(run_id, step_id, ds_step_status_name(rec.status),
+			ds_turn_throw_step_failed(run_id, step_id, ds_step_status_name(rec.status),
 							  rec.error_class, rec.error_code, rec.error_message);
 		/* the wait began when the step was recorded: the timeout counts from there */
 		if (rec.timeout > 0)

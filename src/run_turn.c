@@ -317,11 +317,13 @@ field_text(Jsonb *j, const char *key)
  * The turn ended at a step whose attempt is due: run it now, in this transaction, isolated as
  * the role the workflow called it as (like a worker attempt), through ds_run_step -- which
  * records the attempt and the step's new state with the step's effect -- and record the run as
- * the step left it.
+ * the step left it. Or it ended at a new HTTP step (ds_http): create it the same way, through
+ * ds_http_step, and the run waits for the HTTP worker.
  */
 static void
 run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 {
+	bool		http = susp->work == TURN_WORK_HTTP;
 	StepBody	body;
 	ClassOverrides no_overrides;
 	AttemptOutcome outcome;
@@ -332,7 +334,17 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 	memset(&body, 0, sizeof(body));
 	body.run_id = run->run_id;
 	body.step_id = DS_TURN_STEP_ID;
-	body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_run_step("
+	if (http)
+		body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_http_step("
+							"run_id => $1 OPERATOR(pg_catalog.->>) 'run_id',"
+							" step_id => $1 OPERATOR(pg_catalog.->>) 'step_id',"
+							" request => $1 OPERATOR(pg_catalog.->) 'request',"
+							" policy => $1 OPERATOR(pg_catalog.->) 'policy',"
+							" idempotency_header => $1 OPERATOR(pg_catalog.->>) 'idempotency_header',"
+							" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval) r",
+							quote_identifier(get_namespace_name(ds_extension_schema())));
+	else
+		body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_run_step("
 						"run_id => $1 OPERATOR(pg_catalog.->>) 'run_id',"
 						" step_id => $1 OPERATOR(pg_catalog.->>) 'step_id',"
 						" sql => $1 OPERATOR(pg_catalog.->>) 'sql',"
@@ -347,7 +359,7 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 						quote_identifier(get_namespace_name(ds_extension_schema())));
 	body.input = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(susp->step_call)));
 	/* the step's own timeout stops its attempt first: this bound is the backstop */
-	body.timeout = susp->step_timeout + 5 * USECS_PER_SEC;
+	body.timeout = http ? 0 : susp->step_timeout + 5 * USECS_PER_SEC;
 	body.isolate_as = OidIsValid(susp->owner) ? susp->owner : run->owner;
 	body.cancel_key = ds_attempt_cancel_key(run->run_id, DS_TURN_STEP_ID, run->turn);
 	body.search_path = susp->search_path;
@@ -376,7 +388,22 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 	o->wake_at = GetCurrentTimestamp();
 	if (status == NULL)
 		elog(ERROR, "ds_run_step answered no status");
-	if (strcmp(status, "blocked") == 0)
+	if (http)
+	{
+		/*
+		 * A new HTTP step (ds_http): the HTTP worker sends it once this commits, and wakes the
+		 * run when it has an outcome the run must see. One created meanwhile is replayed.
+		 */
+		if (strcmp(status, "pending") == 0 || strcmp(status, "retrying") == 0 ||
+			strcmp(status, "running") == 0)
+		{
+			o->wake_at = 0;
+			o->wait_reason = susp->reason;
+		}
+		else
+			o->wait_reason = psprintf("step %s %s", susp->step_id, status);
+	}
+	else if (strcmp(status, "blocked") == 0)
 	{
 		o->status = "blocked";
 		o->wake_at = 0;
@@ -479,7 +506,7 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 	}
 	if (susp.suspended)
 	{
-		if (susp.work == TURN_WORK_STEP)
+		if (susp.work == TURN_WORK_STEP || susp.work == TURN_WORK_HTTP)
 		{
 			run_step_work(run, &susp, &o);
 			return;

@@ -431,3 +431,44 @@ ds_run_wake_for_step(const char *run_id)
 					  " AND status OPERATOR(pg_catalog.=) ANY ('{waiting,blocked}')", run_id) > 0)
 		ds_worker_wake_at_commit();
 }
+
+void
+ds_run_wake_for_http_step(const char *run_id, const char *step_id)
+{
+	static SPIPlanPtr wake_plan = NULL;
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {CStringGetTextDatum(run_id), CStringGetTextDatum(step_id)};
+	StoreSpi	spi;
+	int			rc;
+	bool		woken;
+
+	ds_store_spi_begin(&spi);
+
+	/*
+	 * A running run's row is updated with its own values: that waits for the turn's transaction,
+	 * and the row it then recorded is checked again (waiting for this step: woken).
+	 */
+	rc = SPI_execute_plan(ds_prepare_kept(&wake_plan,
+										  "UPDATE durable_steps.runs SET next_wake_at = CASE"
+										  " WHEN status OPERATOR(pg_catalog.=) 'waiting'"
+										  " THEN pg_catalog.clock_timestamp() ELSE next_wake_at END"
+										  " WHERE run_id OPERATOR(pg_catalog.=) $1"
+										  " AND current_step OPERATOR(pg_catalog.=) $2"
+										  " AND status OPERATOR(pg_catalog.=) ANY ('{waiting,running}')"
+										  " RETURNING status OPERATOR(pg_catalog.=) 'waiting'",
+										  2, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "waking run %s failed: %s", run_id, SPI_result_code_string(rc));
+	woken = false;
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		woken |= DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1,
+											&isnull));
+	}
+	ds_store_spi_end(&spi);
+	if (woken)
+		ds_worker_wake_at_commit();
+}

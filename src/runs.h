@@ -12,4 +12,12 @@
  */
 extern void ds_run_wake_for_step(const char *run_id);
 
+/*
+ * HTTP step `step_id` of run `run_id` has an outcome the run must see (it succeeded, failed,
+ * or waits for a person): a run waiting for it takes its next turn now. A turn of that run in
+ * flight is waited for (its row lock), so that a turn that read the step before this outcome
+ * committed is woken once it has recorded its wait.
+ */
+extern void ds_run_wake_for_http_step(const char *run_id, const char *step_id);
+
 #endif							/* DS_RUNS_H */

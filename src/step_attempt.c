@@ -28,6 +28,7 @@
 #include "ds_errcodes.h"
 #include "http_request.h"
 #include "policy.h"
+#include "runs.h"
 #include "step_attempt.h"
 #include "step_hooks.h"
 #include "worker_wakeup.h"
@@ -307,4 +308,8 @@ ds_record_lost_attempt(StepRecord *rec)
 							 detail);
 	else
 		fail_started_attempt(rec, -1, ERRCODE_DS_INVOCATION_LOST, "invocation_lost", detail);
+	/* a run waiting for the HTTP step (ds_http) must see it uncertain or failed */
+	if (rec->kind != NULL && strcmp(rec->kind, "http") == 0 &&
+		rec->status != STEP_RETRYING && rec->status != STEP_PENDING)
+		ds_run_wake_for_http_step(rec->run_id, rec->step_id);
 }
