@@ -73,7 +73,7 @@ is($p->charges('ok'),  1, 'one charge at the provider');
 is($p->requests('ok'), 2, 'two requests: the 503 and its retry');
 is(ledger($ok), 'confirm,reserve', 'each SQL step took its effect once');
 is(run_field($ok, "output->'charge'->>'status'"), '200', "the run's output holds the response");
-is(run_field($ok, "output->'charge'->'body'->>'charged'"), 'true',
+is(run_field($ok, "output->'charge'->'body'->>'charged'"), 'ok',
 	'with the body the provider answered');
 is( $node->safe_psql(
 		'postgres',
