@@ -97,7 +97,7 @@ is(run_field($bad, "wait_event IS NULL AND next_wake_at IS NULL"), 't', 'woken b
 my $c = start_run('caught', 'caught', $p->url('caught', 'fault=503&times=9'));
 ok(poll_until($node, 'postgres', "SELECT status FROM ds_runs WHERE run_id = '$c'", 'succeeded'),
 	'the run whose workflow caught the failed HTTP step succeeded');
-like(run_field($c, 'output #>> \'{}\''), qr/^step charge of run \Q$c\E failed \(retryable\)/,
+like(run_field($c, 'output #>> \'{}\''), qr/^step charge of run \Q$c\E failed \(exhausted\)/,
 	'with the step-failed error as its output');
 is($p->requests('caught'), 3, 'after the three attempts of the run policy');
 
