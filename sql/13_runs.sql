@@ -73,6 +73,7 @@ SELECT run_try($$SELECT ds_resume_run('no-such-run')$$);
 
 -- the calls of a workflow, outside one
 SELECT run_try($$SELECT ds_step('s', 'SELECT 1')$$);
+SELECT run_try($$SELECT ds_http('s', '{"url": "http://127.0.0.1/"}')$$);
 SELECT run_try($$SELECT ds_sleep('s', '1 s')$$);
 SELECT run_try($$SELECT ds_await_event('s', 'e')$$);
 
