@@ -677,6 +677,8 @@ ds_cancel_step(PG_FUNCTION_ARGS)
 	rec.finished_at = now;
 	ds_store_update_step(&rec);
 	ds_notify_step_stopped(&rec);
+	/* a run waiting for this step (an HTTP step's response, a retry) meets it cancelled: DS102 */
+	ds_run_wake_for_step(run_id);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
 }
 
