@@ -345,18 +345,18 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 							quote_identifier(get_namespace_name(ds_extension_schema())));
 	else
 		body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_run_step("
-						"run_id => $1 OPERATOR(pg_catalog.->>) 'run_id',"
-						" step_id => $1 OPERATOR(pg_catalog.->>) 'step_id',"
-						" sql => $1 OPERATOR(pg_catalog.->>) 'sql',"
-						" input => $1 OPERATOR(pg_catalog.->) 'input',"
-						" policy => $1 OPERATOR(pg_catalog.->) 'policy',"
-						" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval,"
-						" retry_on => (SELECT pg_catalog.array_agg(e) FROM"
-						"  pg_catalog.jsonb_array_elements_text($1 OPERATOR(pg_catalog.->) 'retry_on') e),"
-						" fail_on => (SELECT pg_catalog.array_agg(e) FROM"
-						"  pg_catalog.jsonb_array_elements_text($1 OPERATOR(pg_catalog.->) 'fail_on') e),"
-						" on_timeout => COALESCE($1 OPERATOR(pg_catalog.->>) 'on_timeout', 'retry')) r",
-						quote_identifier(get_namespace_name(ds_extension_schema())));
+							"run_id => $1 OPERATOR(pg_catalog.->>) 'run_id',"
+							" step_id => $1 OPERATOR(pg_catalog.->>) 'step_id',"
+							" sql => $1 OPERATOR(pg_catalog.->>) 'sql',"
+							" input => $1 OPERATOR(pg_catalog.->) 'input',"
+							" policy => $1 OPERATOR(pg_catalog.->) 'policy',"
+							" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval,"
+							" retry_on => (SELECT pg_catalog.array_agg(e) FROM"
+							"  pg_catalog.jsonb_array_elements_text($1 OPERATOR(pg_catalog.->) 'retry_on') e),"
+							" fail_on => (SELECT pg_catalog.array_agg(e) FROM"
+							"  pg_catalog.jsonb_array_elements_text($1 OPERATOR(pg_catalog.->) 'fail_on') e),"
+							" on_timeout => COALESCE($1 OPERATOR(pg_catalog.->>) 'on_timeout', 'retry')) r",
+							quote_identifier(get_namespace_name(ds_extension_schema())));
 	body.input = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(susp->step_call)));
 	/* the step's own timeout stops its attempt first: this bound is the backstop */
 	body.timeout = http ? 0 : susp->step_timeout + 5 * USECS_PER_SEC;
