@@ -24,7 +24,7 @@ DECLARE
     charge jsonb;
 BEGIN
     PERFORM ds_step('reserve', 'INSERT INTO ledger VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
-    charge := ds_http('charge', jsonb_build_object('method', 'POST', 'url', input->>'url',
+    charge := ds_http('charge', jsonb_build_object('method', 'POST', 'url', input->>'url', 'expect', 'json',
                                                    'json', jsonb_build_object('amount', 42)));
     PERFORM ds_step('confirm', 'INSERT INTO ledger VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
     RETURN jsonb_build_object('charge', charge);
