@@ -367,14 +367,22 @@ ds_cancel_run(PG_FUNCTION_ARGS)
 						 " claimed_by = NULL, lease_expires_at = NULL,"
 						 " wait_reason = 'cancelled by ds_cancel_run()'"
 						 " WHERE run_id OPERATOR(pg_catalog.=) $1", run_id);
-	/* its steps waiting for a retry, a person or an event will not run */
+	/*
+	 * its steps waiting for a retry, a person or an event will not run. Only those of roles the
+	 * run's owner has the privileges of: steps are found by run_id, and any role can start a run
+	 * under a run_id where other roles' plain steps already are (run keys name runs, not steps);
+	 * cancelling those would let it stop another role's work.
+	 */
 	(void) run_statement(&steps_plan,
 						 "UPDATE durable_steps.steps SET status = 'cancelled',"
 						 " error_class = 'cancelled', next_attempt_at = NULL,"
 						 " finished_at = pg_catalog.clock_timestamp(),"
 						 " updated_at = pg_catalog.clock_timestamp()"
 						 " WHERE run_id OPERATOR(pg_catalog.=) $1"
-						 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked}')",
+						 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked}')"
+						 " AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
+						 "  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
+						 "  owner::pg_catalog.oid, 'USAGE')",
 						 run_id);
 	PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
 }
