@@ -292,6 +292,26 @@ is($node->safe_psql('postgres', q{SELECT output->>'leak' || '|' || (output->>'wo
                                     FROM durable_steps.runs WHERE run_id = 'probe-2'}),
 	'|4MB|alice', "$t: alice's step sees none of the hook's settings");
 
+# A hook run again in an admin's session (ds_retry_step of a step blocked by its on_success hook)
+# runs as its owner: whatever it sets must not stay in the admin's session.
+$t = 'a hook in an admin\'s session';
+$node->safe_psql('postgres', q{CREATE ROLE adm LOGIN IN ROLE durable_steps_admin});
+as_ok('mallory', q{
+CREATE TABLE mallory_flag (x int);
+SELECT ds_run_step('hook-admin', 's', 'SELECT 1',
+    on_success => $h$SELECT set_config('search_path', 'mallory_s, public', false),
+                            set_config('app.leak', 'hook', false),
+                            set_config('work_mem', '79MB', false),
+                            1 / (SELECT count(*) FROM public.mallory_flag)$h$);
+});
+is($node->safe_psql('postgres', q{SELECT status FROM durable_steps.steps WHERE run_id = 'hook-admin'}),
+	'blocked', "$t: mallory's step is blocked by its failing hook");
+as_ok('mallory', q{INSERT INTO mallory_flag VALUES (1)});
+is(as_ok('adm', q{SELECT (ds_retry_step('hook-admin', 's')).status;
+                  SELECT current_setting('search_path') || '|' || coalesce(current_setting('app.leak', true), '')
+                         || '|' || current_setting('work_mem') || '|' || current_user}),
+	"succeeded\n\"\$user\", public||4MB|adm", "$t: the admin re-runs the hook; its session keeps none of the hook's settings");
+
 is($node->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'}),
 	$pid, 'the same executor ran everything');
 unlike(slurp_file($node->logfile), $DurableSteps::Test::crash_re, 'no server process crashed');
