@@ -5,6 +5,11 @@ OBJS = \
 	src/durable_steps.o \
 	src/classify.o \
 	src/direct_write.o \
+	src/http_claims.o \
+	src/http_request.o \
+	src/http_response.o \
+	src/http_step.o \
+	src/http_worker.o \
 	src/key.o \
 	src/launcher.o \
 	src/policy.o \

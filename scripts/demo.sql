@@ -196,6 +196,41 @@ SELECT run_id, step_id, status, attempt, max_attempts,
        next_attempt_at::timestamptz(0) AS next_attempt_at, error_class, remediation
   FROM ds_steps
  ORDER BY created_at;
+
+\echo
+\echo '=== (g) An HTTP step: a transactional outbox with a stable idempotency key ==='
+\echo '    ds_http_step stores the request with the caller''s transaction; nothing is sent until it'
+\echo '    commits. The HTTP worker then sends it with "Idempotency-Key: order\\:42:ship" on every'
+\echo '    attempt. The local fake provider answers 503 once (fault=503): the attempt is retryable,'
+\echo '    and the next one succeeds; the response is the step''s result.'
+BEGIN;
+SELECT status, attempt, replayed
+  FROM ds_http_step('order:42', 'ship',
+                    jsonb_build_object('method', 'POST', 'expect', 'json',
+                                       'url', :'provider' || '/charge/ship-42?fault=503',
+                                       'json', jsonb_build_object('order', 42, 'carrier', 'DHL')),
+                    policy => '{"initial_delay": "200 ms"}');
+\echo '    Still pending: the transaction has not committed, so nothing has been sent.'
+COMMIT;
+SELECT demo_wait('order:42', 'ship', 2);
+SELECT attempt, class, error_code, error_message, idempotency_key, executor
+  FROM ds_attempts WHERE run_id = 'order:42' AND step_id = 'ship' ORDER BY attempt;
+SELECT status, result->'status' AS http_status, result->'body' AS body
+  FROM ds_steps WHERE run_id = 'order:42' AND step_id = 'ship';
+\echo '    The same call again (a redelivered message): replayed from the store, nothing sent.'
+SELECT status, replayed, result->'body'->'charge' AS charge
+  FROM ds_http_step('order:42', 'ship',
+                    jsonb_build_object('method', 'POST', 'expect', 'json',
+                                       'url', :'provider' || '/charge/ship-42?fault=503',
+                                       'json', jsonb_build_object('order', 42, 'carrier', 'DHL')),
+                    policy => '{"initial_delay": "200 ms"}');
+\echo '    The provider''s own count, read with one more HTTP step (a GET): ship-42 was charged once,'
+\echo '    and requested twice (the 503, then the charge).'
+SELECT status FROM ds_http_step('demo', 'provider-counts',
+                                jsonb_build_object('url', :'provider' || '/counts', 'expect', 'json'));
+SELECT demo_wait('demo', 'provider-counts', 1);
+SELECT result->'body'->'charges'->'ship-42' AS charges, result->'body'->'requests'->'ship-42' AS requests
+  FROM ds_steps WHERE run_id = 'demo' AND step_id = 'provider-counts';
 \echo
 \echo '=== (g) A run: an order checkout as a durable workflow, through a crash ==='
 \echo '    checkout() is a workflow: reserve stock, charge (a SQL step here; an HTTP step once HTTP'

@@ -91,6 +91,8 @@ CREATE TABLE durable_steps.steps (
     sql             text,
     input           jsonb,
     request         jsonb,
+    -- HTTP steps: the header that carries the step's idempotency key; NULL sends none
+    idempotency_header text,
     fingerprint     text NOT NULL,
     policy          jsonb NOT NULL,
     max_attempts    integer NOT NULL,
@@ -170,11 +172,11 @@ CREATE TABLE durable_steps.attempts (
     run_id          text COLLATE "C" NOT NULL,
     step_id         text COLLATE "C" NOT NULL,
     attempt         integer NOT NULL,
-    class           text NOT NULL,  -- completed | retryable | correctable | permanent
+    class           text NOT NULL,  -- completed | retryable | correctable | permanent | cancelled | uncertain
     error_code      text,
     error_message   text,
     error_detail    text,
-    executor        text NOT NULL,  -- caller | worker
+    executor        text NOT NULL,  -- caller | worker | operator (ds_resolve_step)
     backend_pid     integer NOT NULL,
     role            pg_catalog.regrole NOT NULL,
     -- when the attempt was committed as started (the worker's claim) and when its body began
@@ -332,6 +334,29 @@ CREATE FUNCTION @extschema@.ds_cancel_step(run_id text, step_id text)
 CREATE FUNCTION @extschema@.ds_set_queue(name text, concurrency integer)
     RETURNS void
     AS 'MODULE_PATHNAME', 'ds_set_queue' LANGUAGE C VOLATILE;
+-- HTTP steps (README, "HTTP steps"): stored with the caller's transaction, sent by the HTTP worker
+CREATE FUNCTION @extschema@.ds_http_step(
+        run_id text,
+        step_id text,
+        request jsonb,
+        policy jsonb DEFAULT NULL,
+        idempotency_header text DEFAULT 'Idempotency-Key',
+        on_success text DEFAULT NULL,
+        timeout interval DEFAULT '30 s',
+        nowait boolean DEFAULT false,
+        run_at timestamptz DEFAULT NULL,
+        notify text DEFAULT NULL,
+        on_failure text DEFAULT NULL)
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_http_step' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_resolve_step(run_id text, step_id text, status text,
+        result jsonb DEFAULT NULL)
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_resolve_step' LANGUAGE C VOLATILE;
+-- The request with the values of secret headers masked, as the views show it to other roles.
+CREATE FUNCTION durable_steps.ds_http_mask_request(request jsonb) RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_http_mask_request' LANGUAGE C STABLE STRICT;
+
 CREATE FUNCTION @extschema@.ds_unwrap(step @extschema@.ds_step_result) RETURNS jsonb
     AS 'MODULE_PATHNAME', 'ds_unwrap' LANGUAGE C IMMUTABLE;
 
@@ -351,7 +376,11 @@ CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
     SELECT s.run_id, s.step_id, s.kind, s.status, s.result,
            s.attempts AS attempt, s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts AS max_attempts,
            s.next_attempt_at, s.error_class, s.error_code, s.error_message, s.error_detail,
-           s.remediation, s.sql, s.input, s.request, s.policy, s.timeout, s.on_timeout,
+           s.remediation, s.sql, s.input,
+           -- secret header values are the owner's alone (README, "HTTP steps")
+           CASE WHEN pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE') THEN s.request
+                ELSE durable_steps.ds_http_mask_request(s.request) END AS request,
+           s.idempotency_header, s.policy, s.timeout, s.on_timeout,
            s.retry_on, s.fail_on, s.notify, s.on_success, s.on_failure, s.queue, s.priority, s.fingerprint, s.owner,
            s.created_at, s.updated_at, s.finished_at
       FROM durable_steps.steps s

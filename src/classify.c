@@ -40,6 +40,8 @@ ds_attempt_class_name(AttemptClass cls)
 			return "permanent";
 		case ATTEMPT_CANCELLED:
 			return "cancelled";
+		case ATTEMPT_UNCERTAIN:
+			return "uncertain";
 	}
 	return "permanent";
 }

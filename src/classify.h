@@ -14,7 +14,9 @@ typedef enum AttemptClass
 	ATTEMPT_RETRYABLE,
 	ATTEMPT_CORRECTABLE,
 	ATTEMPT_PERMANENT,
-	ATTEMPT_CANCELLED			/* stopped by ds_cancel_step(): the step is cancelled */
+	ATTEMPT_CANCELLED,			/* stopped by ds_cancel_step(): the step is cancelled */
+	ATTEMPT_UNCERTAIN			/* an HTTP request that may have had its effect, and may not be
+								 * sent again: the step is uncertain until a person settles it */
 } AttemptClass;
 
 /* A step's retry_on / fail_on overrides, parsed. */

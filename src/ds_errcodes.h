@@ -18,6 +18,12 @@
 #define ERRCODE_DS_RESULT_TOO_LARGE		MAKE_SQLSTATE('D','S','0','0','5')
 #define ERRCODE_DS_TOO_MANY_ROWS		MAKE_SQLSTATE('D','S','0','0','6')
 #define ERRCODE_DS_INVOCATION_LOST		MAKE_SQLSTATE('D','S','0','0','7')
+/* Recorded on the attempts of HTTP steps (README, "HTTP steps"). */
+#define ERRCODE_DS_HTTP_STATUS			MAKE_SQLSTATE('D','S','0','1','0')
+#define ERRCODE_DS_HTTP_NOT_SENT		MAKE_SQLSTATE('D','S','0','1','1')
+#define ERRCODE_DS_HTTP_UNCERTAIN		MAKE_SQLSTATE('D','S','0','1','2')
+#define ERRCODE_DS_HTTP_BAD_RESPONSE	MAKE_SQLSTATE('D','S','0','1','3')
+#define ERRCODE_DS_RESOLVED_FAILED		MAKE_SQLSTATE('D','S','0','1','4')
 /* Raised to callers. */
 #define ERRCODE_DS_NO_STEP_CONTEXT		MAKE_SQLSTATE('D','S','1','0','1')
 #define ERRCODE_DS_STEP_NOT_SUCCEEDED	MAKE_SQLSTATE('D','S','1','0','2')

@@ -6,6 +6,7 @@
 #include "fmgr.h"
 #include "utils/guc.h"
 
+#include "http_request.h"
 #include "policy.h"
 #include "replay_cache.h"
 #include "retention.h"
@@ -32,6 +33,8 @@ _PG_init(void)
 	ds_step_context_init_module();
 	ds_retention_init_module();
 	ds_executor_init_module();
+	ds_http_request_init_module();
+	ds_http_worker_init_module();
 	ds_worker_shmem_init_module();
 	ds_launcher_init_module();
 	ds_role_guard_init_module();

@@ -95,6 +95,9 @@ typedef struct ServedDatabase
 	bool		said_missing;
 	int			slot[DS_MAX_WORKERS];	/* its executors' slots, -1 for none */
 	TimestampTz last_start[DS_MAX_WORKERS];
+	/* its HTTP worker (http_worker.c); NULL when none was started */
+	BackgroundWorkerHandle *http_worker;
+	TimestampTz http_last_start;
 } ServedDatabase;
 
 static ServedDatabase databases[MAX_SERVED_DATABASES];
@@ -228,6 +231,12 @@ stop_executors(ServedDatabase *db)
 		if (slot_running(slot))
 			TerminateBackgroundWorker(slot_handle[slot]);
 		db->slot[i] = -1;
+	}
+	if (db->http_worker != NULL)
+	{
+		TerminateBackgroundWorker(db->http_worker);
+		pfree(db->http_worker);
+		db->http_worker = NULL;
 	}
 }
 
@@ -420,6 +429,35 @@ serve_database(ServedDatabase *db)
 	}
 }
 
+/*
+ * Keep database `db`'s HTTP worker running once the database is served (in every-database mode:
+ * once an executor found the extension there): started again when it ends, at most once a second.
+ */
+static void
+keep_http_worker(ServedDatabase *db)
+{
+	WorkerShared *shared = ds_worker_shared();
+	bool		confirmed = !ds_serves_every_database();
+	pid_t		pid;
+
+	if (!OidIsValid(db->dbid) || db->no_extension)
+		return;
+	for (int i = 0; i < DS_MAX_WORKERS && !confirmed; i++)
+		if (db->slot[i] >= 0 && slot_running(db->slot[i]) && shared != NULL &&
+			pg_atomic_read_u32(&shared->executor_state[db->slot[i]]) == EXECUTOR_SERVING)
+			confirmed = true;
+	if (!confirmed)
+		return;
+	if (db->http_worker != NULL && GetBackgroundWorkerPid(db->http_worker, &pid) != BGWH_STOPPED)
+		return;
+	if (!TimestampDifferenceExceeds(db->http_last_start, GetCurrentTimestamp(), 1000))
+		return;
+	db->http_last_start = GetCurrentTimestamp();
+	if (db->http_worker != NULL)
+		pfree(db->http_worker);
+	db->http_worker = ds_http_worker_register(db->dbid, db->name);
+}
+
 void
 ds_launcher_main(Datum arg)
 {
@@ -451,7 +489,10 @@ ds_launcher_main(Datum arg)
 		find_databases(pass_cxt);
 		take_serve_requests();
 		for (int d = 0; d < n_databases; d++)
+		{
 			serve_database(&databases[d]);
+			keep_http_worker(&databases[d]);
+		}
 		MemoryContextReset(pass_cxt);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -34,6 +34,7 @@
 #include "run_context.h"
 #include "runs.h"
 #include "step_attempt.h"
+#include "step_call.h"
 #include "step_context.h"
 #include "step_hooks.h"
 #include "step_lock.h"
@@ -438,8 +439,8 @@ settle_lost_attempt(StepRecord *rec, const char *fingerprint)
  * squat a step id the owner's workflow will reach, which then fails the run with "belongs to
  * another role" (README, "Security model").
  */
-static void
-check_run_owner(const StepCall *call, Oid run_owner)
+void
+ds_step_check_run_owner(const char *run_id, Oid run_owner)
 {
 	const StepContext *ctx;
 
@@ -448,12 +449,12 @@ check_run_owner(const StepCall *call, Oid run_owner)
 		return;
 	/* in the turn, a SECURITY DEFINER function of the workflow makes steps of its definer */
 	ctx = ds_step_context_innermost();
-	if (ctx != NULL && strcmp(ctx->run_id, call->run_id) == 0 &&
+	if (ctx != NULL && strcmp(ctx->run_id, run_id) == 0 &&
 		strcmp(ctx->step_id, DS_TURN_STEP_ID) == 0)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("run %s belongs to another role", call->run_id),
+			 errmsg("run %s belongs to another role", run_id),
 			 errdetail("Only the run's workflow and roles with the privileges of its owner can add steps to it."),
 			 errhint("Choose another run_id.")));
 }
@@ -467,7 +468,7 @@ new_step_record(const StepCall *call, StepRecord *rec)
 	Oid			run_owner;
 	Jsonb	   *run_policy = ds_probe_run_policy(call->run_id, &run_owner);
 
-	check_run_owner(call, run_owner);
+	ds_step_check_run_owner(call->run_id, run_owner);
 	memset(rec, 0, sizeof(*rec));
 	if (run_policy == NULL && call->policy == NULL)
 		rec->policy = ds_policy_default_jsonb(&resolved);
@@ -664,7 +665,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	rec.error_class = rec.error_code = rec.error_message = rec.error_detail = NULL;
 	rec.remediation = NULL;
 	ds_store_update_step(&rec);
-	ds_worker_wake_at_commit();
+	ds_worker_wake_kind_at_commit(rec.kind);
 	/* a run waiting for this step, or blocked on it, goes on */
 	ds_run_wake_for_step(run_id);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));
@@ -759,4 +760,62 @@ ds_unwrap(PG_FUNCTION_ARGS)
 	if (isnull)
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(result);
+}
+
+/*
+ * The rules above, shared with the other kinds of steps (step_call.h): every kind answers
+ * replays, conflicts and other roles' calls the same way.
+ */
+char *
+ds_step_identity_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	return identity_arg(fcinfo, argno, name);
+}
+
+int64
+ds_step_timeout_arg(FunctionCallInfo fcinfo, int argno)
+{
+	return timeout_arg(fcinfo, argno);
+}
+
+char *
+ds_step_fingerprint(const char *sql, Jsonb *input, const char *on_success, const char *on_failure)
+{
+	return step_fingerprint(sql, input, on_success, on_failure);
+}
+
+Datum
+ds_step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec, bool replayed)
+{
+	return step_result_datum(fcinfo, rec, replayed);
+}
+
+bool
+ds_step_answer_from_store(const StepRecord *rec, const char *fingerprint)
+{
+	return answer_from_store(rec, fingerprint);
+}
+
+void
+ds_step_check_owner(const StepRecord *rec)
+{
+	check_access(rec);
+}
+
+bool
+ds_step_lock_and_read(const char *run_id, const char *step_id, bool nowait, StepRecord *rec)
+{
+	StepCall	call;
+
+	memset(&call, 0, sizeof(call));
+	call.run_id = (char *) run_id;
+	call.step_id = (char *) step_id;
+	call.nowait = nowait;
+	return lock_and_read(&call, rec);
+}
+
+void
+ds_step_lock_visible(const char *run_id, const char *step_id, StepRecord *rec)
+{
+	lock_visible_step(run_id, step_id, false, rec);
 }

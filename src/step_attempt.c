@@ -9,6 +9,7 @@
  *   retryable, no attempts left      -> failed    (error_class 'exhausted')
  *   correctable                      -> blocked   (remediation stored)
  *   permanent                        -> failed    (error_class 'permanent')
+ *   uncertain (HTTP steps only)      -> uncertain (a person settles it: ds_resolve_step)
  *
  * Then, before the outcome is written: the step's outcome hook (step_hooks.c) for a success or
  * a failure for good, which may make the step blocked; in the worker, a log line for a step
@@ -25,6 +26,7 @@
 #include "utils/timestamp.h"
 
 #include "ds_errcodes.h"
+#include "http_request.h"
 #include "policy.h"
 #include "step_attempt.h"
 #include "step_hooks.h"
@@ -136,7 +138,8 @@ ds_apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *out
 	ds_run_step_outcome_hooks(rec);
 	log_worker_outcome(rec);
 	if (rec->status == STEP_SUCCEEDED || rec->status == STEP_FAILED ||
-		rec->status == STEP_BLOCKED || rec->status == STEP_CANCELLED)
+		rec->status == STEP_BLOCKED || rec->status == STEP_CANCELLED ||
+		rec->status == STEP_UNCERTAIN)
 		ds_notify_step_stopped(rec);
 }
 
@@ -184,7 +187,7 @@ apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 				rec->error_class = "retryable";
 				rec->next_attempt_at = outcome->finished_at + delay;
 				rec->finished_at = 0;
-				ds_worker_wake_at_commit();
+				ds_worker_wake_kind_at_commit(rec->kind);
 			}
 			else
 			{
@@ -203,6 +206,13 @@ apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 			/* never retried */
 			rec->status = STEP_CANCELLED;
 			rec->error_class = "cancelled";
+			break;
+		case ATTEMPT_UNCERTAIN:
+			/* never retried by itself: a person finds out what happened (README, "HTTP steps") */
+			rec->status = STEP_UNCERTAIN;
+			rec->error_class = "uncertain";
+			rec->remediation = "The request may have taken effect. Check with its receiver, then settle the step with ds_resolve_step() or send it again with ds_retry_step().";
+			rec->finished_at = 0;
 			break;
 		default:
 			rec->status = STEP_FAILED;
@@ -254,8 +264,10 @@ ds_run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 		ds_store_update_step_insert_attempt(rec, attempt, &outcome);
 }
 
-void
-ds_fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, const char *detail)
+/* ds_fail_started_attempt with the class given, or classified by the SQLSTATE (`cls` < 0). */
+static void
+fail_started_attempt(StepRecord *rec, int cls, int sqlerrcode, const char *message,
+					 const char *detail)
 {
 	AttemptOutcome outcome;
 	ClassOverrides overrides;
@@ -263,7 +275,7 @@ ds_fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, co
 
 	ds_overrides_from_record(rec, &overrides);
 	memset(&outcome, 0, sizeof(outcome));
-	outcome.cls = ds_classify_sqlstate(sqlerrcode, &overrides);
+	outcome.cls = cls >= 0 ? (AttemptClass) cls : ds_classify_sqlstate(sqlerrcode, &overrides);
 	outcome.sqlerrcode = sqlerrcode;
 	outcome.message = pstrdup(message);
 	outcome.detail = detail ? pstrdup(detail) : NULL;
@@ -273,9 +285,26 @@ ds_fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, co
 }
 
 void
+ds_fail_started_attempt(StepRecord *rec, int sqlerrcode, const char *message, const char *detail)
+{
+	fail_started_attempt(rec, -1, sqlerrcode, message, detail);
+}
+
+void
 ds_record_lost_attempt(StepRecord *rec)
 {
-	ds_fail_started_attempt(rec, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
-							psprintf("The process running attempt %d ended before recording its outcome.",
-									 rec->attempts));
+	char	   *detail = psprintf("The process running attempt %d ended before recording its outcome.",
+								  rec->attempts);
+
+	/*
+	 * An HTTP request in flight may have reached its receiver: sent again, it must carry the
+	 * idempotency key or be idempotent by its method; otherwise a person must find out.
+	 */
+	if (rec->kind != NULL && strcmp(rec->kind, "http") == 0 &&
+		!ds_http_repeat_is_safe(rec->idempotency_header,
+								rec->request ? DatumGetJsonbP(PointerGetDatum(rec->request)) : NULL))
+		fail_started_attempt(rec, ATTEMPT_UNCERTAIN, ERRCODE_DS_INVOCATION_LOST, "invocation_lost",
+							 detail);
+	else
+		fail_started_attempt(rec, -1, ERRCODE_DS_INVOCATION_LOST, "invocation_lost", detail);
 }

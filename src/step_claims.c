@@ -2,7 +2,8 @@
  * step_claims.c -- the worker's view of durable_steps.steps.
  *
  * The worker runs as a superuser with search_path pinned to pg_catalog (see worker.c); the
- * statements here still name the extension's schema explicitly.
+ * statements here still name the extension's schema explicitly. Executors claim and count SQL
+ * steps only (kind 'sql'): HTTP steps are the HTTP worker's (http_claims.c).
  */
 #include "compat.h"
 
@@ -74,7 +75,7 @@ due_queues(TimestampTz now, DueQueue **out)
 									" WHERE EXISTS (SELECT FROM durable_steps.steps s"
 									"  WHERE s.queue = g.queue AND s.priority = g.priority"
 									"   AND s.status IN ('pending', 'retrying')"
-									"   AND s.next_attempt_at <= $1)"
+									"   AND s.next_attempt_at <= $1 AND s.kind = 'sql')"
 									" ORDER BY g.queue",
 									1, types),
 						  args, NULL, false, 0);
@@ -129,7 +130,7 @@ queue_capacity(const char *queue, int limit)
 		return 0;
 	rc = SPI_execute_plan(ds_prepare_kept(&running_count_plan,
 									"SELECT pg_catalog.count(*) FROM durable_steps.steps"
-									" WHERE queue = $1 AND status = 'running'", 1, types),
+									" WHERE queue = $1 AND status = 'running' AND kind = 'sql'", 1, types),
 						  args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "running step count failed: %s", SPI_result_code_string(rc));
@@ -165,7 +166,7 @@ lock_due_steps(const char *queue, int limit, TimestampTz now, char **run_ids, ch
 		rc = SPI_execute_plan(ds_prepare_kept(&level_plan,
 										"SELECT priority FROM durable_steps.steps"
 										" WHERE queue = $1 AND status IN ('pending', 'retrying')"
-										" AND priority >= $2 ORDER BY priority LIMIT 1",
+										" AND priority >= $2 AND kind = 'sql' ORDER BY priority LIMIT 1",
 										2, level_types),
 							  args, NULL, false, 0);
 		if (rc != SPI_OK_SELECT)
@@ -182,7 +183,7 @@ lock_due_steps(const char *queue, int limit, TimestampTz now, char **run_ids, ch
 										"SELECT run_id, step_id, ctid FROM durable_steps.steps"
 										" WHERE queue = $1 AND priority = $2"
 										" AND status IN ('pending', 'retrying')"
-										" AND next_attempt_at <= $4"
+										" AND next_attempt_at <= $4 AND kind = 'sql'"
 										" ORDER BY next_attempt_at LIMIT $3"
 										" FOR UPDATE SKIP LOCKED", 4, due_types),
 							  args, NULL, false, 0);
@@ -400,13 +401,13 @@ ds_next_due_time(void)
 									"SELECT pg_catalog.min((SELECT s.next_attempt_at"
 									"  FROM durable_steps.steps s"
 									"  WHERE s.queue = g.queue AND s.priority = g.priority"
-									"   AND s.status IN ('pending', 'retrying')"
+									"   AND s.status IN ('pending', 'retrying') AND s.kind = 'sql'"
 									"  ORDER BY s.next_attempt_at LIMIT 1))"
 									" FROM g LEFT JOIN durable_steps.queues q ON q.name = g.queue"
 									/* a full or paused queue has nothing for an idle executor */
 									" WHERE q.concurrency IS NULL OR q.concurrency >"
 									"  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
-									"    WHERE r.queue = g.queue AND r.status = 'running')",
+									"    WHERE r.queue = g.queue AND r.status = 'running' AND r.kind = 'sql')",
 									0, NULL),
 						  NULL, NULL, true, 1);
 	if (rc != SPI_OK_SELECT)

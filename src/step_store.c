@@ -44,6 +44,7 @@ const StepColumnDesc ds_step_columns[N_STEP_COLUMNS] = {
 	[STEP_COL_SQL] = STEP_FIELD("sql", FIELD_TEXT, sql),
 	[STEP_COL_INPUT] = STEP_FIELD("input", FIELD_VARLENA, input),
 	[STEP_COL_REQUEST] = STEP_FIELD("request", FIELD_VARLENA, request),
+	[STEP_COL_IDEMPOTENCY_HEADER] = STEP_FIELD("idempotency_header", FIELD_TEXT, idempotency_header),
 	[STEP_COL_FINGERPRINT] = STEP_FIELD("fingerprint", FIELD_TEXT, fingerprint),
 	[STEP_COL_POLICY] = STEP_FIELD("policy", FIELD_VARLENA, policy),
 	[STEP_COL_MAX_ATTEMPTS] = STEP_FIELD("max_attempts", FIELD_INT4, max_attempts),
@@ -342,13 +343,21 @@ ds_store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
  * The one row of a finished attempt. A caller's attempt is claimed when it starts; a worker's
  * was claimed (the step row committed as running) before it started.
  */
+typedef enum AttemptExecutor
+{
+	EXECUTOR_CALLER,
+	EXECUTOR_WORKER,
+	EXECUTOR_OPERATOR			/* recorded by ds_resolve_step: its message says who and what */
+} AttemptExecutor;
+
 static void
-insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o, bool by_worker,
-			   TimestampTz claimed_at)
+insert_attempt_by(const StepRecord *rec, int attempt, const AttemptOutcome *o,
+				  AttemptExecutor executor, TimestampTz claimed_at)
 {
 	Datum		v[N_ATTEMPT_COLUMNS];
 	bool		n[N_ATTEMPT_COLUMNS];
-	bool		failed = o->cls != ATTEMPT_COMPLETED;
+	bool		by_worker = executor == EXECUTOR_WORKER;
+	bool		failed = o->cls != ATTEMPT_COMPLETED || executor == EXECUTOR_OPERATOR;
 	const char *texts[3] = {failed ? unpack_sql_state(o->sqlerrcode) : NULL,
 	failed ? o->message : NULL, failed ? o->detail : NULL};
 
@@ -362,7 +371,8 @@ insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o, bool
 		n[ATTEMPT_COL_ERROR_CODE + i] = texts[i] == NULL;
 		v[ATTEMPT_COL_ERROR_CODE + i] = texts[i] ? CStringGetTextDatum(texts[i]) : (Datum) 0;
 	}
-	v[ATTEMPT_COL_EXECUTOR] = CStringGetTextDatum(by_worker ? "worker" : "caller");
+	v[ATTEMPT_COL_EXECUTOR] = CStringGetTextDatum(by_worker ? "worker" :
+												  executor == EXECUTOR_OPERATOR ? "operator" : "caller");
 	v[ATTEMPT_COL_BACKEND_PID] = Int32GetDatum(by_worker ? rec->claimed_by : MyProcPid);
 	v[ATTEMPT_COL_ROLE] = ObjectIdGetDatum(rec->owner);
 	v[ATTEMPT_COL_CLAIMED_AT] = TimestampTzGetDatum(by_worker ? claimed_at : o->started_at);
@@ -370,6 +380,20 @@ insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o, bool
 	v[ATTEMPT_COL_FINISHED_AT] = TimestampTzGetDatum(o->finished_at);
 	ds_direct_insert_row(ds_store_relations()->attempts, ds_store_relations()->attempt_attnums,
 						 N_ATTEMPT_COLUMNS, v, n);
+}
+
+static void
+insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o, bool by_worker,
+			   TimestampTz claimed_at)
+{
+	insert_attempt_by(rec, attempt, o, by_worker ? EXECUTOR_WORKER : EXECUTOR_CALLER, claimed_at);
+}
+
+void
+ds_store_update_step_insert_operator_attempt(StepRecord *rec, int attempt, const AttemptOutcome *o)
+{
+	ds_store_update_step(rec);
+	insert_attempt_by(rec, attempt, o, EXECUTOR_OPERATOR, 0);
 }
 
 /* A deferred step: its row only, no attempt yet. */

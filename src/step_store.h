@@ -51,6 +51,7 @@ typedef struct StepRecord
 	char	   *sql;
 	Jsonb	   *input;
 	Jsonb	   *request;
+	char	   *idempotency_header;	/* HTTP steps: header carrying the key; NULL = none */
 	char	   *fingerprint;
 	Jsonb	   *policy;			/* resolved policy, every key set */
 	int			max_attempts;
@@ -97,6 +98,12 @@ extern void ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt
  */
 extern void ds_store_finish_claimed_attempt(StepRecord *rec, int attempt, TimestampTz claimed_at,
 										 const AttemptOutcome *outcome);
+/*
+ * An attempt recorded by a person rather than run (ds_resolve_step): the step updated, the
+ * attempt added with executor 'operator' and its message and detail kept whatever its class.
+ */
+extern void ds_store_update_step_insert_operator_attempt(StepRecord *rec, int attempt,
+													  const AttemptOutcome *outcome);
 /* A synchronous caller's attempt of an existing step: the step updated, the attempt added. */
 extern void ds_store_update_step_insert_attempt(StepRecord *rec, int attempt,
 											 const AttemptOutcome *outcome);
@@ -115,6 +122,7 @@ typedef enum StepColumn
 	STEP_COL_SQL,
 	STEP_COL_INPUT,
 	STEP_COL_REQUEST,
+	STEP_COL_IDEMPOTENCY_HEADER,
 	STEP_COL_FINGERPRINT,
 	STEP_COL_POLICY,
 	STEP_COL_MAX_ATTEMPTS,

@@ -260,6 +260,13 @@ run_claimed_attempt(ClaimedStep *claim)
 {
 	StepRecord *rec = &claim->rec;
 
+	/* claims select SQL steps only; a row changed by hand must not be run as SQL */
+	if (rec->sql == NULL)
+	{
+		ds_fail_started_attempt(rec, ERRCODE_DATA_CORRUPTED, "the step has no SQL to run",
+								psprintf("Its kind is \"%s\".", rec->kind ? rec->kind : "(null)"));
+		return;
+	}
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(rec->owner)))
 	{
 		/* never run as anybody else: the step fails closed */
@@ -561,4 +568,17 @@ ds_executor_main(Datum arg)
 							 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/* begin_work and its commit, for the other workers of a database (http_worker.c). */
+bool
+ds_worker_begin_work(const char *activity)
+{
+	return begin_work(activity);
+}
+
+void
+ds_worker_commit(void)
+{
+	commit_transaction();
 }

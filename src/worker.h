@@ -6,11 +6,25 @@
 #define DS_WORKER_H
 
 #include "compat.h"
+#include "postmaster/bgworker.h"
 
 extern int	ds_max_workers;
 
 extern void ds_launcher_init_module(void);
 extern void ds_executor_init_module(void);
+
+/*
+ * A transaction on the extension's tables, share-locking the extension against DROP EXTENSION;
+ * false, with no transaction open, when the extension is not installed. End it with
+ * ds_worker_commit().
+ */
+extern bool ds_worker_begin_work(const char *activity);
+extern void ds_worker_commit(void);
+
+/* The HTTP worker of database `dbname` (http_worker.c), registered by the launcher. */
+extern void ds_http_worker_init_module(void);
+extern BackgroundWorkerHandle *ds_http_worker_register(Oid dbid, const char *dbname);
+extern PGDLLEXPORT void ds_http_worker_main(Datum arg);
 
 extern PGDLLEXPORT void ds_launcher_main(Datum arg);
 extern PGDLLEXPORT void ds_executor_main(Datum arg);

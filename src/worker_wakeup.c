@@ -24,6 +24,7 @@
 static WorkerShared *shared = NULL;
 static bool preloaded = false;
 static bool wake_pending = false;
+static bool wake_http_pending = false;
 static bool callback_registered = false;
 static bool warned_not_preloaded = false;
 
@@ -63,6 +64,8 @@ worker_shmem_startup(void)
 		}
 		for (int i = 0; i < DS_SERVE_REQUESTS; i++)
 			pg_atomic_init_u32(&shared->serve_request[i], InvalidOid);
+		for (int i = 0; i < DS_MAX_HTTP_WORKERS; i++)
+			pg_atomic_init_u32(&shared->http_db[i], InvalidOid);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -136,6 +139,60 @@ wake_one_executor(void)
 	ask_launcher_to_serve();
 }
 
+/*
+ * Set the latch of this database's HTTP worker; when there is none yet, ask the launcher to
+ * serve the database (it starts the HTTP worker with the executors).
+ */
+static void
+wake_http_worker(void)
+{
+	if (shared == NULL)
+		return;
+	for (int i = 0; i < DS_MAX_HTTP_WORKERS; i++)
+	{
+		Latch	   *latch = shared->http_latch[i];
+
+		if (latch != NULL && pg_atomic_read_u32(&shared->http_db[i]) == MyDatabaseId)
+		{
+			SetLatch(latch);
+			return;
+		}
+	}
+	ask_launcher_to_serve();
+}
+
+/* Exit callback of the HTTP worker: its slot is free again. */
+static void
+release_http_slot(int code, Datum arg)
+{
+	int			slot = DatumGetInt32(arg);
+
+	shared->http_latch[slot] = NULL;
+	pg_atomic_write_u32(&shared->http_db[slot], InvalidOid);
+}
+
+bool
+ds_http_worker_take_slot(void)
+{
+	if (shared == NULL)
+		return true;
+	for (int i = 0; i < DS_MAX_HTTP_WORKERS; i++)
+		if (pg_atomic_read_u32(&shared->http_db[i]) == MyDatabaseId)
+			return false;
+	for (int i = 0; i < DS_MAX_HTTP_WORKERS; i++)
+	{
+		uint32		expected = InvalidOid;
+
+		if (pg_atomic_compare_exchange_u32(&shared->http_db[i], &expected, MyDatabaseId))
+		{
+			shared->http_latch[i] = MyLatch;
+			on_shmem_exit(release_http_slot, Int32GetDatum(i));
+			return true;
+		}
+	}
+	return false;
+}
+
 Oid
 ds_take_serve_request(void)
 {
@@ -159,7 +216,10 @@ wake_after_locks_released(ResourceReleasePhase phase, bool isCommit, bool isTopL
 		return;
 	if (wake_pending && isCommit)
 		wake_one_executor();
+	if (wake_http_pending && isCommit)
+		wake_http_worker();
 	wake_pending = false;
+	wake_http_pending = false;
 }
 
 void
@@ -191,6 +251,25 @@ ds_worker_wake_at_commit(void)
 	}
 	ds_warn_if_database_not_served();
 	ds_worker_serve_at_commit();
+}
+
+void
+ds_worker_wake_kind_at_commit(const char *kind)
+{
+	if (kind == NULL || strcmp(kind, "http") != 0)
+	{
+		ds_worker_wake_at_commit();
+		return;
+	}
+	{
+		bool		executor_pending = wake_pending;
+
+		/* its warnings and callback; the HTTP worker, not an executor, is to be woken */
+		ds_worker_wake_at_commit();
+		wake_pending = executor_pending;
+		if (preloaded)
+			wake_http_pending = true;
+	}
 }
 
 PG_FUNCTION_INFO_V1(ds_serve_this_database);

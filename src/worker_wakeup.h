@@ -10,6 +10,8 @@
 
 /* executor slots shared by all the databases served */
 #define DS_MAX_WORKERS 32
+/* HTTP workers, one per served database (http_worker.c) */
+#define DS_MAX_HTTP_WORKERS 64
 /* databases that may ask the launcher at once to be served */
 #define DS_SERVE_REQUESTS 16
 
@@ -41,6 +43,9 @@ typedef struct WorkerShared
 	Latch	   *launcher_latch;
 	/* databases whose backends committed work while none of their executors ran; 0 = free */
 	pg_atomic_uint32 serve_request[DS_SERVE_REQUESTS];
+	/* database of each running HTTP worker, InvalidOid when the slot is free; and its latch */
+	pg_atomic_uint32 http_db[DS_MAX_HTTP_WORKERS];
+	Latch	   *http_latch[DS_MAX_HTTP_WORKERS];
 } WorkerShared;
 
 /* The key of attempt `attempt` of step (run_id, step_id) in cancel requests; never 0. */
@@ -78,5 +83,17 @@ extern void ds_worker_wake_at_commit(void);
 
 /* The same, without the warnings: the install script's call (CREATE EXTENSION). */
 extern void ds_worker_serve_at_commit(void);
+
+/*
+ * ds_worker_wake_at_commit for a step of kind `kind` ("sql" or "http"; NULL is "sql"): HTTP
+ * steps are run by the database's HTTP worker, which is the process to wake.
+ */
+extern void ds_worker_wake_kind_at_commit(const char *kind);
+
+/*
+ * In the HTTP worker: take a slot for this database, so that commits wake this process; false
+ * when another HTTP worker of this database holds one. The slot is let go at exit.
+ */
+extern bool ds_http_worker_take_slot(void);
 
 #endif							/* DS_WORKER_WAKEUP_H */

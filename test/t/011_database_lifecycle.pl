@@ -64,8 +64,8 @@ my $appnode = worker_node('appdb', "durable_steps.database = 'appdb'\ndurable_st
 	isnt($ret, 0, "$t: plain DROP DATABASE fails while the worker is connected");
 	like($stderr, qr/database "appdb" is being accessed by other users/,
 		"$t: ... because of another session");
-	like($stderr, qr/There is 1 other session using the database/,
-		"$t: ... exactly one: the executor");
+	like($stderr, qr/There are 2 other sessions using the database/,
+		"$t: ... exactly two: the executor and the HTTP worker");
 
 	$off = log_offset($n);
 	$n->safe_psql('postgres', 'DROP DATABASE appdb WITH (FORCE)');

@@ -118,6 +118,9 @@ like($err, qr/42501.*run checkout:o-1 belongs to another role/,
 	"$t: mallory cannot create a step in alice's run");
 ($rc, $out, $err) = as('mallory', q{SELECT ds_run_step('checkout:o-1', 'early', 'SELECT 1', defer => true)});
 like($err, qr/42501.*run checkout:o-1 belongs to another role/, "$t: nor a deferred one");
+$node->safe_psql('postgres', q{GRANT durable_steps_http TO mallory});
+($rc, $out, $err) = as('mallory', q{SELECT ds_http_step('checkout:o-1', 'charge', '{"url": "http://127.0.0.1:9/x"}')});
+like($err, qr/42501.*run checkout:o-1 belongs to another role/, "$t: nor an HTTP one");
 as_ok('alice', q{SELECT ds_emit_event('go:o-1', '{"from": "alice"}')});
 ok(poll_until($node, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'checkout:o-1'}, 'succeeded'),
 	"$t: alice's run succeeds");

@@ -1,0 +1,53 @@
+# The HTTP worker killed while a request is in flight (README, "HTTP steps"): the attempt is
+# recorded as lost (DS007) by the executors' recovery and sent again with the same idempotency
+# key, so the provider charges once; a request without a key and with a non-idempotent method is
+# not sent again: its step ends uncertain.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Http;
+use DurableSteps::Test;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $p = DurableSteps::Http::Provider->start(close => 1);
+my $node = http_node('http_killed');
+
+$node->safe_psql('postgres', qq{SET ROLE app;
+SELECT ds_http_step('kill', 'keyed', '{"method": "POST", "expect": "json", "url": "@{[$p->url('keyed', 'fault=delay&secs=60')]}"}',
+                    timeout => '2 min', policy => '{"initial_delay": "10 ms"}');
+SELECT ds_http_step('kill', 'unkeyed', '{"method": "POST", "url": "@{[$p->url('unkeyed', 'fault=delay&secs=60')]}"}',
+                    timeout => '2 min', idempotency_header => NULL);
+});
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 2 FROM ds_steps WHERE run_id = 'kill' AND status = 'running'"),
+	'both attempts are running');
+for (1 .. 100)
+{
+	last if $p->requests('keyed') == 1 && $p->requests('unkeyed') == 1;
+	Time::HiRes::usleep(100_000);
+}
+is($p->charges('keyed') . ' ' . $p->charges('unkeyed'), '1 1', 'the provider charged both and holds the responses');
+
+my $pid = http_worker_pid($node);
+kill 'KILL', $pid;
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'durable_steps http' AND pid <> $pid"),
+	'a new HTTP worker runs after the crash restart');
+
+is(settle_http($node, 'kill', 'keyed'), 'succeeded', 'keyed: succeeded after the kill');
+is(history($node, 'kill', 'keyed'), '1|retryable|DS007|worker 2|completed||worker',
+	'keyed: attempt 1 lost, attempt 2 completed');
+is($p->charges('keyed'), 1, 'keyed: charged once');
+is($p->keys_seen('keyed'), 'kill:keyed,kill:keyed', 'keyed: both sends carried the same key');
+is(step_field($node, 'kill', 'keyed', "result->'body'->>'charge'"), '1',
+	'keyed: the result is the one charge');
+
+is(settle_http($node, 'kill', 'unkeyed'), 'uncertain', 'unkeyed: uncertain after the kill');
+is(history($node, 'kill', 'unkeyed'), '1|uncertain|DS007|worker', 'unkeyed: attempt 1 lost, uncertain');
+is($p->requests('unkeyed'), 1, 'unkeyed: not sent again');
+
+done_testing();
