@@ -283,6 +283,7 @@ run_dbos() { # round
 
 # ---- throughput rounds ----------------------------------------------------------------------------
 echo "== runs of a three-step no-op workflow, $N per round"
+: >"$WORK/rates"
 read -r -a order <<<"$SYSTEMS"
 for ((r = 1; r <= ROUNDS; r++)); do
 	for ((k = 0; k < ${#order[@]}; k++)); do
@@ -315,7 +316,7 @@ echo
 # ---- latency: ds_emit_event commit -> the awaiting run's next step ---------------------------------
 echo "== latency from ds_emit_event's commit to the awaiting run's next step, $LAT_SAMPLES samples, ${LAT_GAP_MS} ms apart (load average $(cut -d' ' -f1-3 /proc/loadavg))"
 start_runs_sql awaiter lat "$LAT_SAMPLES" | as_cluster_owner "${PSQL[@]}" -d bench >/dev/null
-wait_for "SELECT count(*) = $LAT_SAMPLES FROM durable_steps.runs WHERE workflow LIKE '%awaiter%' AND status = 'waiting' AND wait_reason = 'event'"
+wait_for "SELECT count(*) = $LAT_SAMPLES FROM durable_steps.runs WHERE workflow LIKE '%awaiter%' AND status = 'waiting' AND wait_event IS NOT NULL"
 busy0=$(machine_busy_ticks); our_ticks >"$WORK/ticks0"; l0=$(now)
 for ((i = 1; i <= LAT_SAMPLES; i++)); do
 	echo "BEGIN; SELECT ds_emit_event('lat:$i'); INSERT INTO emitted VALUES ($i, clock_timestamp()); COMMIT; SELECT pg_sleep($LAT_GAP_MS / 1000.0);"
@@ -350,7 +351,7 @@ step_cost() { # name seconds ticks0 -> line, and remember steps/s and ms/step
 }
 for ((r = 1; r <= ROUNDS; r++)); do
 	q "DELETE FROM durable_steps.runs WHERE status = 'succeeded'; DELETE FROM durable_steps.steps WHERE status = 'succeeded'" >/dev/null
-	q "VACUUM ANALYZE; CHECKPOINT" >/dev/null
+	q "VACUUM ANALYZE" >/dev/null; q "CHECKPOINT" >/dev/null
 	# shellcheck disable=SC2086
 	c0=$(pid_ticks $EXEC_PIDS)
 	t0=$(q "SELECT extract(epoch FROM clock_timestamp())")
@@ -358,7 +359,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	wait_for "SELECT count(*) = $N FROM durable_steps.runs WHERE status IN ('succeeded', 'failed', 'cancelled')"
 	step_cost "round $r steps in runs" "$(q "SELECT extract(epoch FROM max(finished_at)) - $t0 FROM durable_steps.runs")" "$c0"
 	q "DELETE FROM durable_steps.runs WHERE status = 'succeeded'; DELETE FROM durable_steps.steps WHERE status = 'succeeded'" >/dev/null
-	q "VACUUM ANALYZE; CHECKPOINT" >/dev/null
+	q "VACUUM ANALYZE" >/dev/null; q "CHECKPOINT" >/dev/null
 	# shellcheck disable=SC2086
 	c0=$(pid_ticks $EXEC_PIDS)
 	t0=$(q "SELECT extract(epoch FROM clock_timestamp())")
