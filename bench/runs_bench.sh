@@ -7,7 +7,8 @@
 #   bench/runs_bench.sh [port]
 #
 # A private throwaway cluster (bench/lib.sh: Unix socket in a mktemp directory only, fsync and
-# synchronous_commit on) with durable_steps preloaded (max_workers = 2, the machine's CPUs), one
+# synchronous_commit on) with durable_steps preloaded (max_workers = DS_WORKERS, by default 2, the
+# machine's CPUs), one
 # database `bench`. durable_steps must be installed in the PostgreSQL of PG_CONFIG (make install);
 # Absurd's SQL is loaded from PEERS/absurd-0.4.0/absurd.sql; the two TypeScript/JavaScript peers
 # run from bench/runs (`npm install` there when node_modules is missing: absurd-sdk 0.4.0,
@@ -44,7 +45,7 @@
 #            ms per step, and the ratios.
 #
 # Environment [defaults]: N [2000], TXN [500], ROUNDS [2], LAT_SAMPLES [300], LAT_GAP_MS [20],
-# ABSURD_CONCURRENCY [16], ABSURD_BATCH [16], PEER_POOL [20], SYSTEMS [ds absurd dbos],
+# ABSURD_CONCURRENCY [16], ABSURD_BATCH [16], PEER_POOL [20], SYSTEMS [ds absurd dbos], DS_WORKERS [2],
 # BENCH_PORT [5520], PEERS [../shared/peers beside the repository], PG_CONFIG [pg_config],
 # BENCH_OS_USER [postgres] (the cluster's account when run as root).
 set -euo pipefail
@@ -63,9 +64,10 @@ LAT_GAP_MS="${LAT_GAP_MS:-20}"
 ABSURD_CONCURRENCY="${ABSURD_CONCURRENCY:-16}"
 ABSURD_BATCH="${ABSURD_BATCH:-16}"
 PEER_POOL="${PEER_POOL:-20}"
+DS_WORKERS="${DS_WORKERS:-2}"
 SYSTEMS="${SYSTEMS-ds absurd dbos}"
 PEERS="${PEERS:-$HERE/../../shared/peers}"
-for v in N TXN ROUNDS LAT_SAMPLES LAT_GAP_MS ABSURD_CONCURRENCY ABSURD_BATCH PEER_POOL; do
+for v in N TXN ROUNDS LAT_SAMPLES LAT_GAP_MS ABSURD_CONCURRENCY ABSURD_BATCH PEER_POOL DS_WORKERS; do
 	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
 done
 # shellcheck source=bench/lib.sh
@@ -103,8 +105,8 @@ bench_initdb C.UTF-8
 cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
 shared_preload_libraries = 'durable_steps'
 durable_steps.database = 'bench'
-durable_steps.max_workers = 2
-max_worker_processes = 16
+durable_steps.max_workers = $DS_WORKERS
+max_worker_processes = 40
 max_connections = 100
 max_wal_size = 4GB
 autovacuum = off
