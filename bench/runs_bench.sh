@@ -182,6 +182,7 @@ begin_measure() {
 	M_LSN=$(q "SELECT pg_current_wal_lsn()")
 	our_ticks >"$WORK/ticks0"
 	M_BUSY=$(machine_busy_ticks)
+	M_T0=$(now)
 }
 # end it: print the line and remember runs/s for the ratios
 end_measure() { # name round seconds
@@ -191,10 +192,11 @@ end_measure() { # name round seconds
 	ours=$(ticks_between "$WORK/ticks0" "$WORK/ticks1")
 	wal=$(q "SELECT pg_current_wal_lsn() - '$M_LSN'::pg_lsn")
 	awk -v name="$name" -v r="$round" -v n="$N" -v s="$secs" -v ours="$ours" -v busy="$busy" \
-		-v hz="$HZ" -v wal="$wal" -v ncpu="$(nproc)" 'BEGIN {
+		-v hz="$HZ" -v wal="$wal" -v ncpu="$(nproc)" -v t0="$M_T0" -v t1="$(now)" 'BEGIN {
+		# the other load over the whole window of the counters, not only the timed part
 		other = busy - ours; if (other < 0) other = 0
 		printf "round %d  %-14s %8.0f runs/s  %7.3f s  CPU %6.2f ms/run (cluster + node)  WAL %6.0f B/run  other load %3.0f%% of the machine\n",
-		       r, name, n / s, s, ours * 1000 / hz / n, wal / n, 100 * other / hz / s / ncpu }'
+		       r, name, n / s, s, ours * 1000 / hz / n, wal / n, 100 * other / hz / (t1 - t0) / ncpu }'
 	awk -v name="$name" -v n="$N" -v s="$secs" 'BEGIN { printf "%s\t%.3f\n", name, n / s }' >>"$WORK/rates"
 }
 
@@ -233,7 +235,7 @@ node_start() { # mode: starts node peer.js MODE as a coprocess, waits for "ready
 	[[ "$line" == ready ]] || { echo "$line" >&2; cat "$WORK/node.err" >&2; return 1; }
 }
 node_stop() {
-	echo stop >&"$NODE_IN" 2>/dev/null || true
+	{ echo stop >&"$NODE_IN"; } 2>/dev/null || true
 	wait "$PEER_PID" 2>/dev/null || true
 	PEER_PID=
 }
