@@ -804,13 +804,24 @@ sub pick_executor
 }
 
 # The HTTP worker's pid, and whether an HTTP step is running (its request in flight), or ().
+# Waits up to 0.5 s for a request in flight, as pick_executor does for a running attempt.
 sub pick_http_worker
 {
-	my ($rc, $out) = psql($SU,
-		"SELECT pid, (SELECT count(*) FROM ds_steps WHERE kind = 'http' AND status = 'running') > 0 "
-		  . "FROM pg_stat_activity WHERE backend_type = 'durable_steps http'", timeout => 10);
-	return () if $rc != 0 || $out !~ /^(\d+)$US(\w)/m;
-	return ($1, $2 eq 't' ? 1 : 0);
+	my $deadline = time() + 0.5;
+	my @found;
+	while (1)
+	{
+		my ($rc, $out) = psql($SU,
+			"SELECT pid, (SELECT count(*) FROM ds_steps WHERE kind = 'http' AND status = 'running') > 0 "
+			  . "FROM pg_stat_activity WHERE backend_type = 'durable_steps http'", timeout => 10);
+		if ($rc == 0 && $out =~ /^(\d+)$US(\w)/m)
+		{
+			return ($1, 1) if $2 eq 't';
+			@found = ($1, 0);
+		}
+		return @found if time() > $deadline;
+		usleep(20_000);
+	}
 }
 
 # Injects one fault; returns a short description, or undef when it could not be placed. A third
