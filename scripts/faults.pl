@@ -758,7 +758,9 @@ sub spawn
 	die "fork: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		$SIG{__DIE__} = sub { print STDERR "child $$: @_"; POSIX::_exit(3) };
+		# not inside an eval: run_cmd's eval catches IPC::Run's die of a broken pipe (a psql that
+		# lost its connection while its stdin was written) and reports it as a failed command
+		$SIG{__DIE__} = sub { return if $^S; print STDERR "child $$: @_"; POSIX::_exit(3) };
 		$code->();
 		POSIX::_exit(0);
 	}
