@@ -481,7 +481,7 @@ sub make_step
 #             succeeds at attempt times+1; h_exhaust: more, fails exhausted, never charged)
 #   h_429     429 with Retry-After: 1 on the first request, then charged: succeeds at attempt 2,
 #             at least 1 s after attempt 1
-#   h_delay   charged, then answered 2 s later, past the step's timeout of 400 ms (DS012)
+#   h_delay   charged, then answered 3 s later, past the step's timeout of 1 s (DS012)
 #   h_drop    charged, then the connection closed without an answer (DS012)
 # With the key the provider answers a repeat from its record: h_delay and h_drop succeed at
 # attempt 2 with the one charge. Without it they end uncertain at attempt 1 (never sent again).
@@ -514,7 +514,7 @@ sub make_http_step
 		backoff => $backoff, multiplier => 2 };
 	return {
 		http => 1, kind => $kind, keyed => $keyed, fault => $fault, times => $times, max => $m,
-		timeout => $fault eq 'delay' ? '400 ms' : '5 s', delay => $delay, backoff => $backoff,
+		timeout => $fault eq 'delay' ? '1 s' : '10 s', delay => $delay, backoff => $backoff,
 		policy => $json->encode($policy), plan => [], defer => 0, queue => 'default',
 		body => { amount => 100 + int rand 9900, currency => pick('EUR', 'USD') },
 	};
@@ -528,7 +528,7 @@ sub http_request
 	my ($st) = @_;
 	my $q = $st->{fault} eq '' ? ''
 	  : "?fault=$st->{fault}" . ($st->{times} ? "&times=$st->{times}" : '')
-	  . ($st->{fault} eq 'delay' ? '&secs=2' : '');
+	  . ($st->{fault} eq 'delay' ? '&secs=3' : '');
 	return { method => 'POST', url => "http://127.0.0.1:$provider_port/charge/" . http_tag($st) . $q,
 		expect => 'json', json => $st->{body} };
 }
@@ -978,7 +978,8 @@ sub check_step
 # completed (the last only); retryable DS010 with the scripted 500/503/429 (no more of them than
 # the provider was told to answer); retryable DS012 (a keyed delay or drop step); lost (DS007, or
 # 57014 of a cancelled HTTP worker): retryable with a key, uncertain without; uncertain (DS012 or
-# DS007, the last only, a step without a key). Without a lost attempt the path is exact.
+# DS007, the last only, a step without a key). Without a lost attempt (or an unscripted timeout,
+# counted as one) the path is exact.
 sub check_http_step
 {
 	my ($st, $row, $atts, $pc) = @_;
@@ -1035,10 +1036,11 @@ sub check_http_step
 		}
 		if ($code eq 'DS012')
 		{
-			$nto++;
+			# the scripted delay or drop strikes once; any other timeout is the provider answering
+			# slower than the step's timeout on a loaded machine: legitimate, and like a lost
+			# attempt it makes the exact path unpredictable (the charge checks still hold)
+			$lost++ if ++$nto > 1 || ($st->{fault} ne 'delay' && $st->{fault} ne 'drop');
 			$maybe_sent++;
-			push @v, [ 'end state', "$desc: a timeout or lost connection, but the script has " . ($st->{fault} || 'no fault') ]
-			  unless $st->{fault} eq 'delay' || $st->{fault} eq 'drop';
 			push @v, [ 'uncertain', "$desc: " . ($st->{keyed} ? 'a keyed request is retryable' : 'a request without a key must be uncertain') ]
 			  if $cls ne ($st->{keyed} ? 'retryable' : 'uncertain');
 			push @seq, $cls eq 'uncertain' ? 'unc' : 'DS012';
@@ -1050,7 +1052,6 @@ sub check_http_step
 	push @v, [ 'end state', "step $what: $n5xx 5xx answers, the provider was told to give $st->{times}" ]
 	  if $n5xx > $st->{times};
 	push @v, [ 'end state', "step $what: $n429 429 answers, the provider gives one" ] if $n429 > 1;
-	push @v, [ 'end state', "step $what: $nto timeouts or lost connections, the provider strikes once" ] if $nto > 1;
 	# where the history ends, the step ends
 	my $want = $last_cls eq 'completed' ? 'succeeded' : $last_cls eq 'uncertain' ? 'uncertain'
 	  : $last_cls eq 'retryable' && $attempt >= $max ? 'failed' : '(going on)';
