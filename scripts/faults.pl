@@ -22,7 +22,7 @@
 # succeeded step whose stored response is that charge's, uncertain steps never sent again.
 #
 # Options: --trials N --steps N --seed S --clients N --short --verbose
-#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in six
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in seven
 #          known ways (see tamper()); the run must then fail with exactly those violations
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
 # Exit status: 0 all invariants held, 1 an invariant was violated, 2 the harness could not run.
@@ -1175,9 +1175,14 @@ UPDATE durable_steps.attempts SET error_code = 'DS007'
  WHERE (run_id, step_id, attempt) IN (SELECT run_id, step_id, attempt FROM durable_steps.attempts
                                        WHERE run_id LIKE '$prefix%' AND error_code = 'DS003'
                                        ORDER BY run_id, step_id LIMIT 1);
+-- a succeeded HTTP step whose stored response is not the provider's answer: [stored response]
+UPDATE durable_steps.steps SET result = jsonb_set(result, '{body,charge}', '2')
+ WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
+                              WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND kind = 'http'
+                              ORDER BY run_id, step_id LIMIT 1);
 EOF
 	die "tampering failed: $err\n" if $rc;
-	print "  (--tamper: trial 1's rows were corrupted by hand in six ways)\n";
+	print "  (--tamper: trial 1's rows were corrupted by hand in seven ways)\n";
 }
 
 sub run_trial
