@@ -275,9 +275,10 @@ sub cluster_stop
 
 END
 {
+	# the exit status is ours: the stop's and the provider's wait statuses must not replace it
+	local $?;
 	if ($$ == $parent_pid && $cluster_started)
 	{
-		local $?;
 		pg_ctl('-m', 'immediate', '-w', 'stop');
 	}
 	provider_stop() if $$ == $parent_pid;
