@@ -31,6 +31,7 @@
 #include "policy.h"
 #include "queues.h"
 #include "replay_cache.h"
+#include "run_context.h"
 #include "runs.h"
 #include "step_attempt.h"
 #include "step_call.h"
@@ -430,14 +431,44 @@ settle_lost_attempt(StepRecord *rec, const char *fingerprint)
 	ds_record_lost_attempt(rec);
 }
 
+/*
+ * A new step under the run_id of a run belongs to that run: it takes the run's policy, the run's
+ * workflow replays it as its own step, ds_cancel_run cancels it. So only the run's own turn (its
+ * workflow, and the step work the executor does for it: the innermost step context is the turn's)
+ * and roles with the privileges of the run's owner may create one. Anybody else could otherwise
+ * squat a step id the owner's workflow will reach, which then fails the run with "belongs to
+ * another role" (README, "Security model").
+ */
+void
+ds_step_check_run_owner(const char *run_id, Oid run_owner)
+{
+	const StepContext *ctx;
+
+	if (!OidIsValid(run_owner) || run_owner == GetUserId() ||
+		has_privs_of_role(GetUserId(), run_owner))
+		return;
+	/* in the turn, a SECURITY DEFINER function of the workflow makes steps of its definer */
+	ctx = ds_step_context_innermost();
+	if (ctx != NULL && strcmp(ctx->run_id, run_id) == 0 &&
+		strcmp(ctx->step_id, DS_TURN_STEP_ID) == 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("run %s belongs to another role", run_id),
+			 errdetail("Only the run's workflow and roles with the privileges of its owner can add steps to it."),
+			 errhint("Choose another run_id.")));
+}
+
 /* The record of a step this call creates, about to run its first attempt. */
 static void
 new_step_record(const StepCall *call, StepRecord *rec)
 {
 	RetryPolicy resolved;
 	TimestampTz now = GetCurrentTimestamp();
-	Jsonb	   *run_policy = ds_probe_run_policy(call->run_id);
+	Oid			run_owner;
+	Jsonb	   *run_policy = ds_probe_run_policy(call->run_id, &run_owner);
 
+	ds_step_check_run_owner(call->run_id, run_owner);
 	memset(rec, 0, sizeof(*rec));
 	if (run_policy == NULL && call->policy == NULL)
 		rec->policy = ds_policy_default_jsonb(&resolved);

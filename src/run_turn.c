@@ -225,7 +225,11 @@ lock_claimed_run(const ClaimedRun *run)
 	return ours;
 }
 
-/* The steps of a cancelled run that have not finished are cancelled with it. */
+/*
+ * The steps of a cancelled run that have not finished are cancelled with it: those of roles the
+ * run's owner has the privileges of, as in ds_cancel_run (runs.c), not another role's plain steps
+ * that share the run_id.
+ */
 static void
 cancel_run_steps(const char *run_id)
 {
@@ -240,7 +244,10 @@ cancel_run_steps(const char *run_id)
 										 " finished_at = pg_catalog.clock_timestamp(),"
 										 " updated_at = pg_catalog.clock_timestamp()"
 										 " WHERE run_id OPERATOR(pg_catalog.=) $1"
-										 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked}')",
+										 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked}')"
+										 " AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
+										 "  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
+										 "  owner::pg_catalog.oid, 'USAGE')",
 										 1, types),
 						 args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "cancelling the steps of run %s failed", run_id);

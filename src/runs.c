@@ -139,6 +139,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr insert_plan = NULL;
 	static SPIPlanPtr existing_plan = NULL;
+	static SPIPlanPtr foreign_steps_plan = NULL;
 	Oid			insert_types[7] = {TEXTOID, TEXTOID, JSONBOID, TEXTOID, JSONBOID, OIDOID, TEXTOID};
 	Oid			key_types[1] = {TEXTOID};
 	Datum		args[7];
@@ -207,7 +208,34 @@ ds_start_run(PG_FUNCTION_ARGS)
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "storing the run failed: %s", SPI_result_code_string(rc));
 	created = SPI_processed == 1;
-	if (!created)
+	if (created)
+	{
+		Oid			foreign_types[2] = {TEXTOID, OIDOID};
+		Datum		foreign_args[2] = {args[0], args[5]};
+
+		/*
+		 * Steps are found by run_id: steps of a role the caller lacks the privileges of under
+		 * this run id would be replayed by the workflow as its own ("belongs to another role",
+		 * the run fails). The id is taken, as by another role's run (README, "Security model").
+		 */
+		rc = SPI_execute_plan(ds_prepare_kept(&foreign_steps_plan,
+											  "SELECT FROM durable_steps.steps"
+											  " WHERE run_id OPERATOR(pg_catalog.=) $1"
+											  " AND NOT pg_catalog.pg_has_role($2, owner::pg_catalog.oid, 'USAGE')"
+											  " LIMIT 1",
+											  2, foreign_types),
+							  foreign_args, NULL, false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "looking for steps of run %s failed: %s", run_id,
+				 SPI_result_code_string(rc));
+		if (SPI_processed > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("run %s belongs to another role", run_id),
+					 errdetail("Another role has steps under this run id."),
+					 errhint("Only the role that started a run can start it again; choose another run_key.")));
+	}
+	else
 	{
 		HeapTuple	row;
 		TupleDesc	td;
@@ -367,14 +395,22 @@ ds_cancel_run(PG_FUNCTION_ARGS)
 						 " claimed_by = NULL, lease_expires_at = NULL,"
 						 " wait_reason = 'cancelled by ds_cancel_run()'"
 						 " WHERE run_id OPERATOR(pg_catalog.=) $1", run_id);
-	/* its steps waiting for a retry, a person or an event will not run */
+	/*
+	 * its steps waiting for a retry, a person or an event will not run. Only those of roles the
+	 * run's owner has the privileges of: steps are found by run_id, and any role can start a run
+	 * under a run_id where other roles' plain steps already are (run keys name runs, not steps);
+	 * cancelling those would let it stop another role's work.
+	 */
 	(void) run_statement(&steps_plan,
 						 "UPDATE durable_steps.steps SET status = 'cancelled',"
 						 " error_class = 'cancelled', next_attempt_at = NULL,"
 						 " finished_at = pg_catalog.clock_timestamp(),"
 						 " updated_at = pg_catalog.clock_timestamp()"
 						 " WHERE run_id OPERATOR(pg_catalog.=) $1"
-						 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked}')",
+						 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked}')"
+						 " AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
+						 "  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
+						 "  owner::pg_catalog.oid, 'USAGE')",
 						 run_id);
 	PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
 }

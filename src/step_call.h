@@ -28,6 +28,12 @@ extern Datum ds_step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec
 extern bool ds_step_answer_from_store(const StepRecord *rec, const char *fingerprint);
 /* 42501 unless the current user is the step's owner. */
 extern void ds_step_check_owner(const StepRecord *rec);
+
+/*
+ * A new step under run_id `run_id`, whose run is owned by `run_owner` (InvalidOid: no run): raises
+ * 42501 unless the caller may add steps to that run (README, "Security model").
+ */
+extern void ds_step_check_run_owner(const char *run_id, Oid run_owner);
 /*
  * Take the step's transaction lock (waiting, or with nowait DS409) and read it locked; false
  * when there is no such step.

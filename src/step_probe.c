@@ -125,7 +125,7 @@ ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRe
 }
 
 Jsonb *
-ds_probe_run_policy(const char *run_id)
+ds_probe_run_policy(const char *run_id, Oid *owner)
 {
 	const StoreRelations *r = ds_store_relations();
 	const char *keys[1] = {run_id};
@@ -134,9 +134,13 @@ ds_probe_run_policy(const char *run_id)
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 	Jsonb	   *policy = NULL;
 
-	if (probe_primary_key(rel, index, keys, 1, GetActiveSnapshot(), slot) &&
-		!slot->tts_isnull[r->runs_policy_attnum - 1])
-		policy = (Jsonb *) PG_DETOAST_DATUM_COPY(slot->tts_values[r->runs_policy_attnum - 1]);
+	*owner = InvalidOid;
+	if (probe_primary_key(rel, index, keys, 1, GetActiveSnapshot(), slot))
+	{
+		*owner = DatumGetObjectId(slot->tts_values[r->runs_owner_attnum - 1]);
+		if (!slot->tts_isnull[r->runs_policy_attnum - 1])
+			policy = (Jsonb *) PG_DETOAST_DATUM_COPY(slot->tts_values[r->runs_policy_attnum - 1]);
+	}
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, NoLock);
 	table_close(rel, NoLock);

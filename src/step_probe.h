@@ -21,7 +21,10 @@
 extern bool ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot,
 						  StepRecord *out, bool *settled);
 
-/* The default policy of run `run_id`, or NULL when there is no such run or it sets none. */
-extern Jsonb *ds_probe_run_policy(const char *run_id);
+/*
+ * The default policy of run `run_id`, or NULL when there is no such run or it sets none; its
+ * owner in *owner (InvalidOid when there is no such run).
+ */
+extern Jsonb *ds_probe_run_policy(const char *run_id, Oid *owner);
 
 #endif							/* DS_STEP_PROBE_H */

@@ -27,6 +27,7 @@ typedef struct StoreRelations
 	AttrNumber	step_attnums[N_STEP_COLUMNS];
 	AttrNumber	attempt_attnums[N_ATTEMPT_COLUMNS];
 	AttrNumber	runs_policy_attnum;
+	AttrNumber	runs_owner_attnum;
 } StoreRelations;
 
 /* Raises "extension is not installed" when the tables are missing. */

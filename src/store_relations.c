@@ -97,6 +97,7 @@ lookup_relations(void)
 	lookup_attnums(relations.attempts, ds_attempt_column_names, N_ATTEMPT_COLUMNS,
 				   relations.attempt_attnums);
 	lookup_attnums(relations.runs, (const char *[]) {"policy"}, 1, &relations.runs_policy_attnum);
+	lookup_attnums(relations.runs, (const char *[]) {"owner"}, 1, &relations.runs_owner_attnum);
 	/* the lookups may have processed invalidations; they concern other relations or none */
 	relations_valid = true;
 	return true;

@@ -38,6 +38,9 @@ $old->safe_psql('postgres', q{
 CREATE ROLE alice;
 CREATE ROLE bob;
 CREATE ROLE carol;
+-- the run's owner: a new step under a run's id needs the privileges of its owner
+CREATE ROLE team;
+GRANT team TO alice, bob, carol;
 CREATE DATABASE app;
 });
 $old->safe_psql(
@@ -73,7 +76,7 @@ $$;
 
 -- the run's default policy: short delays for the retries the new cluster makes
 INSERT INTO durable_steps.runs (run_id, workflow, policy, owner)
-VALUES ('bk', 'backup test', '{"initial_delay": "100 ms", "max_attempts": 100}', 'alice'::regrole);
+VALUES ('bk', 'backup test', '{"initial_delay": "100 ms", "max_attempts": 100}', 'team'::regrole);
 });
 
 # Run $sql as $role in database app of $node; returns "status|attempt|replayed".
@@ -117,7 +120,7 @@ ok( $old->poll_query_until(
 # A role dropped before the dump leaves a step with a bare OID for an owner. It is created last,
 # so that its OID is above every role OID of the new cluster: were the OID a role there, the
 # step would be that role's (README-backups.md says to look for such steps before a dump).
-$old->safe_psql('postgres', 'CREATE ROLE dave');
+$old->safe_psql('postgres', 'CREATE ROLE dave IN ROLE team');
 is(call_step($old, 'dave', 'orphan', $body{orphan}), 'retrying|1|false', 'old: dave: retrying');
 my ($rc, $out, $err) = $old->psql('app', 'DROP ROLE dave');
 like(
@@ -182,6 +185,8 @@ CREATE ROLE unrelated;
 CREATE ROLE carol;
 CREATE ROLE bob;
 CREATE ROLE alice;
+CREATE ROLE team;
+GRANT team TO alice, bob, carol;
 });
 my $new_roles = $new->safe_psql('postgres',
 	"SELECT string_agg(rolname || '=' || oid, ',' ORDER BY rolname) FROM pg_roles WHERE rolname IN ('alice', 'bob', 'carol')"
