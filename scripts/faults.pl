@@ -12,8 +12,17 @@
 # step is pending, retrying or running any more (polled, with a bound), the invariants are
 # checked against ds_steps, ds_attempts and the ledger; every violation is printed with its rows.
 #
+# A share of each trial's steps are HTTP steps (ds_http_step, sent by the HTTP worker) against
+# test/fake_provider.py, started here on 127.0.0.1 (a free port) and stopped at the end: a POST
+# that charges its tag, with provider faults (500 or 503 before charging, 429 with Retry-After,
+# a delay past the step's timeout after charging, a dropped connection after charging), most with
+# the step's idempotency key and some without (a repeat is then unsafe: uncertain). The HTTP
+# worker is among the processes the faults kill, terminate and cancel. After each trial the
+# provider's ledger (GET /counts) is checked too: at most one charge per step, exactly one for a
+# succeeded step whose stored response is that charge's, uncertain steps never sent again.
+#
 # Options: --trials N --steps N --seed S --clients N --short --verbose
-#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in six
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in seven
 #          known ways (see tamper()); the run must then fail with exactly those violations
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
 # Exit status: 0 all invariants held, 1 an invariant was violated, 2 the harness could not run.
@@ -21,7 +30,9 @@
 use strict;
 use warnings;
 
+use FindBin ();
 use Getopt::Long qw(GetOptions);
+use HTTP::Tiny ();
 use IPC::Run ();
 use JSON::PP ();
 use POSIX ();
@@ -45,9 +56,9 @@ for my $k (qw(workdir runner bindir))
 # Sizes and bounds: --short stays well under a minute on a 2-CPU machine.
 my %cfg = $opt{short}
   ? (trials => 3, steps => 40, clients => 4, gap_min => 0.15, gap_max => 0.5,
-	fault_window => 6, calls_deadline => 40, settle_timeout => 40)
+	fault_window => 6, calls_deadline => 40, settle_timeout => 40, http_share => 0.25)
   : (trials => 20, steps => 150, clients => 6, gap_min => 0.2, gap_max => 0.9,
-	fault_window => 25, calls_deadline => 120, settle_timeout => 120);
+	fault_window => 25, calls_deadline => 120, settle_timeout => 120, http_share => 0.25);
 $cfg{trials}  = $opt{trials}  if defined $opt{trials};
 $cfg{steps}   = $opt{steps}   if defined $opt{steps};
 $cfg{clients} = $opt{clients} if defined $opt{clients};
@@ -74,6 +85,8 @@ chdir $WORK or die "cannot chdir to $WORK: $!\n";
 my $json = JSON::PP->new->canonical;
 my $parent_pid = $$;
 my $cluster_started = 0;
+my $PROVIDER = "$FindBin::RealBin/../test/fake_provider.py";
+my ($provider_pid, $provider_port);
 
 sub note { print @_, "\n" if $opt{verbose} }
 
@@ -209,6 +222,7 @@ shared_preload_libraries = 'durable_steps'
 durable_steps.database = 'postgres'
 durable_steps.max_workers = 2
 durable_steps.poll_interval = '50ms'
+durable_steps.http_allowed_hosts = '127.0.0.1'
 restart_after_crash = on
 # kill -9 and immediate stops end processes, not the machine: the kernel keeps written WAL
 fsync = off
@@ -261,16 +275,63 @@ sub cluster_stop
 
 END
 {
+	# the exit status is ours: the stop's and the provider's wait statuses must not replace it
+	local $?;
 	if ($$ == $parent_pid && $cluster_started)
 	{
-		local $?;
 		pg_ctl('-m', 'immediate', '-w', 'stop');
 	}
+	provider_stop() if $$ == $parent_pid;
+}
+
+# ---- the fake provider (test/fake_provider.py) ----------------------------------------------------
+
+# Starts it on 127.0.0.1, a free port it picks and writes to a file (polled, bounded).
+sub provider_start
+{
+	my $portfile = "$WORK/provider.port";
+	unlink $portfile;
+	$provider_pid = fork();
+	die "fork: $!" unless defined $provider_pid;
+	if ($provider_pid == 0)
+	{
+		open STDOUT, '>', '/dev/null';
+		open STDERR, '>', "$WORK/provider.log";
+		exec 'python3', $PROVIDER, $portfile or POSIX::_exit(127);
+	}
+	my $deadline = time() + 20;
+	while (!-s $portfile)
+	{
+		die "test/fake_provider.py did not start within 20 s\n"
+		  if time() > $deadline || waitpid($provider_pid, POSIX::WNOHANG()) == $provider_pid;
+		usleep(20_000);
+	}
+	open my $fh, '<', $portfile or die "$portfile: $!";
+	$provider_port = <$fh>;
+	close $fh;
+	chomp $provider_port;
+	die "test/fake_provider.py wrote no port\n" unless $provider_port =~ /^\d+$/;
+}
+
+sub provider_stop
+{
+	return unless $provider_pid;
+	kill 'TERM', $provider_pid;
+	waitpid($provider_pid, 0);
+	$provider_pid = undef;
+}
+
+# The provider's ledger: {charges => {tag => n}, requests => {tag => n}, keys => {tag => [key]}}
+sub provider_counts
+{
+	my $r = HTTP::Tiny->new(timeout => 20)->get("http://127.0.0.1:$provider_port/counts");
+	die "GET /counts of the fake provider: $r->{status} $r->{reason}\n" unless $r->{success};
+	return $json->decode($r->{content});
 }
 
 sub setup_database
 {
-	my $roles = join '', map { "CREATE ROLE $_ LOGIN;\n" } @ROLES;
+	my $roles = join '', map { "CREATE ROLE $_ LOGIN;\nGRANT durable_steps_http TO $_;\n" } @ROLES;
 	my ($rc, $out, $err) = psql($SU, <<"EOF");
 CREATE EXTENSION durable_steps;
 SELECT ds_set_queue('fh_serial', 1);
@@ -357,6 +418,7 @@ sub pick { return $_[ int rand @_ ] }
 # One step's script: its kind, plan (input), policy and whether it is re-armed once it stops.
 sub make_step
 {
+	return make_http_step() if rand() < $cfg{http_share};
 	my $r = rand();
 	my $fail = sub { return map { pick('ra', 'rx') } 1 .. $_[0] };
 	my ($kind, @p, $m);
@@ -413,6 +475,65 @@ sub make_step
 	};
 }
 
+# An HTTP step's script: a POST to /charge/TAG of the fake provider with a fault (or none), with
+# the step's idempotency key or (a fifth of them) without one. Kinds:
+#   h_ok      no fault: succeeds at attempt 1
+#   h_5xx     500 or 503 before charging on the first `times` requests (fewer than max_attempts:
+#             succeeds at attempt times+1; h_exhaust: more, fails exhausted, never charged)
+#   h_429     429 with Retry-After: 1 on the first request, then charged: succeeds at attempt 2,
+#             at least 1 s after attempt 1
+#   h_delay   charged, then answered 3 s later, past the step's timeout of 1 s (DS012)
+#   h_drop    charged, then the connection closed without an answer (DS012)
+# With the key the provider answers a repeat from its record: h_delay and h_drop succeed at
+# attempt 2 with the one charge. Without it they end uncertain at attempt 1 (never sent again).
+sub make_http_step
+{
+	my $r = rand();
+	my $keyed = rand() < 0.8 ? 1 : 0;
+	my ($kind, $fault, $m, $times) = ('', '', 1 + int rand 3, 0);
+	if ($r < 0.25) { $kind = 'h_ok' }
+	elsif ($r < 0.45)
+	{
+		$kind = 'h_5xx';
+		$fault = pick('500', '503');
+		$times = 1 + int rand 2;
+		$m = $times + 1 + int rand 2;
+	}
+	elsif ($r < 0.52)
+	{
+		$kind = 'h_exhaust';
+		$fault = pick('500', '503');
+		$m = 1 + int rand 2;
+		$times = $m + 3;
+	}
+	elsif ($r < 0.65) { $kind = 'h_429'; $fault = '429s'; $m = 2 + int rand 2; }
+	elsif ($r < 0.83) { $kind = 'h_delay'; $fault = 'delay'; $m = 2 + int rand 2; }
+	else { $kind = 'h_drop'; $fault = 'drop'; $m = 2 + int rand 2; }
+	my $delay = int rand 30;
+	my $backoff = pick('fixed', 'exponential');
+	my $policy = { max_attempts => $m, initial_delay => $delay, max_delay => 200,
+		backoff => $backoff, multiplier => 2 };
+	return {
+		http => 1, kind => $kind, keyed => $keyed, fault => $fault, times => $times, max => $m,
+		timeout => $fault eq 'delay' ? '1 s' : '10 s', delay => $delay, backoff => $backoff,
+		policy => $json->encode($policy), plan => [], defer => 0, queue => 'default',
+		body => { amount => 100 + int rand 9900, currency => pick('EUR', 'USD') },
+	};
+}
+
+# The provider's tag of an HTTP step (its URL's last segment), and its request.
+sub http_tag { my ($st) = @_; return "$st->{run}-$st->{step}" }
+
+sub http_request
+{
+	my ($st) = @_;
+	my $q = $st->{fault} eq '' ? ''
+	  : "?fault=$st->{fault}" . ($st->{times} ? "&times=$st->{times}" : '')
+	  . ($st->{fault} eq 'delay' ? '&secs=3' : '');
+	return { method => 'POST', url => "http://127.0.0.1:$provider_port/charge/" . http_tag($st) . $q,
+		expect => 'json', json => $st->{body} };
+}
+
 # Fisher-Yates with rand(), so that --seed reproduces the order
 sub shuffled
 {
@@ -440,6 +561,14 @@ sub call_sql
 	my ($idx, $st, $nowait, $pause_ms) = @_;
 	my $sql = '';
 	$sql .= sprintf("SELECT pg_sleep(%.3f);\n", $pause_ms / 1000) if $pause_ms;
+	if ($st->{http})
+	{
+		return $sql . sprintf(
+			"SELECT 'ack', %d, status, attempt, replayed FROM ds_http_step(%s, %s, %s::jsonb, %s::jsonb, idempotency_header => %s, timeout => %s, nowait => %s, on_success => %s, on_failure => %s);\n",
+			$idx, lit($st->{run}), lit($st->{step}), lit($json->encode(http_request($st))), lit($st->{policy}),
+			$st->{keyed} ? "'Idempotency-Key'" : 'NULL', lit($st->{timeout}), $nowait ? 'true' : 'false',
+			lit(hook_sql('on_success')), lit(hook_sql('on_failure')));
+	}
 	$sql .= sprintf(
 		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s, on_success => %s, on_failure => %s, queue => %s);\n",
 		$idx, lit($st->{run}), lit($st->{step}), lit($st->{input}), lit($st->{policy}),
@@ -630,7 +759,9 @@ sub spawn
 	die "fork: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		$SIG{__DIE__} = sub { print STDERR "child $$: @_"; POSIX::_exit(3) };
+		# not inside an eval: run_cmd's eval catches IPC::Run's die of a broken pipe (a psql that
+		# lost its connection while its stdin was written) and reports it as a failed command
+		$SIG{__DIE__} = sub { return if $^S; print STDERR "child $$: @_"; POSIX::_exit(3) };
 		$code->();
 		POSIX::_exit(0);
 	}
@@ -675,15 +806,40 @@ sub pick_executor
 	return @any ? ($any[ int rand @any ][0], 0) : ();
 }
 
-# Injects one fault; returns a short description, or undef when it could not be placed.
+# The HTTP worker's pid, and whether an HTTP step is running (its request in flight), or ().
+# Waits up to 0.5 s for a request in flight, as pick_executor does for a running attempt.
+sub pick_http_worker
+{
+	my $deadline = time() + 0.5;
+	my @found;
+	while (1)
+	{
+		my ($rc, $out) = psql($SU,
+			"SELECT pid, (SELECT count(*) FROM ds_steps WHERE kind = 'http' AND status = 'running') > 0 "
+			  . "FROM pg_stat_activity WHERE backend_type = 'durable_steps http'", timeout => 10);
+		if ($rc == 0 && $out =~ /^(\d+)$US(\w)/m)
+		{
+			return ($1, 1) if $2 eq 't';
+			@found = ($1, 0);
+		}
+		return @found if time() > $deadline;
+		usleep(20_000);
+	}
+}
+
+# Injects one fault; returns a short description, or undef when it could not be placed. A third
+# of the kills, terminations and cancellations strike the HTTP worker instead of an executor.
 sub inject
 {
 	my ($f, $count) = @_;
 	if ($f eq 'kill9' || $f eq 'terminate' || $f eq 'cancel')
 	{
-		my ($pid, $busy) = pick_executor();
+		my $http = rand() < 1 / 3;
+		my ($pid, $busy) = $http ? pick_http_worker() : pick_executor();
 		return undef unless $pid;
-		$count->{"${f}_mid_attempt"}++ if $busy;
+		$count->{"${f}_mid_attempt"}++ if $busy && !$http;
+		$count->{"${f}_http"}++ if $http;
+		$count->{"${f}_http_inflight"}++ if $http && $busy;
 		if ($f eq 'kill9')
 		{
 			kill 'KILL', $pid;
@@ -696,7 +852,7 @@ sub inject
 			my $fn = $f eq 'terminate' ? 'pg_terminate_backend' : 'pg_cancel_backend';
 			psql($SU, "SELECT $fn($pid)", timeout => 10);
 		}
-		return "$f pid $pid" . ($busy ? ' (mid-attempt)' : '');
+		return "$f " . ($http ? 'HTTP worker ' : '') . "pid $pid" . ($busy ? ' (mid-attempt)' : '');
 	}
 	if ($f eq 'immediate')
 	{
@@ -818,6 +974,126 @@ sub check_step
 	return (\@v, $lost);
 }
 
+# An HTTP step, against its script and the provider's ledger ($pc, GET /counts). Returns
+# ([[check, line], ...], lost attempts, charges). Each attempt must be one its script allows:
+# completed (the last only); retryable DS010 with the scripted 500/503/429 (no more of them than
+# the provider was told to answer); retryable DS012 (a keyed delay or drop step); lost (DS007, or
+# 57014 of a cancelled HTTP worker): retryable with a key, uncertain without; uncertain (DS012 or
+# DS007, the last only, a step without a key). Without a lost attempt (or an unscripted timeout,
+# counted as one) the path is exact.
+sub check_http_step
+{
+	my ($st, $row, $atts, $pc) = @_;
+	my @v;
+	my $id = "$st->{run}/$st->{step}";
+	my $tag = http_tag($st);
+	my $what = "$id ($st->{kind}" . ($st->{fault} ne '' ? " fault=$st->{fault}" : '')
+	  . ($st->{times} ? " times=$st->{times}" : '') . ', ' . ($st->{keyed} ? 'keyed' : 'no key') . ')';
+	my ($status, $attempt, $max, $eclass, $ecode, $result, $owner) = @$row[ 2 .. 8 ];
+	my $charges = $pc->{charges}{$tag} || 0;
+	my $requests = $pc->{requests}{$tag} || 0;
+	my @keys = @{ $pc->{keys}{$tag} || [] };
+	my $key = "$st->{run}:$st->{step}";
+	push @v, [ 'duplicate charge', "step $what is $status at attempt $attempt: charged $charges times at the provider ($requests requests)" ]
+	  if $charges > 1;
+	my @badkeys = grep { $st->{keyed} ? !defined $_ || $_ ne $key : defined $_ } @keys;
+	push @v, [ 'idempotency key', "step $what: the provider saw keys ("
+		  . join(', ', map { defined $_ ? $_ : 'none' } @keys) . "), not " . ($st->{keyed} ? $key : 'none') ]
+	  if @badkeys;
+	push @v, [ 'end state', "step $what is owned by $owner, created by $st->{role}" ] if $owner ne $st->{role};
+	my ($lost, $n5xx, $n429, $nto, $maybe_sent) = (0, 0, 0, 0, 0);
+	my @seq;
+	my $last_cls = '';
+	for my $n (1 .. $attempt)
+	{
+		my $rec = $atts->{$n} or next;    # a hole is reported by the attempt-number check
+		my ($cls, $code, $msg, $executor) = @$rec[ 3 .. 6 ];
+		my $detail = $rec->[12];
+		my $desc = "step $what attempt $n: $cls $code ($msg) by $executor";
+		$last_cls = $cls;
+		push @v, [ 'end state', "$desc: not the HTTP worker's" ] if $executor ne 'worker';
+		push @v, [ 'end state', "$desc: not its last attempt ($attempt)" ]
+		  if $n < $attempt && $cls ne 'retryable';
+		if ($code eq 'DS007' || $code eq '57014')
+		{
+			$lost++;
+			$maybe_sent++;
+			push @v, [ 'uncertain', "$desc: a request without a key lost in flight must be uncertain" ]
+			  if !$st->{keyed} && $cls ne 'uncertain';
+			push @v, [ 'uncertain', "$desc: a request with a key lost in flight is retryable" ]
+			  if $st->{keyed} && $cls ne 'retryable';
+			push @seq, 'lost';
+			next;
+		}
+		if ($cls eq 'completed') { push @seq, 'ok'; next }
+		if ($cls eq 'retryable' && $code eq 'DS010' && $detail =~ /"status": ?(\d+)/)
+		{
+			my $http = $1;
+			$http == 429 ? $n429++ : $n5xx++;
+			push @v, [ 'end state', "$desc: HTTP $http, the script has " . ($st->{fault} || 'no fault') ]
+			  unless ($st->{fault} eq '429s' && $http == 429) || $st->{fault} eq $http;
+			push @seq, 'DS010';
+			next;
+		}
+		if ($code eq 'DS012')
+		{
+			# the scripted delay or drop strikes once; any other timeout is the provider answering
+			# slower than the step's timeout on a loaded machine: legitimate, and like a lost
+			# attempt it makes the exact path unpredictable (the charge checks still hold)
+			$lost++ if ++$nto > 1 || ($st->{fault} ne 'delay' && $st->{fault} ne 'drop');
+			$maybe_sent++;
+			push @v, [ 'uncertain', "$desc: " . ($st->{keyed} ? 'a keyed request is retryable' : 'a request without a key must be uncertain') ]
+			  if $cls ne ($st->{keyed} ? 'retryable' : 'uncertain');
+			push @seq, $cls eq 'uncertain' ? 'unc' : 'DS012';
+			next;
+		}
+		push @v, [ 'end state', "$desc: not an outcome its script allows (detail: $detail)" ];
+		push @seq, "$cls/$code";
+	}
+	push @v, [ 'end state', "step $what: $n5xx 5xx answers, the provider was told to give $st->{times}" ]
+	  if $n5xx > $st->{times};
+	push @v, [ 'end state', "step $what: $n429 429 answers, the provider gives one" ] if $n429 > 1;
+	# where the history ends, the step ends
+	my $want = $last_cls eq 'completed' ? 'succeeded' : $last_cls eq 'uncertain' ? 'uncertain'
+	  : $last_cls eq 'retryable' && $attempt >= $max ? 'failed' : '(going on)';
+	push @v, [ 'end state', "step $what is $status/$eclass at attempt $attempt of $max ($ecode); its attempts ("
+		  . join(' ', @seq) . ") end it $want" ]
+	  if $status ne $want || ($want eq 'failed' && $eclass ne 'exhausted');
+	push @v, [ 'uncertain', "step $what is uncertain with a retry scheduled" ] if $status eq 'uncertain' && $row->[10] ne 't';
+	# without a lost attempt the path is exactly the script's
+	if (!$lost)
+	{
+		my $k = $st->{kind};
+		my @exp = $k eq 'h_ok' ? ('ok')
+		  : $k eq 'h_5xx' ? ((('DS010') x $st->{times}), 'ok')
+		  : $k eq 'h_exhaust' ? (('DS010') x $st->{max})
+		  : $k eq 'h_429' ? ('DS010', 'ok')
+		  : $st->{keyed} ? ('DS012', 'ok') : ('unc');
+		# a keyed request whose kept-alive connection the provider drops is sent again by libcurl
+		# itself (README, "HTTP steps"), within the same attempt: the provider replays the charge
+		my $alt = $k eq 'h_drop' && $st->{keyed} ? 'ok' : '';
+		push @v, [ 'end state', "step $what: attempts (" . join(' ', @seq) . "), its script says (" . join(' ', @exp) . ")" ]
+		  if join(' ', @seq) ne join(' ', @exp) && join(' ', @seq) ne $alt;
+	}
+	# the provider's ledger
+	if ($status eq 'succeeded')
+	{
+		my $res = eval { $json->decode($result) } || {};
+		my $b = ref $res->{body} eq 'HASH' ? $res->{body} : {};
+		my $recv = eval { $json->encode($json->decode($b->{received} // '')) } // '';
+		push @v, [ 'charge', "step $what succeeded, charged $charges times at the provider" ] if $charges != 1;
+		push @v, [ 'stored response', "step $what succeeded with result $result, not the provider's answer to its one charge" ]
+		  unless ($res->{status} // 0) == 200 && ($b->{charged} // '') eq $tag && ($b->{charge} // 0) == 1
+		  && ($b->{method} // '') eq 'POST' && $recv eq $json->encode($st->{body});
+	}
+	push @v, [ 'charge', "step $what is $status, charged $charges times though no request of it may have been sent without an answer" ]
+	  if $status ne 'succeeded' && !$maybe_sent && $charges;
+	# a request without a key is never sent again by itself: one request per attempt at most
+	push @v, [ 'uncertain', "step $what: $requests requests reached the provider for $attempt attempt(s)" ]
+	  if !$st->{keyed} && $requests > $attempt;
+	return (\@v, $lost, $charges);
+}
+
 # A cancelled step: every attempt before the cancellation ended as its script says (or was lost),
 # none of them ended the step, and only the last may be the running attempt that ds_cancel_step
 # stopped (cancelled, 57014, by the worker, rolled back: the ledger checks see no effect of it).
@@ -889,7 +1165,7 @@ DELETE FROM durable_steps.attempts a
 -- a succeeded step recorded as exhausted: [end state], [success effect count]
 UPDATE durable_steps.steps SET status = 'failed', error_class = 'exhausted', error_code = 'P0001'
  WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
-                              WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND attempts = 1
+                              WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND attempts = 1 AND kind = 'sql'
                               ORDER BY run_id, step_id LIMIT 1);
 -- an outcome hook run twice: [outcome hook]
 INSERT INTO fh_hooks(run_id, step_id, hook, status, attempt, who)
@@ -900,9 +1176,14 @@ UPDATE durable_steps.attempts SET error_code = 'DS007'
  WHERE (run_id, step_id, attempt) IN (SELECT run_id, step_id, attempt FROM durable_steps.attempts
                                        WHERE run_id LIKE '$prefix%' AND error_code = 'DS003'
                                        ORDER BY run_id, step_id LIMIT 1);
+-- a succeeded HTTP step whose stored response is not the provider's answer: [stored response]
+UPDATE durable_steps.steps SET result = jsonb_set(result, '{body,charge}', '2')
+ WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
+                              WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND kind = 'http'
+                              ORDER BY run_id, step_id LIMIT 1);
 EOF
 	die "tampering failed: $err\n" if $rc;
-	print "  (--tamper: trial 1's rows were corrupted by hand in six ways)\n";
+	print "  (--tamper: trial 1's rows were corrupted by hand in seven ways)\n";
 }
 
 sub run_trial
@@ -1024,6 +1305,7 @@ sub run_trial
 	}
 	my $settle_time = time() - $settle_start;
 	tamper($prefix) if $opt{tamper} && $t == 1;
+	my $pc = provider_counts();
 
 	# ---- what the clients saw
 	my (%acks, @client_errs, $reconnects);
@@ -1075,13 +1357,14 @@ sub run_trial
 	# ---- the database's view
 	my $steps_rows = rows(
 		"SELECT s.run_id, s.step_id, s.status, s.attempt, s.max_attempts, coalesce(s.error_class, ''), "
-		  . "coalesce(s.error_code, ''), coalesce(s.result::text, ''), s.owner::text, s.input::text "
-		  . "FROM ds_steps s WHERE s.run_id LIKE '$prefix%'");
+		  . "coalesce(s.error_code, ''), coalesce(s.result::text, ''), s.owner::text, coalesce(s.input::text, ''), "
+		  . "(s.next_attempt_at IS NULL) FROM ds_steps s WHERE s.run_id LIKE '$prefix%'");
 	my $att_rows = rows(
 		"SELECT run_id, step_id, attempt, coalesce(class, ''), coalesce(error_code, ''), "
 		  . "coalesce(error_message, ''), executor, coalesce(backend_pid, 0), coalesce(role::text, ''), "
 		  . "extract(epoch FROM claimed_at), extract(epoch FROM started_at), "
-		  . "coalesce(extract(epoch FROM finished_at)::text, '') "
+		  . "coalesce(extract(epoch FROM finished_at)::text, ''), "
+		  . "regexp_replace(coalesce(error_detail, ''), '\\s+', ' ', 'g'), idempotency_key "
 		  . "FROM ds_attempts WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt");
 	my $ledger_rows = rows(
 		"SELECT run_id, step_id, attempt, kind, who, pid, id FROM fh_ledger "
@@ -1134,7 +1417,8 @@ sub run_trial
 	$v->('cancel', "ds_cancel_step error: $_") for @cancel_errs;
 	$v->('settle', "steps still pending, retrying or running after $cfg{settle_timeout} s") unless $settled;
 
-	my %status_n;
+	my (%status_n, %http_status);
+	my ($http_lost, $http_charges) = (0, 0);
 	my ($lost_n, $n_att, $n_caller, $n_worker, $n_caller_retry, $n_stopped) = (0, 0, 0, 0, 0, 0);
 	for my $k (sort keys %srow)
 	{
@@ -1145,6 +1429,7 @@ sub run_trial
 		# terminal, and nothing running; cancelled only when ds_cancel_step said so
 		$v->('not terminal', "step: " . $fmt->($row))
 		  unless $status =~ /^(succeeded|failed|blocked)$/
+		  || ($status eq 'uncertain' && $st->{http})
 		  || ($status eq 'cancelled' && ($cancel_ack{$k} // '') eq 'cancelled');
 		$v->('cancel', "ds_cancel_step answered cancelled, the step is $status: " . $fmt->($row))
 		  if ($cancel_ack{$k} // '') eq 'cancelled' && $status ne 'cancelled';
@@ -1166,7 +1451,7 @@ sub run_trial
 			$v->('attempt without outcome', "attempt: " . $fmt->($at->{$n})) if $at->{$n}[3] eq '';
 			# attempt 1 runs in the caller, or for a deferred step in the worker
 			$v->('first attempt not where it belongs', "attempt: " . $fmt->($at->{$n}))
-			  if $n == 1 && $at->{$n}[6] ne ($st->{defer} ? 'worker' : 'caller');
+			  if $n == 1 && $at->{$n}[6] ne ($st->{defer} || $st->{http} ? 'worker' : 'caller');
 			$v->('attempt role', "attempt run as $at->{$n}[8], step owned by $row->[8]: " . $fmt->($at->{$n}))
 			  if $at->{$n}[8] ne $row->[8];
 		}
@@ -1201,10 +1486,10 @@ sub run_trial
 		}
 		my $success_rows = grep { $_->[3] eq 'success effect' } @l;
 		$v->('success effect count', "step $k is $status with $success_rows success effect row(s)")
-		  if $success_rows != ($status eq 'succeeded' ? 1 : 0);
+		  if $success_rows != ($status eq 'succeeded' && !$st->{http} ? 1 : 0);
 		for my $n (@nums)
 		{
-			next unless $at->{$n}[3] eq 'completed';
+			next unless $at->{$n}[3] eq 'completed' && !$st->{http};
 			$v->('completed attempt without effect', "attempt: " . $fmt->($at->{$n})) unless $per{$n};
 		}
 		# outcome hooks: on_success once for a succeeded step, with its attempt; on_failure once
@@ -1225,7 +1510,19 @@ sub run_trial
 		$v->('outcome hook', "hook row written as $_->[5], step owned by $row->[8]: " . $fmt->($_))
 		  for grep { $_->[5] ne $row->[8] } @h;
 		# the end state as the script, the policy and the lost attempts predict
-		my ($pv, $lost) = $status eq 'cancelled' ? check_cancelled_step($st, $row, $at) : check_step($st, $row, $at);
+		if ($st->{http})
+		{
+			my ($hv, $lost, $charges) = check_http_step($st, $row, $at, $pc);
+			$lost_n += $lost;
+			$http_lost += $lost;
+			$http_charges += $charges;
+			$http_status{$status}++;
+			$v->(@$_) for @$hv;
+			$v->($hv->[0][0], "  attempts of $k: " . join(' ; ', map { join(' ', @{ $at->{$_} }[ 2 .. 7 ]) } @nums))
+			  if @$hv && @nums;
+		}
+		my ($pv, $lost) = $st->{http} ? ([], 0)
+		  : $status eq 'cancelled' ? check_cancelled_step($st, $row, $at) : check_step($st, $row, $at);
 		$lost_n += $lost;
 		if (@$pv)
 		{
@@ -1242,8 +1539,11 @@ sub run_trial
 				next if $n == 1 || !$at->{ $n - 1 } || $at->{ $n - 1 }[11] eq '';
 				my $prev = $at->{ $n - 1 };
 				next unless $prev->[3] eq 'retryable';
-				my $d = $prev->[4] eq 'DS002' ? $st->{ra} / 1000 : backoff_s($st, $n - 1);
-				my $due = $prev->[11] + $d;
+				# an HTTP 429 answered Retry-After: 1; the HTTP worker computes a delay from the
+				# answer's arrival, which its batched recording may put a few ms before finished_at
+				my $d = $prev->[4] eq 'DS002' ? $st->{ra} / 1000
+				  : $st->{http} && $prev->[12] =~ /"status": ?429/ ? 1 : backoff_s($st, $n - 1);
+				my $due = $prev->[11] + $d - ($st->{http} ? 0.05 : 0);
 				$v->('early attempt', sprintf("step %s attempt %d claimed %.6f / started %.6f, due at %.6f "
 						  . "(attempt %d %s finished %.6f + %.3f s)", $k, $n, $at->{$n}[9], $at->{$n}[10], $due,
 						$n - 1, $prev->[4], $prev->[11], $d))
@@ -1284,14 +1584,22 @@ sub run_trial
 	my $calls_n = scalar @calls;
 	my $dups = grep { $_->{dup} } @calls;
 	my $fdesc = join(' ', map { "$_=" . ($fc{$_} || 0) } @FAULTS);
+	my $n_http = grep { $_->{http} } @steps;
+	my $http_hits = 0;
+	$http_hits += $fc{"${_}_http"} || 0 for qw(kill9 terminate cancel);
+	my $http_inflight = 0;
+	$http_inflight += $fc{"${_}_http_inflight"} || 0 for qw(kill9 terminate cancel);
 	my $mid = ($fc{kill9_mid_attempt} || 0) + ($fc{terminate_mid_attempt} || 0) + ($fc{cancel_mid_attempt} || 0);
 	printf "trial %2d/%d seed %d: %d steps, %d calls (%d dup), %d faults [%s; %d mid-attempt] | "
 	  . "succeeded %d failed %d blocked %d cancelled %d/%d (%d running) | attempts %d (caller %d, worker %d, lost %d) | "
+	  . "http %d: succeeded %d failed %d uncertain %d, %d charges, %d lost; HTTP worker hit %d (%d in flight) | "
 	  . "reconnects %d | %.1fs (settle %.1fs) | %s\n",
 	  $t, $cfg{trials}, $tseed, scalar @steps, $calls_n, $dups, $nfaults, $fdesc, $mid,
 	  $status_n{succeeded} || 0, $status_n{failed} || 0, $status_n{blocked} || 0,
 	  $status_n{cancelled} || 0, scalar @to_cancel, $n_stopped,
-	  $n_att, $n_caller, $n_worker, $lost_n, $reconnects, time() - $t0, $settle_time,
+	  $n_att, $n_caller, $n_worker, $lost_n, $n_http, $http_status{succeeded} || 0, $http_status{failed} || 0,
+	  $http_status{uncertain} || 0, $http_charges, $http_lost, $http_hits, $http_inflight,
+	  $reconnects, time() - $t0, $settle_time,
 	  $nviol ? "$nviol VIOLATION(S)" : 'ok';
 	for my $check (sort keys %viol)
 	{
@@ -1323,6 +1631,12 @@ sub run_trial
 	$tot->{caller_retry} += $n_caller_retry;
 	$tot->{"${_}_mid"} += $fc{"${_}_mid_attempt"} || 0 for qw(kill9 terminate cancel);
 	$tot->{lost} += $lost_n;
+	$tot->{http} += $n_http;
+	$tot->{"http_$_"} += $http_status{$_} || 0 for qw(succeeded failed uncertain);
+	$tot->{http_charges} += $http_charges;
+	$tot->{http_lost} += $http_lost;
+	$tot->{"${_}_http"} += $fc{"${_}_http"} || 0 for qw(kill9 terminate cancel);
+	$tot->{http_inflight} += $http_inflight;
 	$tot->{lost_logged} += $lost_logged;
 	$tot->{reconnects} += $reconnects;
 	$tot->{executor_exits} += $executor_exits;
@@ -1339,10 +1653,12 @@ print "faults: seed $seed, $cfg{trials} trial(s) of $cfg{steps} steps, $cfg{clie
 my %tot;
 my $rc = 0;
 my $ok = eval {
+	provider_start();
 	cluster_create();
 	setup_database();
 	my $v = rows("SELECT extversion FROM pg_extension WHERE extname = 'durable_steps'");
-	print "faults: durable_steps $v->[0][0] from " . loaded_library() . ", cluster in $DATA\n";
+	print "faults: durable_steps $v->[0][0] from " . loaded_library() . ", cluster in $DATA, "
+	  . "fake provider on 127.0.0.1:$provider_port\n";
 	for my $t (1 .. $cfg{trials})
 	{
 		run_trial($t, $seed + $t - 1, \%tot);
@@ -1359,7 +1675,9 @@ my $elapsed = time() - $start;
 printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d duplicate) | "
   . "%d faults (%s; mid-attempt: kill9 %d, terminate %d, cancel %d) | succeeded %d, failed %d, "
   . "blocked %d (%d re-armed), cancelled %d by ds_cancel_step (%d while running in the worker) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
-  . "worker %d), %d lost (DS007; %d logged by the worker) | %d executor exit(s), "
+  . "worker %d), %d lost (DS007; %d logged by the worker) | "
+  . "%d HTTP steps: succeeded %d, failed %d, uncertain %d; %d charges, %d lost; HTTP worker hit by kill9 %d, terminate %d, cancel %d (%d with requests in flight) | "
+  . "%d executor exit(s), "
   . "%d client reconnects | longest settle %.1f s | %d invariant violation(s) in %d trial(s)"
   . ($tot{harness_errors} ? ", $tot{harness_errors} HARNESS ERROR(S)" : '') . "\n",
   $tot{trials} || 0, $seed, $elapsed, $tot{steps} || 0, $tot{calls} || 0, $tot{dups} || 0,
@@ -1367,6 +1685,8 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d du
   map({ $tot{"${_}_mid"} || 0 } qw(kill9 terminate cancel)),
   $tot{succeeded} || 0, $tot{failed} || 0, $tot{blocked} || 0, $tot{rearmed} || 0, $tot{cancelled} || 0, $tot{stopped} || 0,
   $tot{attempts} || 0, $tot{caller} || 0, $tot{caller_retry} || 0, $tot{worker} || 0, $tot{lost} || 0, $tot{lost_logged} || 0,
+  $tot{http} || 0, $tot{http_succeeded} || 0, $tot{http_failed} || 0, $tot{http_uncertain} || 0,
+  $tot{http_charges} || 0, $tot{http_lost} || 0, map({ $tot{"${_}_http"} || 0 } qw(kill9 terminate cancel)), $tot{http_inflight} || 0,
   $tot{executor_exits} || 0, $tot{reconnects} || 0, $tot{max_settle} || 0,
   $tot{violations} || 0, $tot{bad_trials} || 0;
 $rc = 1 if !$rc && $tot{violations};
