@@ -12,6 +12,8 @@ $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'durable_steps'
 durable_steps.database = 'postgres'
 durable_steps.poll_interval = '200ms'
+# one executor: the nested-step case needs parent and child in one executor's claim
+durable_steps.max_workers = 1
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
