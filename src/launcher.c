@@ -364,6 +364,24 @@ take_serve_requests(void)
 }
 
 /*
+ * Is the extension known to be installed in database `db`? A listed database is served as if it
+ * were; in every-database mode, one of its running executors must have found it.
+ */
+static bool
+extension_confirmed(ServedDatabase *db)
+{
+	WorkerShared *shared = ds_worker_shared();
+
+	if (!ds_serves_every_database())
+		return true;
+	for (int i = 0; i < DS_MAX_WORKERS; i++)
+		if (db->slot[i] >= 0 && slot_running(db->slot[i]) && shared != NULL &&
+			pg_atomic_read_u32(&shared->executor_state[db->slot[i]]) == EXECUTOR_SERVING)
+			return true;
+	return false;
+}
+
+/*
  * Keep database `db`'s executors running. In every-database mode one executor looks for the
  * extension first; the others start once it has found it, and none when it has not.
  */
@@ -371,16 +389,11 @@ static void
 serve_database(ServedDatabase *db)
 {
 	WorkerShared *shared = ds_worker_shared();
-	bool		confirmed = !ds_serves_every_database();
 	int			wanted;
 
 	if (!OidIsValid(db->dbid) || db->no_extension)
 		return;
-	for (int i = 0; i < DS_MAX_WORKERS && !confirmed; i++)
-		if (db->slot[i] >= 0 && slot_running(db->slot[i]) && shared != NULL &&
-			pg_atomic_read_u32(&shared->executor_state[db->slot[i]]) == EXECUTOR_SERVING)
-			confirmed = true;
-	wanted = confirmed ? ds_max_workers : 1;
+	wanted = extension_confirmed(db) ? ds_max_workers : 1;
 
 	for (int i = 0; i < DS_MAX_WORKERS; i++)
 	{
@@ -436,17 +449,9 @@ serve_database(ServedDatabase *db)
 static void
 keep_http_worker(ServedDatabase *db)
 {
-	WorkerShared *shared = ds_worker_shared();
-	bool		confirmed = !ds_serves_every_database();
 	pid_t		pid;
 
-	if (!OidIsValid(db->dbid) || db->no_extension)
-		return;
-	for (int i = 0; i < DS_MAX_WORKERS && !confirmed; i++)
-		if (db->slot[i] >= 0 && slot_running(db->slot[i]) && shared != NULL &&
-			pg_atomic_read_u32(&shared->executor_state[db->slot[i]]) == EXECUTOR_SERVING)
-			confirmed = true;
-	if (!confirmed)
+	if (!OidIsValid(db->dbid) || db->no_extension || !extension_confirmed(db))
 		return;
 	if (db->http_worker != NULL && GetBackgroundWorkerPid(db->http_worker, &pid) != BGWH_STOPPED)
 		return;
