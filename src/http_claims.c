@@ -32,7 +32,6 @@ int
 ds_claim_due_http_steps(int limit, MemoryContext cxt, ClaimedStep **claims)
 {
 	Oid			due_types[2] = {INT4OID, TIMESTAMPTZOID};
-	Oid			mark_types[5] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID};
 	Datum		args[5];
 	Datum	   *tids;
 	int			n_locked = 0;
@@ -79,31 +78,7 @@ ds_claim_due_http_steps(int limit, MemoryContext cxt, ClaimedStep **claims)
 		ds_store_spi_end(&spi);
 		return 0;
 	}
-	args[0] = PointerGetDatum(construct_array(tids, n_locked, TIDOID, sizeof(ItemPointerData),
-											  false, TYPALIGN_SHORT));
-	args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	args[2] = Int32GetDatum(MyProcPid);
-	args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_max_worker_attempt_usecs()));
-	args[4] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
-	/* claims never touch a succeeded row: no backend need forget its replays */
-	ds_replay_cache_internal_update(true);
-	if (mark_running_plan == NULL)
-		(void) ds_prepare_kept(&mark_running_plan,
-							   psprintf("WITH claimed AS ("
-										" UPDATE durable_steps.steps s SET status = 'running',"
-										"  attempts = s.attempts + 1, updated_at = $2,"
-										"  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
-										"  claimed_by = $3"
-										" WHERE s.ctid = ANY ($1) AND s.status IN ('pending', 'retrying')"
-										" RETURNING s.*, s.ctid AS row_tid) "
-										"SELECT %s, row_tid FROM claimed ORDER BY next_attempt_at",
-										ds_step_column_list()),
-							   5, mark_types);
-	rc = SPI_execute_plan(mark_running_plan, args, NULL, false, 0);
-	ds_replay_cache_internal_update(false);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "claiming HTTP steps failed: %s", SPI_result_code_string(rc));
-	n_claimed = (int) SPI_processed;
+	n_claimed = (int) ds_mark_steps_running(tids, n_locked, &mark_running_plan, "next_attempt_at");
 	/* the rows are locked by this transaction: every locked one is claimed */
 	if (n_claimed != n_locked)
 		elog(ERROR, "claimed %d of %d locked HTTP steps", n_claimed, n_locked);

@@ -206,19 +206,52 @@ lock_due_steps(const char *queue, int limit, TimestampTz now, char **run_ids, ch
 	}
 }
 
+uint64
+ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, const char *order_by)
+{
+	Oid			types[5] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID};
+	Datum		args[5];
+	int			rc;
+
+	args[0] = PointerGetDatum(construct_array(tids, n, TIDOID, sizeof(ItemPointerData), false,
+											  TYPALIGN_SHORT));
+	args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[2] = Int32GetDatum(MyProcPid);
+	/* no worker attempt runs longer than the ceiling, whatever its own timeout */
+	args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_max_worker_attempt_usecs()));
+	/* and a step without a timeout of its own has durable_steps.default_timeout */
+	args[4] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
+	/* claims never touch a succeeded row: no backend need forget its replays */
+	ds_replay_cache_internal_update(true);
+	if (*plan == NULL)
+		(void) ds_prepare_kept(plan,
+							   psprintf("WITH claimed AS ("
+										" UPDATE durable_steps.steps s SET status = 'running',"
+										"  attempts = s.attempts + 1, updated_at = $2,"
+										"  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
+										"  claimed_by = $3"
+										" WHERE s.ctid = ANY ($1) AND s.status IN ('pending', 'retrying')"
+										" RETURNING s.*, s.ctid AS row_tid) "
+										"SELECT %s, row_tid FROM claimed ORDER BY %s",
+										ds_step_column_list(), order_by),
+							   5, types);
+	rc = SPI_execute_plan(*plan, args, NULL, false, 0);
+	ds_replay_cache_internal_update(false);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
 int
 ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
 				   MemoryContext cxt, ClaimedStep **claims, int *skipped)
 {
-	Oid			mark_types[5] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID};
-	Datum		args[5];
 	char	  **run_ids;
 	char	  **step_ids;
 	ItemPointerData *row_tids;
 	Datum	   *tids;
 	int			n_locked = 0;
 	int			n_claimed = 0;
-	int			rc;
 	StoreSpi	spi;
 	DueQueue   *queues;
 	int			n_queues;
@@ -275,35 +308,8 @@ ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
 	if (n_locked > 0)
 	{
 		/* the rows are locked: their places are where they stay until we update them */
-		args[0] = PointerGetDatum(construct_array(tids, n_locked, TIDOID,
-												  sizeof(ItemPointerData), false,
-												  TYPALIGN_SHORT));
-		args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
-		args[2] = Int32GetDatum(MyProcPid);
-		/* no worker attempt runs longer than the ceiling, whatever its own timeout */
-		args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_max_worker_attempt_usecs()));
-		/* and a step without a timeout of its own has durable_steps.default_timeout */
-		args[4] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
-		/* claims never touch a succeeded row: no backend need forget its replays */
-		ds_replay_cache_internal_update(true);
-		if (mark_running_plan == NULL)
-			(void) ds_prepare_kept(&mark_running_plan,
-								   psprintf("WITH claimed AS ("
-										   " UPDATE durable_steps.steps s SET status = 'running',"
-										   "  attempts = s.attempts + 1, updated_at = $2,"
-										   "  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
-										   "  claimed_by = $3"
-										   " WHERE s.ctid = ANY ($1) AND s.status IN ('pending', 'retrying')"
-										   " RETURNING s.*, s.ctid AS row_tid) "
-										   "SELECT %s, row_tid FROM claimed"
-										   " ORDER BY priority, owner::pg_catalog.oid, next_attempt_at",
-										   ds_step_column_list()),
-								   5, mark_types);
-		rc = SPI_execute_plan(mark_running_plan, args, NULL, false, 0);
-		ds_replay_cache_internal_update(false);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
-		n_claimed = (int) SPI_processed;
+		n_claimed = (int) ds_mark_steps_running(tids, n_locked, &mark_running_plan,
+												"priority, owner::pg_catalog.oid, next_attempt_at");
 		*claims = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_claimed, 1));
 		for (int i = 0; i < n_claimed; i++)
 		{

@@ -5,6 +5,7 @@
 #define DS_STEP_CLAIMS_H
 
 #include "compat.h"
+#include "executor/spi.h"
 #include "utils/timestamp.h"
 
 #include "step_store.h"
@@ -40,6 +41,15 @@ typedef struct ClaimedQueue
  */
 extern int	ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
 							   MemoryContext cxt, ClaimedStep **claims, int *skipped);
+
+/*
+ * Mark the steps at row places tids[0..n-1] (Datums pointing at ItemPointerData; the caller
+ * holds their row locks and step locks) running: attempt counted, claim time, this process as
+ * claimant, lease. The attempt is durable as started once the transaction commits. The claimed
+ * rows (ds_step_column_list(), then row_tid) are left in SPI_tuptable, ordered by `order_by`;
+ * returns how many. *plan keeps the statement (one per order_by).
+ */
+extern uint64 ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, const char *order_by);
 
 /*
  * In the current transaction, find steps left running by an executor that is gone (their
