@@ -52,6 +52,8 @@
 #   BENCH_PROFILE   [0]        1: also preload pg_stat_statements (track = all) and, after the
 #                              drain, print the worker's statements by total time (a profile
 #                              run: its throughput is not comparable with a run without it)
+#   BENCH_WALDUMP   [0]        1: after each drain, print its WAL by record type and relation
+#                              (pg_waldump --stats=record): where the WAL bytes per step go
 #   BENCH_OUT       []         a directory to copy the raw results into (drain rows, latency
 #                              samples, memory series, the server log)
 #   BENCH_STRICT    [0]        1: exit with status 3 when a target is missed
@@ -81,6 +83,7 @@ MEM_FIRST="${MEM_FIRST:-10000}"
 MEM_CHUNK="${MEM_CHUNK:-100000}"
 MEM_BATCH_SIZE="${MEM_BATCH_SIZE:-500}"
 PROFILE="${BENCH_PROFILE:-0}"
+WALDUMP="${BENCH_WALDUMP:-0}"
 OUT="${BENCH_OUT:-}"
 STRICT="${BENCH_STRICT:-0}"
 PG_CONFIG="${PG_CONFIG:-pg_config}"
@@ -102,7 +105,7 @@ drain | latency | memory | all) ;;
 esac
 for v in PORT DRAIN_STEPS DRAIN_COLD_STEPS DS_WORKERS DS_HISTORY DRAIN_ROUNDS DRAIN_POLL_MS \
 	DRAIN_TIMEOUT LAT_SAMPLES LAT_GAP_MS LAT_BATCH_SIZE MEM_STEPS MEM_FIRST MEM_CHUNK MEM_BATCH_SIZE \
-	PROFILE STRICT; do
+	PROFILE STRICT WALDUMP; do
 	[[ "${!v}" =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, not '${!v}'"
 done
 ((PORT < 5470 || PORT > 5499)) || die "ports 5470-5499 are used by others on this machine; pick another"
@@ -381,6 +384,8 @@ measure_drain() {
 	M_OTHER="$(awk -v m="$((m1 - m0))" -v t="$ours" -v s="$M_SECS" -v hz="$HZ" -v c="$NCPU" \
 		'BEGIN { o = (m - t) / (s * hz * c) * 100; printf "%.0f", (o < 0) ? 0 : o }')"
 	M_CKPT=$((cp1 - cp0))
+	M_LSN0="$lsn0"
+	M_LSN1="$lsn_end"
 	((M_CKPT == 0)) || note "$label: $M_CKPT checkpoint(s) ran during the drain; its WAL includes their full-page images"
 	no_crash "$label"
 }
@@ -397,10 +402,22 @@ min_cpu() { awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a < b) ? a : b }'
 DRAIN_HEADER="$(printf '%-16s %-27s %8s %8s %8s %10s %8s %9s %9s %6s' system config steps seconds \
 	"steps/s" "commits/st" "WAL B/st" "fsyncs/st" "cpu ms/st" other%)"
 
+# the drain's WAL by record type, the largest first, in bytes per step (BENCH_WALDUMP=1)
+wal_by_record() { # n
+	((WALDUMP)) || return 0
+	as_cluster_owner "$BINDIR/pg_waldump" --stats=record -p "$PGDATA_DIR/pg_wal" \
+		-s "$M_LSN0" -e "$M_LSN1" 2>/dev/null |
+		awk -v n="$1" '{ gsub(/\([^)]*\)/, "") }
+			NF == 5 && $2 ~ /^[0-9]+$/ && $5 > 0 {
+				printf "%10.1f  %-34s %8.1f B/st in records %8.1f B/st in full-page images\n",
+					$5 / n, $1, $3 / n, $4 / n }' | sort -rn | head -12
+}
+
 drain_row() { # system config n
 	printf '%-16s %-27s %8d %8.2f %8d %10.4f %8d %9.4f %9.3f %6s\n' "$1" "$2" "$3" \
 		"$M_SECS" "$M_RATE" "$M_COMMITS" "$M_WAL" "$M_SYNCS" "$M_CPU" "$M_OTHER"
 	echo "$1,$2,$3,$M_SECS,$M_RATE,$M_COMMITS,$M_WAL,$M_SYNCS,$M_CPU,$M_OTHER" >>"$WORK/out/drain.csv"
+	wal_by_record "$3"
 }
 
 ds_trigger() {
