@@ -45,9 +45,9 @@ $SIG{PIPE} = 'IGNORE';
 
 my %opt = (short => 0, verbose => 0);
 GetOptions(
-	\%opt, 'trials=i', 'steps=i', 'seed=i', 'clients=i', 'short', 'verbose',
+	\%opt, 'trials=i', 'steps=i', 'runs=i', 'seed=i', 'clients=i', 'short', 'verbose',
 	'tamper', 'workdir=s', 'runner=s', 'bindir=s')
-  or die "usage: scripts/faults [--short] [--trials N] [--steps N] [--seed S] [--clients N]\n";
+  or die "usage: scripts/faults [--short] [--trials N] [--steps N] [--runs N] [--seed S] [--clients N]\n";
 for my $k (qw(workdir runner bindir))
 {
 	die "faults.pl: --$k is required (run scripts/faults, not this helper)\n" unless $opt{$k};
@@ -56,10 +56,11 @@ for my $k (qw(workdir runner bindir))
 # Sizes and bounds: --short stays well under a minute on a 2-CPU machine.
 my %cfg = $opt{short}
   ? (trials => 3, steps => 40, clients => 4, gap_min => 0.15, gap_max => 0.5,
-	fault_window => 6, calls_deadline => 40, settle_timeout => 40, http_share => 0.25)
+	fault_window => 6, calls_deadline => 40, settle_timeout => 40, http_share => 0.25, runs => 5)
   : (trials => 20, steps => 150, clients => 6, gap_min => 0.2, gap_max => 0.9,
-	fault_window => 25, calls_deadline => 120, settle_timeout => 120, http_share => 0.25);
+	fault_window => 25, calls_deadline => 120, settle_timeout => 120, http_share => 0.25, runs => 20);
 $cfg{trials}  = $opt{trials}  if defined $opt{trials};
+$cfg{runs}    = $opt{runs}    if defined $opt{runs};
 $cfg{steps}   = $opt{steps}   if defined $opt{steps};
 $cfg{clients} = $opt{clients} if defined $opt{clients};
 $cfg{clients} = 2 if $cfg{clients} < 2;
@@ -396,6 +397,42 @@ BEGIN
     RETURN a;
 END
 \$\$;
+
+-- The runs' workflow. input->'steps' lists its SQL steps in order, each {id, in (fh_body's
+-- plan), policy, catch}: a step that failed for good raises DS102 here, which the workflow catches
+-- (and records as "caught") when the step says so, and otherwise lets fail the run. After the
+-- step at index input->'sleep'->'after' it sleeps input->'sleep'->'ms' ms (ds_sleep 'nap'); after
+-- the step at index input->'event'->'after' it awaits event input->'event'->'name' (step 'ev').
+-- Its output maps each step id to its result (the attempt number) or "caught", and 'event' to
+-- the event's payload.
+CREATE FUNCTION fh_workflow(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS \$\$
+DECLARE
+    out jsonb := '{}';
+    s   jsonb;
+    r   jsonb;
+    i   integer;
+BEGIN
+    FOR i IN 0 .. jsonb_array_length(input->'steps') - 1 LOOP
+        s := input->'steps'->i;
+        BEGIN
+            r := ds_step(s->>'id', 'SELECT fh_body(\$1)', s->'in', s->'policy');
+        EXCEPTION WHEN SQLSTATE 'DS102' THEN
+            IF NOT (s->>'catch')::boolean THEN
+                RAISE;
+            END IF;
+            r := '"caught"';
+        END;
+        out := out || jsonb_build_object(s->>'id', r);
+        IF (input->'sleep'->>'after')::integer = i THEN
+            PERFORM ds_sleep('nap', make_interval(secs => (input->'sleep'->>'ms')::integer / 1000.0));
+        END IF;
+        IF (input->'event'->>'after')::integer = i THEN
+            out := out || jsonb_build_object('event', ds_await_event('ev', input->'event'->>'name'));
+        END IF;
+    END LOOP;
+    RETURN out;
+END
+\$\$;
 EOF
 	die "setting up the database failed:\n$err\n" if $rc;
 }
@@ -532,6 +569,71 @@ sub http_request
 	  . ($st->{fault} eq 'delay' ? '&secs=3' : '');
 	return { method => 'POST', url => "http://127.0.0.1:$provider_port/charge/" . http_tag($st) . $q,
 		expect => 'json', json => $st->{body} };
+}
+
+# A run's SQL step (ds_step in fh_workflow), scripted like a plain step by fh_body's plan:
+#   ok         succeeds at attempt 1 (35 %)
+#   retry      fails retryably 1-2 times, then succeeds (max_attempts above that; 47 %)
+#   exhaust    fails retryably more often than max_attempts (1-2): DS102 in the workflow (12 %)
+#   permanent  fails retryably 0-1 times, then ds_non_retriable: DS102 in the workflow (6 %)
+# 60 % of the exhausted and permanent ones are caught by the workflow, the others fail the run.
+sub make_run_step
+{
+	my $r = rand();
+	my $fail = sub { return map { pick('ra', 'rx') } 1 .. $_[0] };
+	my ($kind, @p, $m);
+	if ($r < 0.35) { $kind = 'ok'; $m = 1 + int rand 2; }
+	elsif ($r < 0.82)
+	{
+		$kind = 'retry';
+		my $k = 1 + int rand 2;
+		@p = $fail->($k);
+		$m = $k + 1 + int rand 2;
+	}
+	elsif ($r < 0.94) { $kind = 'exhaust'; $m = 1 + int rand 2; @p = $fail->($m + 3); }
+	else
+	{
+		$kind = 'permanent';
+		my $j = int rand 2;
+		@p = ($fail->($j), 'nr');
+		$m = $j + 1 + int rand 2;
+	}
+	my $catch = ($kind eq 'exhaust' || $kind eq 'permanent') && rand() < 0.6 ? 1 : 0;
+	# a third of the bodies are slow: a window for the faults and for ds_cancel_run
+	my $sleep = rand() < 0.3 ? 20 + int rand 100 : int rand 6;
+	my $ra = int rand 30;
+	my $delay = int rand 30;
+	my $backoff = pick('fixed', 'exponential');
+	return {
+		run_step => 1, kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra,
+		delay => $delay, backoff => $backoff, catch => $catch, defer => 0, queue => 'default',
+		in => { k => $kind, p => \@p, sleep => $sleep, ra => $ra },
+		pol => { max_attempts => $m, initial_delay => $delay, max_delay => 200, backoff => $backoff,
+			multiplier => 2 },
+	};
+}
+
+# A run of fh_workflow: 2-4 SQL steps (make_run_step), half of the runs a ds_sleep of 50-450 ms
+# after one of them, 60 % an event wait after one of them, the event emitted by a client
+# session of the owner anywhere in its queue (before the run starts, before the wait, or after).
+# A fifth are cancelled with ds_cancel_run at a random moment of the trial's first 3 s.
+sub make_run
+{
+	my ($id) = @_;
+	my $n = 2 + int rand 3;
+	my @st = map { make_run_step() } 1 .. $n;
+	for my $j (0 .. $#st) { $st[$j]{run} = $id; $st[$j]{step} = 's' . ($j + 1); $st[$j]{pos} = $j; }
+	my $run = { id => $id, steps => \@st };
+	$run->{sleep} = { after => int rand $n, ms => 50 + int rand 400 } if rand() < 0.5;
+	$run->{event} = { after => int rand $n, name => "$id:ev", payload => { v => int rand 1_000_000 } }
+	  if rand() < 0.6;
+	$run->{cancel_at} = rand(3) if rand() < 0.2;
+	my $input = { steps => [ map { { id => $_->{step}, in => $_->{in}, policy => $_->{pol},
+		catch => $_->{catch} ? JSON::PP::true : JSON::PP::false } } @st ] };
+	$input->{sleep} = $run->{sleep} if $run->{sleep};
+	$input->{event} = { after => $run->{event}{after}, name => $run->{event}{name} } if $run->{event};
+	$run->{input} = $json->encode($input);
+	return $run;
 }
 
 # Fisher-Yates with rand(), so that --seed reproduces the order
@@ -734,6 +836,48 @@ sub cancel_main
 			}
 			(my $e = $err) =~ s/\s+/ /g;
 			print $fh "err\t$st->{run}\t$st->{step}\t$e\n";
+			last;
+		}
+	}
+	print $fh "stat\t$reconnects\n";
+	close $fh;
+	POSIX::_exit(0);
+}
+
+# Cancels each of its runs with ds_cancel_run, as the owner, $run->{cancel_at} seconds after the
+# clients started, whatever the run is doing then (not started yet: repeated until it is;
+# pending, running a turn, waiting, finished). Writes "cancel run status" when the call
+# answered, "done run" when the run had already finished (DS103), "err ..." otherwise.
+sub run_cancel_main
+{
+	my ($runs, $outfile, $start, $deadline) = @_;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	$fh->autoflush(1);
+	my $reconnects = 0;
+	for my $run (sort { $a->{cancel_at} <=> $b->{cancel_at} } @$runs)
+	{
+		my $wait = $start + $run->{cancel_at} - time();
+		usleep($wait * 1e6) if $wait > 0;
+		while (1)
+		{
+			if (time() > $deadline)
+			{
+				print $fh "err\t$run->{id}\tTIMEOUT\tnot cancelled before the deadline\n";
+				last;
+			}
+			my ($rc, $out, $err) = psql($run->{role},
+				sprintf("SELECT 'ack', ds_cancel_run(%s);\n", lit($run->{id})), timeout => 60);
+			if ($out =~ /^ack$US(\w+)/m) { print $fh "cancel\t$run->{id}\t$1\n"; last }
+			if ($err =~ /ERROR:\s+DS103:/) { print $fh "done\t$run->{id}\n"; last }
+			# not started yet, or the server is restarting (cancelling a cancelled run returns it)
+			if ($err =~ /ERROR:\s+DS404:/ || $err =~ $transient_re || $err !~ /ERROR:/)
+			{
+				$reconnects++ unless $err =~ /DS404/;
+				usleep(50_000);
+				next;
+			}
+			(my $e = $err) =~ s/\s+/ /g;
+			print $fh "err\t$run->{id}\t$e\n";
 			last;
 		}
 	}
@@ -1144,6 +1288,156 @@ sub check_cancelled_step
 	return (\@v, $lost);
 }
 
+# The first attempt of a run's step runs in the executor's turn, through ds_run_step.
+use constant RUNSTEP_FIRST => 'caller';
+
+# A run against its script: ([check, line], ...). Its workflow visits, in order, its steps, with
+# the sleep ('nap') and the event wait ('ev') after the step at their index. Walking them: a
+# succeeded step gives its result to the output, a failed one "caught" when the workflow
+# catches it and otherwise ends the run (failed, DS102 naming the step); nothing after the end
+# exists. A run not cancelled reached every step up to its end and ends as the walk says, with
+# exactly the output the walk builds (the event's payload included); a cancelled run may stop
+# short anywhere, and executed nothing after its cancellation: no attempt of its steps started,
+# and no effect committed, after ds_cancel_run's time (runs.finished_at). Each element began
+# after the one before it ended, and the one after the sleep no earlier than the sleep's end.
+sub check_run
+{
+	my ($run, $rr, $srow, $att, $ledger, $cack) = @_;
+	my @v;
+	my $id = $run->{id};
+	return ([ 'lost', "run $id does not exist" ]) unless $rr;
+	my ($status, $output, $ecode, $emsg, $fin, $turns, $owner, $reason) = @$rr[ 1 .. 8 ];
+	my $fmt = sub { return join ' | ', @{ $_[0] } };
+	$cack //= '';
+	push @v, [ 'run end state', "run $id is owned by $owner, started by $run->{role}" ] if $owner ne $run->{role};
+	push @v, [ 'run not terminal', "run $id is $status: $reason" ] unless $status =~ /^(succeeded|failed|cancelled)$/;
+	push @v, [ 'run cancel', "run $id is cancelled, but ds_cancel_run " . ($cack eq '' ? 'was not called' : "answered $cack") ]
+	  if $status eq 'cancelled' && $cack ne 'cancelled';
+	push @v, [ 'run cancel', "ds_cancel_run answered cancelled, run $id is $status ($reason)" ]
+	  if $cack eq 'cancelled' && $status ne 'cancelled';
+	push @v, [ 'run cancel', "ds_cancel_run answered DS103 (finished), run $id is $status ($reason)" ]
+	  if $cack eq 'done' && $status !~ /^(succeeded|failed)$/;
+	my %st_of = map { ($_->{step} => $_) } @{ $run->{steps} };
+	my @order;
+	for my $st (@{ $run->{steps} })
+	{
+		push @order, $st->{step};
+		push @order, 'nap' if $run->{sleep} && $run->{sleep}{after} == $st->{pos};
+		push @order, 'ev' if $run->{event} && $run->{event}{after} == $st->{pos};
+	}
+	my (%out, $fail_step);
+	my $reached = 1;
+	for my $e (@order)
+	{
+		my $row = $srow->{"$id/$e"};
+		if (!$reached)
+		{
+			push @v, [ 'run order', "run $id: $e exists, though its workflow cannot have reached it: " . $fmt->($row) ]
+			  if $row;
+			next;
+		}
+		if (!$row)
+		{
+			push @v, [ 'run end state', "run $id is $status, yet $e of its workflow does not exist" ]
+			  unless $status eq 'cancelled';
+			$reached = 0;
+			next;
+		}
+		my $s = $row->[2];
+		if ($s eq 'cancelled' || $s eq 'pending' || $s eq 'retrying' || $s eq 'running')
+		{
+			push @v, [ 'run end state', "run $id is $status, yet its $e is $s" ] unless $status eq 'cancelled';
+			$reached = 0;
+			next;
+		}
+		if ($e eq 'nap')
+		{
+			push @v, [ 'run end state', "run $id: its sleep is $s" ] if $s ne 'succeeded';
+			next;
+		}
+		if ($e eq 'ev')
+		{
+			my $got = $s eq 'succeeded' ? eval { $json->encode($json->decode($row->[7])) } // '' : '';
+			my $want = $json->encode($run->{event}{payload});
+			push @v, [ 'run end state', "run $id: its event wait is $s with $row->[7], the event's payload is $want" ]
+			  if $got ne $want;
+			$out{event} = $run->{event}{payload};
+			next;
+		}
+		if ($s eq 'succeeded') { $out{$e} = 0 + $row->[7]; }
+		elsif ($s eq 'failed' && $st_of{$e}{catch}) { $out{$e} = 'caught'; }
+		elsif ($s eq 'failed') { $fail_step = $e; $reached = 0; }
+		else
+		{
+			push @v, [ 'run end state', "run $id: its $e is $s" ];
+			$reached = 0;
+		}
+	}
+	if ($status eq 'succeeded')
+	{
+		my $got = eval { $json->encode($json->decode($output)) } // "(not JSON: $output)";
+		my $want = $json->encode(\%out);
+		push @v, [ 'run end state', "run $id succeeded with output $got; its steps make it $want"
+			  . ($fail_step ? " and its $fail_step failed uncaught" : '') ]
+		  if $got ne $want || $fail_step;
+	}
+	elsif ($status eq 'failed')
+	{
+		push @v, [ 'run end state', "run $id failed ($ecode: $emsg), "
+			  . ($fail_step ? "not with DS102 of its step $fail_step" : 'though its workflow handled every step') ]
+		  unless $fail_step && $ecode eq 'DS102' && $emsg =~ /^step \Q$fail_step\E of run /;
+	}
+	# each element began after the one before it ended (a sleep: after the time it recorded)
+	my $prev;
+	for my $e (@order)
+	{
+		my $row = $srow->{"$id/$e"} or last;
+		my ($first, $last);
+		if ($e eq 'nap' || $e eq 'ev')
+		{
+			($first, $last) = ($row->[12], $e eq 'nap' ? $row->[14] : $row->[13]);
+		}
+		else
+		{
+			my $ats = $att->{"$id/$e"} || {};
+			for my $n (keys %$ats)
+			{
+				$first = $ats->{$n}[10] if !defined $first || $ats->{$n}[10] < $first;
+				$last = $ats->{$n}[11] if $ats->{$n}[11] ne '' && (!defined $last || $ats->{$n}[11] > $last);
+			}
+		}
+		push @v, [ 'run order', sprintf("run %s: %s began at %.6f, before %s ended at %.6f", $id, $e, $first,
+				$prev->[0], $prev->[1]) ]
+		  if $prev && defined $first && defined $prev->[1] && $prev->[1] ne '' && $first < $prev->[1];
+		$prev = [ $e, $last ];
+	}
+	# nothing of a cancelled run after its cancellation
+	if ($status eq 'cancelled' && $fin ne '')
+	{
+		for my $st (@{ $run->{steps} })
+		{
+			my $ats = $att->{"$id/$st->{step}"} || {};
+			for my $n (sort { $a <=> $b } keys %$ats)
+			{
+				my $r = $ats->{$n};
+				push @v, [ 'run cancel', sprintf("run %s cancelled at %.6f: attempt %d of %s started at %.6f (%s)",
+						$id, $fin, $n, $st->{step}, $r->[10], $fmt->($r)) ]
+				  if $r->[10] > $fin;
+				push @v, [ 'run cancel', sprintf("run %s cancelled at %.6f: attempt %d of %s completed at %s (%s)",
+						$id, $fin, $n, $st->{step}, $r->[11], $fmt->($r)) ]
+				  if $r->[3] eq 'completed' && $r->[11] ne '' && $r->[11] > $fin;
+			}
+			for my $l (@{ $ledger->{"$id/$st->{step}"} || [] })
+			{
+				push @v, [ 'run cancel', sprintf("run %s cancelled at %.6f: effect committed at %.6f (%s)",
+						$id, $fin, $l->[7], $fmt->($l)) ]
+				  if $l->[3] eq 'success effect' && $l->[7] > $fin;
+			}
+		}
+	}
+	return @v;
+}
+
 # --tamper: what a broken extension could leave behind, written by hand into trial 1's rows.
 sub tamper
 {
@@ -1225,6 +1519,48 @@ sub run_trial
 			push @{ $calls_of[ $tg->[0] ] }, $call;
 		}
 	}
+	# the runs: a start call each (a third of them started twice: the same run key answers the
+	# same run), and the emits of their events (a third emitted twice: the first emit wins), from
+	# client sessions of the owner; their steps are checked with the plain steps
+	my @runs;
+	for my $i (1 .. $cfg{runs})
+	{
+		my $run = make_run($prefix . "w$i");
+		my $c = int rand $nc;
+		$run->{role} = $client_role[$c];
+		$_->{role} = $run->{role} for @{ $run->{steps} };
+		push @runs, $run;
+		my @mine = grep { $client_role[$_] eq $run->{role} } 0 .. $nc - 1;
+		my @targets = ([ $c, 'start', 0 ]);
+		push @targets, [ pick(@mine), 'start', rand() < 0.5 ? 20 + int rand 500 : 0 ] if rand() < 1 / 3;
+		if ($run->{event})
+		{
+			push @targets, [ pick(@mine), 'emit', rand() < 0.5 ? int rand 1500 : 0 ];
+			push @targets, [ pick(@mine), 'emit', int rand 1500 ] if rand() < 1 / 3;
+		}
+		for my $tg (@targets)
+		{
+			my $idx = scalar @calls;
+			my $call = { idx => $idx, st => $run, runcall => $tg->[1], dup => 0 };
+			my $sql = $tg->[2] ? sprintf("SELECT pg_sleep(%.3f);\n", $tg->[2] / 1000) : '';
+			if ($tg->[1] eq 'start')
+			{
+				$sql .= sprintf("SELECT 'ack', %d, status, 0, created FROM ds_start_run('fh_workflow', %s::jsonb, "
+					  . "run_key => %s, policy => '{\"max_attempts\": 20}');\n",
+					$idx, lit($run->{input}), lit($run->{id}));
+			}
+			else
+			{
+				$sql .= sprintf("SELECT 'ack', %d, ds_emit_event(%s, %s::jsonb), 0, 0;\n",
+					$idx, lit($run->{event}{name}), lit($json->encode($run->{event}{payload})));
+			}
+			$call->{sql} = $sql;
+			push @calls, $call;
+			push @{ $calls_of[ $tg->[0] ] }, $call;
+		}
+		push @steps, @{ $run->{steps} };
+	}
+
 	# shuffle each client's queue: a duplicate may come before, or long after, its primary
 	for my $q (@calls_of) { $q = shuffled(@{ $q || [] }) }
 
@@ -1255,13 +1591,23 @@ sub run_trial
 		my $pid = spawn(sub { cancel_main($cancel_groups[$g], "$dir/cancel$g", $start, $deadline) });
 		$child{$pid} = "cancel$g";
 	}
+	my @runs_to_cancel = grep { defined $_->{cancel_at} } @runs;
+	if (@runs_to_cancel)
+	{
+		my $start = time();
+		my $pid = spawn(sub { run_cancel_main(\@runs_to_cancel, "$dir/runcancel", $start, $deadline) });
+		$child{$pid} = 'runcancel';
+	}
 
 	# faults while the clients run and the worker drains
 	my %fc;
 	my $nfaults = 0;
 	my $fault_end = $t0 + $cfg{fault_window};
-	my $busy_sql = "SELECT count(*) FROM ds_steps WHERE run_id LIKE '$prefix%' "
-	  . "AND status IN ('pending', 'retrying', 'running')";
+	# (an event wait is a pending step that no executor claims: its run is what waits)
+	my $busy_sql = "SELECT (SELECT count(*) FROM ds_steps WHERE run_id LIKE '$prefix%' "
+	  . "AND status IN ('pending', 'retrying', 'running') AND kind <> 'event') "
+	  . "+ (SELECT count(*) FROM ds_runs WHERE run_id LIKE '$prefix%' "
+	  . "AND status IN ('pending', 'running', 'waiting'))";
 	while (time() < $fault_end)
 	{
 		while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { child_ended($pid, \%child, \@harness_errs) }
@@ -1354,11 +1700,34 @@ sub run_trial
 		close $fh;
 	}
 
+	my (%run_cancel_ack, @run_cancel_errs);
+	if (@runs_to_cancel)
+	{
+		open my $fh, '<', "$dir/runcancel" or die "$dir/runcancel: $!";
+		while (<$fh>)
+		{
+			chomp;
+			my @f = split /\t/;
+			$run_cancel_ack{ $f[1] } = $f[2] if $f[0] eq 'cancel';
+			$run_cancel_ack{ $f[1] } = 'done' if $f[0] eq 'done';
+			push @run_cancel_errs, "@f[1..$#f]" if $f[0] eq 'err';
+			$reconnects += $f[1] if $f[0] eq 'stat';
+		}
+		close $fh;
+	}
+
 	# ---- the database's view
 	my $steps_rows = rows(
 		"SELECT s.run_id, s.step_id, s.status, s.attempt, s.max_attempts, coalesce(s.error_class, ''), "
 		  . "coalesce(s.error_code, ''), coalesce(s.result::text, ''), s.owner::text, coalesce(s.input::text, ''), "
-		  . "(s.next_attempt_at IS NULL) FROM ds_steps s WHERE s.run_id LIKE '$prefix%'");
+		  . "(s.next_attempt_at IS NULL), s.kind, extract(epoch FROM s.created_at), "
+		  . "coalesce(extract(epoch FROM s.finished_at)::text, ''), "
+		  . "CASE WHEN s.kind = 'sleep' THEN extract(epoch FROM (s.result->>'until')::timestamptz)::text ELSE '' END "
+		  . "FROM ds_steps s WHERE s.run_id LIKE '$prefix%'");
+	my $run_rows = rows(
+		"SELECT run_id, status, coalesce(output::text, ''), coalesce(error_code, ''), "
+		  . "coalesce(error_message, ''), coalesce(extract(epoch FROM finished_at)::text, ''), turns, "
+		  . "owner::text, coalesce(wait_reason, '') FROM ds_runs WHERE run_id LIKE '$prefix%'");
 	my $att_rows = rows(
 		"SELECT run_id, step_id, attempt, coalesce(class, ''), coalesce(error_code, ''), "
 		  . "coalesce(error_message, ''), executor, coalesce(backend_pid, 0), coalesce(role::text, ''), "
@@ -1367,7 +1736,7 @@ sub run_trial
 		  . "regexp_replace(coalesce(error_detail, ''), '\\s+', ' ', 'g'), idempotency_key "
 		  . "FROM ds_attempts WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt");
 	my $ledger_rows = rows(
-		"SELECT run_id, step_id, attempt, kind, who, pid, id FROM fh_ledger "
+		"SELECT run_id, step_id, attempt, kind, who, pid, id, extract(epoch FROM at) FROM fh_ledger "
 		  . "WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt, id");
 
 	my %srow = map { ("$_->[0]/$_->[1]" => $_) } @$steps_rows;
@@ -1386,6 +1755,12 @@ sub run_trial
 	my %hooks;
 	push @{ $hooks{"$_->[0]/$_->[1]"} }, $_ for @$hook_rows;
 	my %planned = map { ("$_->{run}/$_->{step}" => $_) } @steps;
+	my %run_cancelled = map { ($_->{id} => ($run_cancel_ack{ $_->{id} } // '') eq 'cancelled') } @runs;
+	for my $run (@runs)
+	{
+		$planned{"$run->{id}/nap"} = { run_wait => 'sleep', run => $run->{id}, step => 'nap' } if $run->{sleep};
+		$planned{"$run->{id}/ev"} = { run_wait => 'event', run => $run->{id}, step => 'ev' } if $run->{event};
+	}
 
 	my %viol;    # check => [ lines ]
 	my $v = sub { push @{ $viol{ $_[0] } }, $_[1] };
@@ -1395,7 +1770,8 @@ sub run_trial
 	for my $st (@steps)
 	{
 		my $k = "$st->{run}/$st->{step}";
-		next if $srow{$k};
+		# whether a run reached its step is the run's check
+		next if $srow{$k} || $st->{run_step};
 		$v->('lost', "step $k (acknowledged " . ($acks{$st} || 0) . " time(s)) does not exist");
 	}
 	for my $k (sort keys %srow)
@@ -1406,6 +1782,11 @@ sub run_trial
 	for my $e (@client_errs)
 	{
 		my ($call, $code, $msg) = @$e;
+		if ($call->{runcall})
+		{
+			$v->('client error', "$call->{runcall} call #$call->{idx} of run $call->{st}{id} (role $call->{st}{role}): $code $msg");
+			next;
+		}
 		my $k = "$call->{st}{run}/$call->{st}{step}";
 		next if $code eq 'DS409' && $call->{nowait};
 		next if $code eq 'DS422' && $call->{st}{kind} eq 'rearm';
@@ -1415,9 +1796,10 @@ sub run_trial
 	$v->('rearm', "ds_retry_step error: $_") for @rearm_errs;
 	$v->('rearm', "step $_ was never re-armed") for @rearm_left;
 	$v->('cancel', "ds_cancel_step error: $_") for @cancel_errs;
+	$v->('run cancel', "ds_cancel_run error: $_") for @run_cancel_errs;
 	$v->('settle', "steps still pending, retrying or running after $cfg{settle_timeout} s") unless $settled;
 
-	my (%status_n, %http_status);
+	my (%status_n, %http_status, %run_step_n);
 	my ($http_lost, $http_charges) = (0, 0);
 	my ($lost_n, $n_att, $n_caller, $n_worker, $n_caller_retry, $n_stopped) = (0, 0, 0, 0, 0, 0);
 	for my $k (sort keys %srow)
@@ -1425,12 +1807,22 @@ sub run_trial
 		my $row = $srow{$k};
 		my $st = $planned{$k} or next;
 		my $status = $row->[2];
-		$status_n{$status}++;
+		if ($st->{run_step} || $st->{run_wait})
+		{
+			# a run's steps end succeeded or failed (a sleep succeeded), or cancelled with their run
+			$run_step_n{$status}++ if $st->{run_step};
+			$v->('not terminal', "step of a run: " . $fmt->($row))
+			  unless ($st->{run_wait} ? $status eq 'succeeded' : $status =~ /^(succeeded|failed)$/)
+			  || ($status eq 'cancelled' && $run_cancelled{ $st->{run} });
+			next if $st->{run_wait};
+		}
+		else { $status_n{$status}++; }
 		# terminal, and nothing running; cancelled only when ds_cancel_step said so
 		$v->('not terminal', "step: " . $fmt->($row))
 		  unless $status =~ /^(succeeded|failed|blocked)$/
 		  || ($status eq 'uncertain' && $st->{http})
-		  || ($status eq 'cancelled' && ($cancel_ack{$k} // '') eq 'cancelled');
+		  || ($status eq 'cancelled' && ($cancel_ack{$k} // '') eq 'cancelled')
+		  || ($st->{run_step} && $status eq 'cancelled' && $run_cancelled{ $st->{run} });
 		$v->('cancel', "ds_cancel_step answered cancelled, the step is $status: " . $fmt->($row))
 		  if ($cancel_ack{$k} // '') eq 'cancelled' && $status ne 'cancelled';
 		$v->('cancel', "ds_cancel_step answered DS103 (finished), the step is $status: " . $fmt->($row))
@@ -1450,8 +1842,10 @@ sub run_trial
 			$n_caller_retry++ if $n > 1 && $at->{$n}[6] eq 'caller';
 			$v->('attempt without outcome', "attempt: " . $fmt->($at->{$n})) if $at->{$n}[3] eq '';
 			# attempt 1 runs in the caller, or for a deferred step in the worker
+			# (a run's step: in the turn's ds_run_step, RUNSTEP_FIRST)
 			$v->('first attempt not where it belongs', "attempt: " . $fmt->($at->{$n}))
-			  if $n == 1 && $at->{$n}[6] ne ($st->{defer} || $st->{http} ? 'worker' : 'caller');
+			  if $n == 1 && $at->{$n}[6] ne ($st->{run_step} ? RUNSTEP_FIRST
+				: $st->{defer} || $st->{http} ? 'worker' : 'caller');
 			$v->('attempt role', "attempt run as $at->{$n}[8], step owned by $row->[8]: " . $fmt->($at->{$n}))
 			  if $at->{$n}[8] ne $row->[8];
 		}
@@ -1496,19 +1890,25 @@ sub run_trial
 		# for each time the step failed for good (a re-armed step may have failed before), the
 		# last one with the step's attempt if it is failed; nothing for any other outcome
 		my @h = @{ $hooks{$k} || [] };
-		my @ok = grep { $_->[2] eq 'on_success' } @h;
+		$v->('outcome hook', "step $k of a run has no hooks, yet: " . join(' ; ', map { $fmt->($_) } @h))
+		  if $st->{run_step} && @h;
+		@h = () if $st->{run_step};
+		my @ok = $st->{run_step} ? () : grep { $_->[2] eq 'on_success' } @h;
 		my @fail = grep { $_->[2] eq 'on_failure' } @h;
-		$v->('outcome hook', "step $k is $status at attempt $row->[3]; on_success rows: "
-			  . join(' ; ', map { $fmt->($_) } @ok))
-		  if ($status eq 'succeeded' ? 1 : 0) != @ok
-		  || (@ok && ($ok[0][3] ne 'succeeded' || $ok[0][4] != $row->[3]));
-		$v->('outcome hook', "step $k is $status at attempt $row->[3]; on_failure rows: "
-			  . join(' ; ', map { $fmt->($_) } @fail))
-		  if ($status eq 'failed' && (!@fail || $fail[-1][4] != $row->[3]))
-		  || ($st->{kind} ne 'rearm' && @fail > ($status eq 'failed' ? 1 : 0))
-		  || grep { $_->[3] ne 'failed' || !$at->{ $_->[4] } || $at->{ $_->[4] }[3] eq 'completed' } @fail;
-		$v->('outcome hook', "hook row written as $_->[5], step owned by $row->[8]: " . $fmt->($_))
-		  for grep { $_->[5] ne $row->[8] } @h;
+		if (!$st->{run_step})
+		{
+			$v->('outcome hook', "step $k is $status at attempt $row->[3]; on_success rows: "
+				  . join(' ; ', map { $fmt->($_) } @ok))
+			  if ($status eq 'succeeded' ? 1 : 0) != @ok
+			  || (@ok && ($ok[0][3] ne 'succeeded' || $ok[0][4] != $row->[3]));
+			$v->('outcome hook', "step $k is $status at attempt $row->[3]; on_failure rows: "
+				  . join(' ; ', map { $fmt->($_) } @fail))
+			  if ($status eq 'failed' && (!@fail || $fail[-1][4] != $row->[3]))
+			  || ($st->{kind} ne 'rearm' && @fail > ($status eq 'failed' ? 1 : 0))
+			  || grep { $_->[3] ne 'failed' || !$at->{ $_->[4] } || $at->{ $_->[4] }[3] eq 'completed' } @fail;
+			$v->('outcome hook', "hook row written as $_->[5], step owned by $row->[8]: " . $fmt->($_))
+			  for grep { $_->[5] ne $row->[8] } @h;
+		}
 		# the end state as the script, the policy and the lost attempts predict
 		if ($st->{http})
 		{
@@ -1552,6 +1952,21 @@ sub run_trial
 		}
 	}
 
+	# the runs, against their scripts
+	my %rrow = map { ($_->[0] => $_) } @$run_rows;
+	my (%run_n, $run_turns);
+	$run_turns = 0;
+	for my $run (@runs)
+	{
+		my $rr = $rrow{ $run->{id} };
+		$run_n{ $rr ? $rr->[1] : 'missing' }++;
+		$run_turns += $rr->[6] if $rr;
+		$v->(@$_) for check_run($run, $rr, \%srow, \%att, \%ledger, $run_cancel_ack{ $run->{id} });
+	}
+	my %planned_run = map { ($_->{id} => 1) } @runs;
+	$v->('unknown run', "run $_->[0] exists but no client started it") for grep { !$planned_run{ $_->[0] } } @$run_rows;
+	my $n_run_steps = grep { $_->{run_step} && $srow{"$_->{run}/$_->{step}"} } @steps;
+
 	# queue fh_serial (concurrency 1): no two worker attempts of it overlap, from the claim's commit
 	# to the outcome (a lost attempt's step stays running, and counted, until it is recorded)
 	my $overlaps = rows(
@@ -1585,20 +2000,24 @@ sub run_trial
 	my $dups = grep { $_->{dup} } @calls;
 	my $fdesc = join(' ', map { "$_=" . ($fc{$_} || 0) } @FAULTS);
 	my $n_http = grep { $_->{http} } @steps;
+	my $n_plain = grep { !$_->{run_step} } @steps;
 	my $http_hits = 0;
 	$http_hits += $fc{"${_}_http"} || 0 for qw(kill9 terminate cancel);
 	my $http_inflight = 0;
 	$http_inflight += $fc{"${_}_http_inflight"} || 0 for qw(kill9 terminate cancel);
 	my $mid = ($fc{kill9_mid_attempt} || 0) + ($fc{terminate_mid_attempt} || 0) + ($fc{cancel_mid_attempt} || 0);
-	printf "trial %2d/%d seed %d: %d steps, %d calls (%d dup), %d faults [%s; %d mid-attempt] | "
+	printf "trial %2d/%d seed %d: %d steps, %d runs, %d calls (%d dup), %d faults [%s; %d mid-attempt] | "
 	  . "succeeded %d failed %d blocked %d cancelled %d/%d (%d running) | attempts %d (caller %d, worker %d, lost %d) | "
 	  . "http %d: succeeded %d failed %d uncertain %d, %d charges, %d lost; HTTP worker hit %d (%d in flight) | "
+	  . "runs %d: succeeded %d failed %d cancelled %d/%d, %d turns, %d run steps (succeeded %d failed %d cancelled %d) | "
 	  . "reconnects %d | %.1fs (settle %.1fs) | %s\n",
-	  $t, $cfg{trials}, $tseed, scalar @steps, $calls_n, $dups, $nfaults, $fdesc, $mid,
+	  $t, $cfg{trials}, $tseed, $n_plain, scalar @runs, $calls_n, $dups, $nfaults, $fdesc, $mid,
 	  $status_n{succeeded} || 0, $status_n{failed} || 0, $status_n{blocked} || 0,
 	  $status_n{cancelled} || 0, scalar @to_cancel, $n_stopped,
 	  $n_att, $n_caller, $n_worker, $lost_n, $n_http, $http_status{succeeded} || 0, $http_status{failed} || 0,
 	  $http_status{uncertain} || 0, $http_charges, $http_lost, $http_hits, $http_inflight,
+	  scalar @runs, $run_n{succeeded} || 0, $run_n{failed} || 0, $run_n{cancelled} || 0, scalar @runs_to_cancel,
+	  $run_turns, $n_run_steps, $run_step_n{succeeded} || 0, $run_step_n{failed} || 0, $run_step_n{cancelled} || 0,
 	  $reconnects, time() - $t0, $settle_time,
 	  $nviol ? "$nviol VIOLATION(S)" : 'ok';
 	for my $check (sort keys %viol)
@@ -1617,7 +2036,13 @@ sub run_trial
 	$tot->{trials}++;
 	$tot->{violations} += $nviol;
 	$tot->{bad_trials}++ if $nviol;
-	$tot->{steps} += @steps;
+	$tot->{steps} += $n_plain;
+	$tot->{runs} += @runs;
+	$tot->{"runs_$_"} += $run_n{$_} || 0 for qw(succeeded failed cancelled);
+	$tot->{run_cancels} += @runs_to_cancel;
+	$tot->{run_turns} += $run_turns;
+	$tot->{run_steps} += $n_run_steps;
+	$tot->{"run_steps_$_"} += $run_step_n{$_} || 0 for qw(succeeded failed cancelled);
 	$tot->{calls} += $calls_n;
 	$tot->{dups} += $dups;
 	$tot->{faults} += $nfaults;
@@ -1677,6 +2102,7 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d du
   . "blocked %d (%d re-armed), cancelled %d by ds_cancel_step (%d while running in the worker) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
   . "worker %d), %d lost (DS007; %d logged by the worker) | "
   . "%d HTTP steps: succeeded %d, failed %d, uncertain %d; %d charges, %d lost; HTTP worker hit by kill9 %d, terminate %d, cancel %d (%d with requests in flight) | "
+  . "%d runs: succeeded %d, failed %d, cancelled %d (ds_cancel_run called on %d); %d turns; %d run steps: succeeded %d, failed %d, cancelled %d | "
   . "%d executor exit(s), "
   . "%d client reconnects | longest settle %.1f s | %d invariant violation(s) in %d trial(s)"
   . ($tot{harness_errors} ? ", $tot{harness_errors} HARNESS ERROR(S)" : '') . "\n",
@@ -1687,6 +2113,8 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d du
   $tot{attempts} || 0, $tot{caller} || 0, $tot{caller_retry} || 0, $tot{worker} || 0, $tot{lost} || 0, $tot{lost_logged} || 0,
   $tot{http} || 0, $tot{http_succeeded} || 0, $tot{http_failed} || 0, $tot{http_uncertain} || 0,
   $tot{http_charges} || 0, $tot{http_lost} || 0, map({ $tot{"${_}_http"} || 0 } qw(kill9 terminate cancel)), $tot{http_inflight} || 0,
+  $tot{runs} || 0, map({ $tot{"runs_$_"} || 0 } qw(succeeded failed cancelled)), $tot{run_cancels} || 0, $tot{run_turns} || 0,
+  $tot{run_steps} || 0, map({ $tot{"run_steps_$_"} || 0 } qw(succeeded failed cancelled)),
   $tot{executor_exits} || 0, $tot{reconnects} || 0, $tot{max_settle} || 0,
   $tot{violations} || 0, $tot{bad_trials} || 0;
 $rc = 1 if !$rc && $tot{violations};

@@ -244,7 +244,7 @@ cancel_run_steps(const char *run_id)
 										 " finished_at = pg_catalog.clock_timestamp(),"
 										 " updated_at = pg_catalog.clock_timestamp()"
 										 " WHERE run_id OPERATOR(pg_catalog.=) $1"
-										 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked}')"
+										 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked,uncertain}')"
 										 " AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
 										 "  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
 										 "  owner::pg_catalog.oid, 'USAGE')",

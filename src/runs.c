@@ -28,8 +28,11 @@
 
 #include "ds_errcodes.h"
 #include "policy.h"
+#include "run_context.h"
 #include "runs.h"
+#include "step_attempt.h"
 #include "step_claims.h"
+#include "step_lock.h"
 #include "store.h"
 #include "worker_wakeup.h"
 
@@ -360,58 +363,254 @@ run_statement(SPIPlanPtr *slot, const char *sql, const char *run_id)
 	return n;
 }
 
+/* An unfinished step of a run, as ds_cancel_run finds it. */
+typedef struct UnfinishedStep
+{
+	char	   *step_id;
+	bool		running;
+	int			claimed_by;
+	int			attempts;
+} UnfinishedStep;
+
+/*
+ * The steps of run `run_id` that have not finished (pending, retrying, running, blocked,
+ * uncertain), in step_id order. Only those of roles the run's owner has the privileges of: steps
+ * are found by run_id, and another role's plain steps under the same id are not the run's to
+ * stop (README, "Security model").
+ */
+static int
+unfinished_run_steps(const char *run_id, UnfinishedStep **out)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(run_id)};
+	StoreSpi	spi;
+	int			n;
+	int			rc;
+
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&plan,
+										  "SELECT step_id, status OPERATOR(pg_catalog.=) 'running',"
+										  " claimed_by, attempts FROM durable_steps.steps"
+										  " WHERE run_id OPERATOR(pg_catalog.=) $1"
+										  " AND status OPERATOR(pg_catalog.=)"
+										  "  ANY ('{pending,retrying,running,blocked,uncertain}')"
+										  " AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
+										  "  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
+										  "  owner::pg_catalog.oid, 'USAGE')"
+										  " ORDER BY step_id",
+										  1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading the steps of run %s failed: %s", run_id, SPI_result_code_string(rc));
+	n = (int) SPI_processed;
+	*out = MemoryContextAlloc(spi.caller_cxt, sizeof(UnfinishedStep) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	td = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		(*out)[i].step_id = MemoryContextStrdup(spi.caller_cxt, SPI_getvalue(row, td, 1));
+		(*out)[i].running = DatumGetBool(SPI_getbinval(row, td, 2, &isnull));
+		(*out)[i].claimed_by = DatumGetInt32(SPI_getbinval(row, td, 3, &isnull));
+		if (isnull)
+			(*out)[i].claimed_by = 0;
+		(*out)[i].attempts = DatumGetInt32(SPI_getbinval(row, td, 4, &isnull));
+	}
+	ds_store_spi_end(&spi);
+	return n;
+}
+
+/* Is `step_id` in the list of step ids `held`? */
+static bool
+step_held(List *held, const char *step_id)
+{
+	ListCell   *lc;
+
+	foreach(lc, held)
+	{
+		if (strcmp((const char *) lfirst(lc), step_id) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Take the lock of every unfinished step of the run not in `held` yet, to the end of the
+ * transaction, and return `held` with them: a step whose lock we hold cannot be claimed by an
+ * executor or the HTTP worker, nor re-armed. An attempt a worker is running is asked to stop
+ * first (an HTTP request in flight is waited for); so is one the caller's own transaction runs.
+ */
+static List *
+hold_unfinished_steps(const char *run_id, List *held)
+{
+	UnfinishedStep *steps;
+	int			n = unfinished_run_steps(run_id, &steps);
+
+	for (int i = 0; i < n; i++)
+	{
+		if (step_held(held, steps[i].step_id))
+			continue;
+		if (steps[i].running && steps[i].claimed_by != 0 && steps[i].claimed_by != MyProcPid)
+			(void) ds_request_cancel(steps[i].claimed_by,
+									 ds_attempt_cancel_key(run_id, steps[i].step_id,
+														   steps[i].attempts));
+		if (!ds_step_lock_acquire(run_id, steps[i].step_id, false))
+			ereport(ERROR,
+					(errcode(ERRCODE_DS_IN_PROGRESS),
+					 errmsg("step %s/%s is in progress in this process", run_id, steps[i].step_id),
+					 errhint("Cancel the run from outside its own steps.")));
+		held = lappend(held, pstrdup(steps[i].step_id));
+	}
+	return held;
+}
+
+/* Does the run have an unfinished step whose lock is not in `held`? */
+static bool
+unheld_steps_left(const char *run_id, List *held)
+{
+	UnfinishedStep *steps;
+	int			n = unfinished_run_steps(run_id, &steps);
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!step_held(held, steps[i].step_id))
+			return true;
+	}
+	return false;
+}
+
+/* Ask the executor running the run's turn, if one does, to stop it. */
+static void
+stop_turn(const char *run_id)
+{
+	RunState	run;
+
+	read_visible_run(run_id, false, &run);
+	if (strcmp(run.status, "running") == 0 && run.claimed_by != 0 && run.claimed_by != MyProcPid)
+		(void) ds_request_cancel(run.claimed_by,
+								 ds_attempt_cancel_key(run_id, DS_TURN_STEP_ID, run.turns));
+}
+
+/* How often ds_cancel_run takes the run again when a turn added steps meanwhile. */
+#define CANCEL_RUN_ROUNDS 100
+
+/*
+ * Hold every unfinished step of the run and then the run's row (waiting for a turn in flight to
+ * end), in that order: a worker recording an HTTP step's outcome wakes the run, so it may wait for
+ * the run's row while holding the step, and the step must never be waited for while the row is
+ * held. A turn that ended meanwhile may have added steps: then the row is let go (it was taken in
+ * a subtransaction) and the new steps are taken first. Returns the run, locked.
+ */
+static List *
+hold_run_and_steps(const char *run_id, RunState *run)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	List	   *held = NIL;
+
+	for (int round = 0;; round++)
+	{
+		bool		complete;
+
+		CHECK_FOR_INTERRUPTS();
+		if (round == CANCEL_RUN_ROUNDS)
+			ereport(ERROR,
+					(errcode(ERRCODE_DS_IN_PROGRESS),
+					 errmsg("run %s kept adding steps while it was being cancelled", run_id),
+					 errhint("Call ds_cancel_run() again.")));
+		stop_turn(run_id);
+		held = hold_unfinished_steps(run_id, held);
+		stop_turn(run_id);
+		BeginInternalSubTransaction(NULL);
+		MemoryContextSwitchTo(oldcxt);
+		/* waits for a turn in flight to end */
+		read_visible_run(run_id, true, run);
+		complete = !unheld_steps_left(run_id, held);
+		if (complete)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		if (complete)
+			return held;
+	}
+}
+
+/*
+ * Cancel the run's step `step_id`, whose lock this transaction holds, unless it finished. One
+ * still running was left by a process that is gone: its attempt is lost, recorded as such first.
+ */
+static void
+cancel_held_step(const char *run_id, const char *step_id)
+{
+	StepRecord	rec;
+	TimestampTz now;
+
+	if (!ds_store_lock_step(run_id, step_id, &rec))
+		return;
+	if (rec.status == STEP_RUNNING)
+		ds_record_lost_attempt(&rec);
+	if (rec.status != STEP_PENDING && rec.status != STEP_RETRYING && rec.status != STEP_BLOCKED &&
+		rec.status != STEP_UNCERTAIN)
+		return;
+	now = GetCurrentTimestamp();
+	rec.status = STEP_CANCELLED;
+	rec.error_class = "cancelled";
+	rec.next_attempt_at = 0;
+	rec.lease_expires_at = 0;
+	rec.claimed_by = 0;
+	rec.updated_at = now;
+	rec.finished_at = now;
+	ds_store_update_step(&rec);
+	ds_notify_step_stopped(&rec);
+}
+
 /*
  * ds_cancel_run(run_id) -> text: a run that has not finished becomes cancelled, and so do its
- * steps that have not finished. A turn running now is stopped first (its executor looks for the
- * request every 100 ms): the turn rolls back, so a step it was running takes no effect.
+ * steps that have not finished, whatever they wait for (a retry, a person, an event, an HTTP
+ * outcome someone must settle), so that none of them can act after the cancellation commits:
+ * none is claimed, re-armed or resolved again. A turn running now is stopped first (its executor
+ * looks for the request every 100 ms): the turn rolls back, so a step it was running takes no
+ * effect; an attempt of the run's step a worker runs is stopped and recorded cancelled; an HTTP
+ * request in flight is waited for, and its step then cancelled unless it succeeded.
  */
 Datum
 ds_cancel_run(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr cancel_plan = NULL;
-	static SPIPlanPtr steps_plan = NULL;
 	char	   *run_id = run_id_arg(fcinfo);
 	RunState	run;
+	List	   *held;
+	ListCell   *lc;
 
 	PreventCommandIfReadOnly("ds_cancel_run()");
 	PreventCommandIfParallelMode("ds_cancel_run()");
 	read_visible_run(run_id, false, &run);
-	if (strcmp(run.status, "running") == 0 && run.claimed_by != 0 && run.claimed_by != MyProcPid)
-		(void) ds_request_cancel(run.claimed_by,
-								 ds_attempt_cancel_key(run_id, "", run.turns));
-	/* waits for a turn in flight to end */
-	read_visible_run(run_id, true, &run);
-	if (strcmp(run.status, "cancelled") == 0)
-		PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
 	if (strcmp(run.status, "succeeded") == 0 || strcmp(run.status, "failed") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
 				 errmsg("run %s is %s and cannot be cancelled", run_id, run.status),
 				 errdetail("Only runs that have not finished can be cancelled.")));
-	(void) run_statement(&cancel_plan,
-						 "UPDATE durable_steps.runs SET status = 'cancelled',"
-						 " finished_at = pg_catalog.clock_timestamp(),"
-						 " updated_at = pg_catalog.clock_timestamp(), next_wake_at = NULL,"
-						 " claimed_by = NULL, lease_expires_at = NULL,"
-						 " wait_reason = 'cancelled by ds_cancel_run()'"
-						 " WHERE run_id OPERATOR(pg_catalog.=) $1", run_id);
-	/*
-	 * its steps waiting for a retry, a person or an event will not run. Only those of roles the
-	 * run's owner has the privileges of: steps are found by run_id, and any role can start a run
-	 * under a run_id where other roles' plain steps already are (run keys name runs, not steps);
-	 * cancelling those would let it stop another role's work.
-	 */
-	(void) run_statement(&steps_plan,
-						 "UPDATE durable_steps.steps SET status = 'cancelled',"
-						 " error_class = 'cancelled', next_attempt_at = NULL,"
-						 " finished_at = pg_catalog.clock_timestamp(),"
-						 " updated_at = pg_catalog.clock_timestamp()"
-						 " WHERE run_id OPERATOR(pg_catalog.=) $1"
-						 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked}')"
-						 " AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
-						 "  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
-						 "  owner::pg_catalog.oid, 'USAGE')",
-						 run_id);
+	held = hold_run_and_steps(run_id, &run);
+	if (strcmp(run.status, "succeeded") == 0 || strcmp(run.status, "failed") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
+				 errmsg("run %s is %s and cannot be cancelled", run_id, run.status),
+				 errdetail("Only runs that have not finished can be cancelled.")));
+	/* a turn stopped by this call recorded the run cancelled itself: its steps are still ours */
+	if (strcmp(run.status, "cancelled") != 0)
+		(void) run_statement(&cancel_plan,
+							 "UPDATE durable_steps.runs SET status = 'cancelled',"
+							 " finished_at = pg_catalog.clock_timestamp(),"
+							 " updated_at = pg_catalog.clock_timestamp(), next_wake_at = NULL,"
+							 " claimed_by = NULL, lease_expires_at = NULL,"
+							 " wait_reason = 'cancelled by ds_cancel_run()'"
+							 " WHERE run_id OPERATOR(pg_catalog.=) $1", run_id);
+	foreach(lc, held)
+		cancel_held_step(run_id, (const char *) lfirst(lc));
 	PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
 }
 
