@@ -21,8 +21,14 @@
 # provider's ledger (GET /counts) is checked too: at most one charge per step, exactly one for a
 # succeeded step whose stored response is that charge's, uncertain steps never sent again.
 #
-# Options: --trials N --steps N --seed S --clients N --short --verbose
-#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in seven
+# Each trial also starts --runs runs of the workflow fh_workflow (check_run): scripted ds_step
+# calls whose failures the workflow catches or not, a ds_sleep, an event wait answered by
+# ds_emit_event from a client session (before or after the wait), some runs cancelled with
+# ds_cancel_run at a random moment. Each run must end as its script says (its output exactly what
+# its steps returned), its steps in workflow order, nothing of a cancelled run after the cancel.
+#
+# Options: --trials N --steps N --runs N --seed S --clients N --short --verbose
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in eight
 #          known ways (see tamper()); the run must then fail with exactly those violations
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
 # Exit status: 0 all invariants held, 1 an invariant was violated, 2 the harness could not run.
@@ -1475,9 +1481,13 @@ UPDATE durable_steps.steps SET result = jsonb_set(result, '{body,charge}', '2')
  WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
                               WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND kind = 'http'
                               ORDER BY run_id, step_id LIMIT 1);
+-- a run that succeeded with an output its steps did not make: [run end state]
+UPDATE durable_steps.runs SET output = output || '{"s1": 99}'
+ WHERE run_id IN (SELECT run_id FROM durable_steps.runs
+                   WHERE run_id LIKE '$prefix%' AND status = 'succeeded' ORDER BY run_id LIMIT 1);
 EOF
 	die "tampering failed: $err\n" if $rc;
-	print "  (--tamper: trial 1's rows were corrupted by hand in seven ways)\n";
+	print "  (--tamper: trial 1's rows were corrupted by hand in eight ways)\n";
 }
 
 sub run_trial
