@@ -96,7 +96,6 @@ ds_http_step(PG_FUNCTION_ARGS)
 	char	   *fingerprint;
 	StepRecord	rec;
 	Jsonb	   *run_policy;
-	Oid			run_owner;
 	TimestampTz now;
 
 	check_http_role();
@@ -146,8 +145,7 @@ ds_http_step(PG_FUNCTION_ARGS)
 
 	now = GetCurrentTimestamp();
 	memset(&rec, 0, sizeof(rec));
-	run_policy = ds_probe_run_policy(run_id, &run_owner);
-	ds_step_check_run_owner(run_id, run_owner);
+	run_policy = ds_new_step_run_policy(run_id);
 	if (run_policy == NULL && policy == NULL)
 		rec.policy = ds_policy_default_jsonb(&resolved);
 	else

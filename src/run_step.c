@@ -433,30 +433,39 @@ settle_lost_attempt(StepRecord *rec, const char *fingerprint)
 
 /*
  * A new step under the run_id of a run belongs to that run: it takes the run's policy, the run's
- * workflow replays it as its own step, ds_cancel_run cancels it. So only the run's own turn (its
+ * workflow replays it as its own step, ds_cancel_run cancels it (run_id names the business fact,
+ * so the application may add steps of the same order to its run). So only the run's own turn (its
  * workflow, and the step work the executor does for it: the innermost step context is the turn's)
  * and roles with the privileges of the run's owner may create one. Anybody else could otherwise
  * squat a step id the owner's workflow will reach, which then fails the run with "belongs to
  * another role" (README, "Security model").
+ *
+ * ds_start_run holds the run_id's lock exclusively until it commits, and refuses a run_id with
+ * another role's steps; a new step takes it shared and only then looks for the run, in the latest
+ * snapshot. So a run and a step created at the same time meet as they would one after the other,
+ * whichever comes first: the second waits for the first to commit, then sees it.
  */
-void
-ds_step_check_run_owner(const char *run_id, Oid run_owner)
+Jsonb *
+ds_new_step_run_policy(const char *run_id)
 {
-	const StepContext *ctx;
+	const StepContext *ctx = ds_step_context_innermost();
+	Oid			run_owner;
+	Jsonb	   *policy;
 
-	if (!OidIsValid(run_owner) || run_owner == GetUserId() ||
-		has_privs_of_role(GetUserId(), run_owner))
-		return;
 	/* in the turn, a SECURITY DEFINER function of the workflow makes steps of its definer */
-	ctx = ds_step_context_innermost();
 	if (ctx != NULL && strcmp(ctx->run_id, run_id) == 0 &&
 		strcmp(ctx->step_id, DS_TURN_STEP_ID) == 0)
-		return;
-	ereport(ERROR,
-			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("run %s belongs to another role", run_id),
-			 errdetail("Only the run's workflow and roles with the privileges of its owner can add steps to it."),
-			 errhint("Choose another run_id.")));
+		return ds_probe_run_policy(run_id, GetActiveSnapshot(), &run_owner);
+	ds_run_id_lock(run_id, false);
+	policy = ds_probe_run_policy(run_id, GetLatestSnapshot(), &run_owner);
+	if (OidIsValid(run_owner) && run_owner != GetUserId() &&
+		!has_privs_of_role(GetUserId(), run_owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("run %s belongs to another role", run_id),
+				 errdetail("Only the run's workflow and roles with the privileges of its owner can add steps to it."),
+				 errhint("Choose another run_id.")));
+	return policy;
 }
 
 /* The record of a step this call creates, about to run its first attempt. */
@@ -465,10 +474,8 @@ new_step_record(const StepCall *call, StepRecord *rec)
 {
 	RetryPolicy resolved;
 	TimestampTz now = GetCurrentTimestamp();
-	Oid			run_owner;
-	Jsonb	   *run_policy = ds_probe_run_policy(call->run_id, &run_owner);
+	Jsonb	   *run_policy = ds_new_step_run_policy(call->run_id);
 
-	ds_step_check_run_owner(call->run_id, run_owner);
 	memset(rec, 0, sizeof(*rec));
 	if (run_policy == NULL && call->policy == NULL)
 		rec->policy = ds_policy_default_jsonb(&resolved);

@@ -24,6 +24,7 @@
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
 #include "utils/regproc.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "ds_errcodes.h"
@@ -199,6 +200,13 @@ ds_start_run(PG_FUNCTION_ARGS)
 	nulls[4] = policy ? ' ' : 'n';
 	args[5] = ObjectIdGetDatum(caller);
 	args[6] = CStringGetTextDatum(namespace_search_path);
+	/*
+	 * A run key may name steps created outside a run: taken to the end of the transaction, the
+	 * run_id's lock makes a step being created under it wait for this run, or this start wait for
+	 * that step (run_step.c, ds_new_step_run_policy); the look for steps below then sees it.
+	 */
+	if (run_key)
+		ds_run_id_lock(run_id, true);
 	ds_store_spi_begin(&spi);
 	/* a concurrent start of the same key is waited for; then its run answers this one */
 	rc = SPI_execute_plan(ds_prepare_kept(&insert_plan,
@@ -211,7 +219,8 @@ ds_start_run(PG_FUNCTION_ARGS)
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "storing the run failed: %s", SPI_result_code_string(rc));
 	created = SPI_processed == 1;
-	if (created)
+	/* (a fresh random id has nothing under it) */
+	if (created && run_key != NULL)
 	{
 		Oid			foreign_types[2] = {TEXTOID, OIDOID};
 		Datum		foreign_args[2] = {args[0], args[5]};
@@ -220,14 +229,17 @@ ds_start_run(PG_FUNCTION_ARGS)
 		 * Steps are found by run_id: steps of a role the caller lacks the privileges of under
 		 * this run id would be replayed by the workflow as its own ("belongs to another role",
 		 * the run fails). The id is taken, as by another role's run (README, "Security model").
+		 * Looked for in the latest snapshot, taken after the run_id's lock: a step committed
+		 * while this start waited for it is seen.
 		 */
-		rc = SPI_execute_plan(ds_prepare_kept(&foreign_steps_plan,
-											  "SELECT FROM durable_steps.steps"
-											  " WHERE run_id OPERATOR(pg_catalog.=) $1"
-											  " AND NOT pg_catalog.pg_has_role($2, owner::pg_catalog.oid, 'USAGE')"
-											  " LIMIT 1",
-											  2, foreign_types),
-							  foreign_args, NULL, false, 1);
+		rc = SPI_execute_snapshot(ds_prepare_kept(&foreign_steps_plan,
+												  "SELECT FROM durable_steps.steps"
+												  " WHERE run_id OPERATOR(pg_catalog.=) $1"
+												  " AND NOT pg_catalog.pg_has_role($2, owner::pg_catalog.oid, 'USAGE')"
+												  " LIMIT 1",
+												  2, foreign_types),
+								  foreign_args, NULL, GetLatestSnapshot(), InvalidSnapshot,
+								  false, false, 1);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "looking for steps of run %s failed: %s", run_id,
 				 SPI_result_code_string(rc));
@@ -238,7 +250,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 					 errdetail("Another role has steps under this run id."),
 					 errhint("Only the role that started a run can start it again; choose another run_key.")));
 	}
-	else
+	else if (!created)
 	{
 		HeapTuple	row;
 		TupleDesc	td;

@@ -30,10 +30,11 @@ extern bool ds_step_answer_from_store(const StepRecord *rec, const char *fingerp
 extern void ds_step_check_owner(const StepRecord *rec);
 
 /*
- * A new step under run_id `run_id`, whose run is owned by `run_owner` (InvalidOid: no run): raises
- * 42501 unless the caller may add steps to that run (README, "Security model").
+ * A new step is about to be stored under run_id `run_id`: if that is a run's, raises 42501 unless
+ * the caller may add steps to that run (README, "Security model"). Serialized with ds_start_run
+ * by the run_id's lock (README, "Runs"). Returns the run's default policy, or NULL.
  */
-extern void ds_step_check_run_owner(const char *run_id, Oid run_owner);
+extern Jsonb *ds_new_step_run_policy(const char *run_id);
 /*
  * Take the step's transaction lock (waiting, or with nowait DS409) and read it locked; false
  * when there is no such step.

@@ -122,6 +122,25 @@ ds_step_lock_pin(const char *run_id, const char *step_id)
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
+/*
+ * The lock of a run_id, to the end of the transaction: ExclusiveLock while ds_start_run stores a
+ * run, ShareLock while a new step outside a run's workflow is stored (run_step.c), so that either
+ * waits for the other to commit and then sees it. Its own tag ('DR' in objsubid): it never meets
+ * the steps' locks.
+ */
+#define DS_RUN_ID_LOCKTAG_FIELD4 0x4452
+
+void
+ds_run_id_lock(const char *run_id, bool exclusive)
+{
+	LOCKTAG		tag;
+	uint64		hash = hash_bytes_extended((const unsigned char *) run_id, (int) strlen(run_id), 0);
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 DS_RUN_ID_LOCKTAG_FIELD4);
+	(void) LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, false);
+}
+
 void
 ds_step_lock_release_all_session(void)
 {

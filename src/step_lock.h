@@ -34,4 +34,10 @@ extern void ds_step_lock_pin(const char *run_id, const char *step_id);
  */
 extern void ds_step_lock_release_all_session(void);
 
+/*
+ * Lock run_id `run_id` to the end of the transaction: exclusive to store a run, shared to store a
+ * new step outside a run's workflow (README, "Runs": a run's steps are its workflow's).
+ */
+extern void ds_run_id_lock(const char *run_id, bool exclusive);
+
 #endif							/* DS_STEP_LOCK_H */

@@ -125,7 +125,7 @@ ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRe
 }
 
 Jsonb *
-ds_probe_run_policy(const char *run_id, Oid *owner)
+ds_probe_run_policy(const char *run_id, Snapshot snapshot, Oid *owner)
 {
 	const StoreRelations *r = ds_store_relations();
 	const char *keys[1] = {run_id};
@@ -135,7 +135,7 @@ ds_probe_run_policy(const char *run_id, Oid *owner)
 	Jsonb	   *policy = NULL;
 
 	*owner = InvalidOid;
-	if (probe_primary_key(rel, index, keys, 1, GetActiveSnapshot(), slot))
+	if (probe_primary_key(rel, index, keys, 1, snapshot, slot))
 	{
 		*owner = DatumGetObjectId(slot->tts_values[r->runs_owner_attnum - 1]);
 		if (!slot->tts_isnull[r->runs_policy_attnum - 1])

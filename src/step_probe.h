@@ -22,9 +22,9 @@ extern bool ds_probe_step(const char *run_id, const char *step_id, Snapshot snap
 						  StepRecord *out, bool *settled);
 
 /*
- * The default policy of run `run_id`, or NULL when there is no such run or it sets none; its
- * owner in *owner (InvalidOid when there is no such run).
+ * The default policy of run `run_id` as `snapshot` sees it, or NULL when there is no such run or
+ * it sets none; its owner in *owner (InvalidOid when there is no such run).
  */
-extern Jsonb *ds_probe_run_policy(const char *run_id, Oid *owner);
+extern Jsonb *ds_probe_run_policy(const char *run_id, Snapshot snapshot, Oid *owner);
 
 #endif							/* DS_STEP_PROBE_H */
