@@ -44,8 +44,9 @@ extern int	ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *
 
 /*
  * Mark the steps at row places tids[0..n-1] (Datums pointing at ItemPointerData; the caller
- * holds their row locks and step locks) running: attempt counted, claim time, this process as
- * claimant, lease. The attempt is durable as started once the transaction commits. The claimed
+ * holds their step locks) running: attempt counted, claim time, this process as claimant,
+ * lease. A row that is no longer there, waiting and due is left alone (the executors read
+ * the rows without row locks). The attempt is durable as started once the transaction commits. The claimed
  * rows (ds_step_column_list(), then row_tid) are left in SPI_tuptable, ordered by `order_by`;
  * returns how many. *plan keeps the statement (one per order_by).
  */
