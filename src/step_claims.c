@@ -288,8 +288,8 @@ ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, const char *order_by
 }
 
 int
-ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
-				   MemoryContext cxt, ClaimedStep **claims, int *skipped)
+ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
+				   ClaimedQueue *served, MemoryContext cxt, ClaimedStep **claims, int *skipped)
 {
 	char	  **run_ids;
 	char	  **step_ids;
@@ -321,12 +321,12 @@ ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
 	for (int k = 0; k < n_queues && n_locked == 0; k++)
 	{
 		DueQueue   *q = &queues[(first + k) % n_queues];
-		int			capacity = limit;
+		int			capacity = ds_claim_size(sizer, q->name, limit);
 
 		if (q->concurrency == 0)
 			continue;			/* paused */
 		if (q->concurrency > 0)
-			capacity = queue_capacity(q->name, limit);
+			capacity = queue_capacity(q->name, capacity);
 		if (capacity <= 0)
 			continue;
 		take_due_steps(q->name, capacity, now, run_ids, step_ids, row_tids, &n_locked, skipped);
