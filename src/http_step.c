@@ -146,13 +146,8 @@ ds_http_step(PG_FUNCTION_ARGS)
 	now = GetCurrentTimestamp();
 	memset(&rec, 0, sizeof(rec));
 	run_policy = ds_new_step_run_policy(run_id);
-	if (run_policy == NULL && policy == NULL)
-		rec.policy = ds_policy_default_jsonb(&resolved);
-	else
-	{
-		ds_policy_resolve(run_policy, policy, &resolved);
-		rec.policy = ds_policy_to_jsonb(&resolved);
-	}
+	ds_policy_resolve(run_policy, policy, &resolved);
+	rec.backoff = resolved;
 	rec.run_id = run_id;
 	rec.step_id = step_id;
 	rec.kind = "http";
