@@ -16,6 +16,7 @@
 #include "utils/builtins.h"
 
 #include "queues.h"
+#include "runs.h"
 #include "store.h"
 #include "worker_wakeup.h"
 
@@ -85,6 +86,8 @@ ds_set_queue(PG_FUNCTION_ARGS)
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "setting queue \"%s\" failed: %s", name, SPI_result_code_string(rc));
 	ds_store_spi_end(&spi);
+	/* runs whose step waits for this queue to be opened look again */
+	ds_run_wake_for_queue(name);
 
 	/* a raised limit may let due steps run now: the executors look again after the commit */
 	ds_worker_wake_at_commit();

@@ -46,6 +46,7 @@
 #include "run_context.h"
 #include "run_steps.h"
 #include "run_turn.h"
+#include "runs.h"
 #include "step_exec.h"
 #include "step_lock.h"
 #include "store.h"
@@ -60,6 +61,9 @@ static SPIPlanPtr event_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr next_wake_plan = NULL;
+
+/* How often a run whose step's queue is paused looks again (ds_set_queue also wakes it). */
+#define RUN_QUEUE_PAUSED_RECHECK (60 * USECS_PER_SEC)
 
 int
 ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
@@ -336,7 +340,18 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 	AttemptOutcome outcome;
 	char	   *status;
 	char	   *next_at;
+	char	   *paused;
 
+	if (!http && (paused = ds_run_step_paused_queue(run->run_id, susp->step_id)) != NULL)
+	{
+		/* ds_set_queue(queue, 0) holds runs' steps too; it wakes the run when it opens it */
+		o->status = "waiting";
+		o->current_step = susp->step_id;
+		o->wake_at = GetCurrentTimestamp() + RUN_QUEUE_PAUSED_RECHECK;
+		o->wait_reason = psprintf(DS_RUN_QUEUE_PAUSED_REASON, paused);
+		record_run(run->run_id, o);
+		return;
+	}
 	memset(&no_overrides, 0, sizeof(no_overrides));
 	memset(&body, 0, sizeof(body));
 	body.run_id = run->run_id;

@@ -679,6 +679,57 @@ ds_run_wake_for_step(const char *run_id)
 		ds_worker_wake_at_commit();
 }
 
+char *
+ds_run_step_paused_queue(const char *run_id, const char *step_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {CStringGetTextDatum(run_id), CStringGetTextDatum(step_id)};
+	StoreSpi	spi;
+	char	   *queue = NULL;
+	int			rc;
+
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&plan,
+										  "SELECT q.name FROM durable_steps.queues q"
+										  " WHERE q.concurrency OPERATOR(pg_catalog.=) 0"
+										  " AND q.name OPERATOR(pg_catalog.=) COALESCE((SELECT s.queue"
+										  "  FROM durable_steps.steps s WHERE s.run_id OPERATOR(pg_catalog.=) $1"
+										  "  AND s.step_id OPERATOR(pg_catalog.=) $2), 'default')",
+										  2, types),
+						  args, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "looking at the queue of step %s/%s failed: %s", run_id, step_id,
+			 SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+		queue = MemoryContextStrdup(spi.caller_cxt,
+									SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+	ds_store_spi_end(&spi);
+	return queue;
+}
+
+void
+ds_run_wake_for_queue(const char *queue)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(psprintf(DS_RUN_QUEUE_PAUSED_REASON, queue))};
+	StoreSpi	spi;
+	int			rc;
+
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&plan,
+										  "UPDATE durable_steps.runs"
+										  " SET next_wake_at = pg_catalog.clock_timestamp()"
+										  " WHERE status OPERATOR(pg_catalog.=) 'waiting'"
+										  " AND wait_reason OPERATOR(pg_catalog.=) $1",
+										  1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "waking the runs of queue %s failed: %s", queue, SPI_result_code_string(rc));
+	ds_store_spi_end(&spi);
+}
+
 void
 ds_run_wake_for_http_step(const char *run_id, const char *step_id)
 {

@@ -20,4 +20,16 @@ extern void ds_run_wake_for_step(const char *run_id);
  */
 extern void ds_run_wake_for_http_step(const char *run_id, const char *step_id);
 
+/*
+ * The queue of the run's step `step_id` ('default' for a new one) when it is paused
+ * (ds_set_queue(name, 0)), else NULL: a turn then leaves the step's attempt for later.
+ */
+extern char *ds_run_step_paused_queue(const char *run_id, const char *step_id);
+
+/* The reason a run waits for its step's paused queue `queue`, which ds_set_queue wakes. */
+#define DS_RUN_QUEUE_PAUSED_REASON "queue %s is paused"
+
+/* Wake the runs waiting for queue `queue` to be opened again (ds_set_queue), at commit. */
+extern void ds_run_wake_for_queue(const char *queue);
+
 #endif							/* DS_RUNS_H */

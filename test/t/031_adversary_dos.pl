@@ -85,7 +85,8 @@ ok(poll_until($node, 'postgres', q{SELECT status FROM durable_steps.runs WHERE r
 is(as_ok('mallory', q{SELECT ds_cancel_run('ticks')}), 'cancelled', "$t: mallory's run can be cancelled");
 
 # A paused queue holds back every role's work: a run's step is a step of queue 'default'
-# (durable_steps.steps.queue) and should wait with the others while an admin pauses it.
+# (durable_steps.steps.queue) and waits with the others while an admin pauses it; ds_set_queue
+# wakes the run when it opens the queue again.
 $t = 'a paused queue';
 $node->safe_psql('postgres', q{SELECT ds_set_queue('default', 0)});
 as_ok('alice', q{SELECT ds_run_step('a', 'paused', 'SELECT 1', defer => true)});
@@ -102,16 +103,20 @@ my $pid = $node->safe_psql('postgres',
 ok(wait_executor_loops($node, 'postgres', $pid, 1000), "$t: the executor went round its loop");
 is($node->safe_psql('postgres', q{SELECT status FROM durable_steps.steps WHERE run_id = 'a' AND step_id = 'paused'}),
 	'pending', "$t: alice's plain step of the paused queue waits");
-{
-	local $TODO = 'runs and their steps are outside queues: a turn runs its step whatever the'
-	  . ' limit of the step\'s queue, so ds_set_queue(..., 0) does not stop runs, and no limit'
-	  . ' bounds how many executors runs occupy';
-	is($node->safe_psql('postgres', q{SELECT count(*) FROM public.effects}), '0',
-		"$t: mallory's run's step waits too");
-}
+ok(poll_until($node, 'postgres', q{SELECT status || ': ' || wait_reason FROM durable_steps.runs WHERE run_id = 'paused'},
+		'waiting: queue default is paused'),
+	"$t: mallory's run waits for the queue of its step");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM public.effects}), '0',
+	"$t: mallory's run's step waits too");
+my $opened = time();
 $node->safe_psql('postgres', q{SELECT ds_set_queue('default', NULL)});
 ok(poll_until($node, 'postgres', q{SELECT status FROM durable_steps.steps WHERE run_id = 'a' AND step_id = 'paused'},
 		'succeeded'), "$t: alice's step runs once the queue is open again");
+ok(poll_until($node, 'postgres', q{SELECT status FROM durable_steps.runs WHERE run_id = 'paused'}, 'succeeded'),
+	"$t: and so does mallory's run");
+cmp_ok(time() - $opened, '<', 30, "$t: woken by ds_set_queue, not by its once-a-minute look");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM public.effects}), '1', "$t: its step took effect once");
+# (A limit above 0 does not count a run's turns nor the step attempts they run: README, "Queues".)
 
 unlike(slurp_file($node->logfile), $DurableSteps::Test::crash_re, 'no server process crashed');
 $node->stop;
