@@ -295,6 +295,67 @@ turn_statement(const char *workflow, bool *returns_value)
 	return sql;
 }
 
+/*
+ * A query cancel that was not ds_cancel_run's stopped the turn (an operator's pg_cancel_backend()
+ * of the executor, a statement_timeout the workflow set): like a lost turn, not the workflow's
+ * failure. The turn rolled back with everything it did; the run is due again, and fails with the
+ * cancel's error only after max_attempts of its policy such turns in a row, so that a workflow
+ * cancelled every time does not loop for ever.
+ */
+static void
+turn_interrupted(const ClaimedRun *run, const AttemptOutcome *outcome, const char *step_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	RetryPolicy policy;
+	StoreSpi	spi;
+	bool		isnull;
+	bool		waiting;
+	int			rc;
+
+	ds_policy_resolve(run->policy, NULL, &policy);
+	args[0] = CStringGetTextDatum(run->run_id);
+	args[1] = Int32GetDatum(policy.max_attempts);
+	args[2] = CStringGetTextDatum(unpack_sql_state(outcome->sqlerrcode));
+	args[3] = CStringGetTextDatum(outcome->message ? outcome->message : "");
+	args[4] = step_id ? CStringGetTextDatum(step_id) : (Datum) 0;
+	nulls[4] = step_id ? ' ' : 'n';
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&plan,
+										  "UPDATE durable_steps.runs SET"
+										  " lost_turns = lost_turns OPERATOR(pg_catalog.+) 1,"
+										  " status = CASE WHEN lost_turns OPERATOR(pg_catalog.+) 1"
+										  "  OPERATOR(pg_catalog.>=) $2 THEN 'failed' ELSE 'waiting' END,"
+										  " next_wake_at = CASE WHEN lost_turns OPERATOR(pg_catalog.+) 1"
+										  "  OPERATOR(pg_catalog.<) $2 THEN pg_catalog.clock_timestamp() END,"
+										  " finished_at = CASE WHEN lost_turns OPERATOR(pg_catalog.+) 1"
+										  "  OPERATOR(pg_catalog.>=) $2 THEN pg_catalog.clock_timestamp() END,"
+										  " error_code = CASE WHEN lost_turns OPERATOR(pg_catalog.+) 1"
+										  "  OPERATOR(pg_catalog.>=) $2 THEN $3 END,"
+										  " error_message = CASE WHEN lost_turns OPERATOR(pg_catalog.+) 1"
+										  "  OPERATOR(pg_catalog.>=) $2 THEN $4 END,"
+										  " error_detail = NULL, output = NULL, wait_event = NULL,"
+										  " current_step = $5, claimed_by = NULL, lease_expires_at = NULL,"
+										  " updated_at = pg_catalog.clock_timestamp(),"
+										  " wait_reason = 'turn interrupted: ' OPERATOR(pg_catalog.||) $4"
+										  " WHERE run_id OPERATOR(pg_catalog.=) $1"
+										  " RETURNING status OPERATOR(pg_catalog.=) 'waiting'",
+										  5, types),
+						  args, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
+		elog(ERROR, "recording the interrupted turn of run %s failed", run->run_id);
+	waiting = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	ds_store_spi_end(&spi);
+	ereport(LOG,
+			(errmsg("durable_steps: the turn of run %s was interrupted (%s); %s", run->run_id,
+					outcome->message ? outcome->message : "",
+					waiting ? "running it again" : "failing the run")));
+	if (waiting)
+		ds_worker_wake_at_commit();
+}
+
 /* ds_cancel_run stopped the turn: the run and its unfinished steps are cancelled. */
 static void
 run_cancelled(const char *run_id)
@@ -392,6 +453,11 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 	if (outcome.cls == ATTEMPT_CANCELLED)
 	{
 		run_cancelled(run->run_id);
+		return;
+	}
+	if (outcome.cls != ATTEMPT_COMPLETED && outcome.sqlerrcode == ERRCODE_QUERY_CANCELED)
+	{
+		turn_interrupted(run, &outcome, susp->step_id);
 		return;
 	}
 	if (outcome.cls != ATTEMPT_COMPLETED)
@@ -544,6 +610,11 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 		record_run(run->run_id, &o);
 		if (o.wait_event != NULL)
 			*awaited = pstrdup(o.wait_event);
+		return;
+	}
+	if (outcome.sqlerrcode == ERRCODE_QUERY_CANCELED)
+	{
+		turn_interrupted(run, &outcome, NULL);
 		return;
 	}
 	/* the workflow raised: a step's failure it did not catch, or an error of its own */
