@@ -170,8 +170,7 @@ take_due_steps(const DueQueue *queue, int limit, TimestampTz now, char **run_ids
 	int32		from = PG_INT32_MIN;
 	int			taken = 0;
 	bool		isnull;
-	/* the rows others held, passed over by the next read of the same range (at most `limit`
-	 * per read) */
+	/* rows others held, passed over by the range's next read: at most `limit` a read */
 	Datum	   *passed = palloc(sizeof(Datum) * limit * CLAIM_READS_PER_PRIORITY);
 	ItemPointerData *passed_tids = palloc(sizeof(ItemPointerData) * limit * CLAIM_READS_PER_PRIORITY);
 	int			n_passed = 0;
