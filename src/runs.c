@@ -509,11 +509,14 @@ stop_turn(const char *run_id)
 #define CANCEL_RUN_ROUNDS 100
 
 /*
- * Hold every unfinished step of the run and then the run's row (waiting for a turn in flight to
- * end), in that order: a worker recording an HTTP step's outcome wakes the run, so it may wait for
- * the run's row while holding the step, and the step must never be waited for while the row is
- * held. A turn that ended meanwhile may have added steps: then the row is let go (it was taken in
- * a subtransaction) and the new steps are taken first. Returns the run, locked.
+ * Hold every unfinished step of the run, then stop the run's turn if one runs, then take the
+ * run's row (waiting for the turn to end), in that order: a worker recording an HTTP step's
+ * outcome wakes the run, so it may wait for the run's row while holding the step, and the step
+ * must never be waited for while the row is held; and a turn stopped by this call records the
+ * run cancelled itself, which must not happen while an executor may still start an attempt of
+ * one of its steps (claimed before, run later in its batch). A turn that ended meanwhile may have
+ * added steps: then the row is let go (it was taken in a subtransaction) and the new steps are
+ * taken first. Returns the held step ids; the run, locked, in *run.
  */
 static List *
 hold_run_and_steps(const char *run_id, RunState *run)
@@ -532,8 +535,8 @@ hold_run_and_steps(const char *run_id, RunState *run)
 					(errcode(ERRCODE_DS_IN_PROGRESS),
 					 errmsg("run %s kept adding steps while it was being cancelled", run_id),
 					 errhint("Call ds_cancel_run() again.")));
-		stop_turn(run_id);
 		held = hold_unfinished_steps(run_id, held);
+		/* not before: a stopped turn records the run cancelled, while attempts may still start */
 		stop_turn(run_id);
 		BeginInternalSubTransaction(NULL);
 		MemoryContextSwitchTo(oldcxt);
