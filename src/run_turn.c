@@ -55,6 +55,7 @@ static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr lock_plan = NULL;
 static SPIPlanPtr record_plan = NULL;
+static SPIPlanPtr continue_plan = NULL;
 static SPIPlanPtr cancel_steps_plan = NULL;
 static SPIPlanPtr event_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
@@ -110,7 +111,7 @@ ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
 											  " lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3"
 											  " WHERE run_id OPERATOR(pg_catalog.=) ANY ($1)"
 											  " RETURNING run_id, workflow, input, policy,"
-											  " owner::pg_catalog.oid, search_path, turns",
+											  " owner::pg_catalog.oid, search_path, turns, lost_turns",
 											  3, claim_types),
 							  args, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE_RETURNING)
@@ -134,6 +135,10 @@ ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
 			r->owner = DatumGetObjectId(SPI_getbinval(t, td, 5, &isnull));
 			r->search_path = SPI_getvalue(t, td, 6);
 			r->turn = DatumGetInt32(SPI_getbinval(t, td, 7, &isnull));
+			r->lost_turns = DatumGetInt32(SPI_getbinval(t, td, 8, &isnull));
+			r->cxt = cxt;
+			r->statement = NULL;
+			r->returns_value = false;
 			MemoryContextSwitchTo(old);
 		}
 	}
@@ -195,6 +200,45 @@ record_run(const char *run_id, const RunOutcome *o)
 	if (o->wake_at != 0)
 		ds_worker_wake_at_commit();
 	ds_store_spi_end(&spi);
+}
+
+/*
+ * The turn ended and the run can go on at once: it stays running and claimed by this executor,
+ * and its next turn is counted now, with this turn's work, so that the next turn -- which the
+ * executor runs right after this commits, without a claim -- is counted before it runs, as a
+ * claim counts the turn it starts (a turn that kills its executor every time still ends in
+ * DS007). Only columns no index covers change: the update can stay on the row's page (HOT).
+ */
+static void
+record_continuing(ClaimedRun *run, const RunOutcome *o)
+{
+	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, INTERVALOID};
+	Datum		args[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	StoreSpi	spi;
+	int			rc;
+
+	args[0] = CStringGetTextDatum(run->run_id);
+	args[1] = o->current_step ? CStringGetTextDatum(o->current_step) : (Datum) 0;
+	nulls[1] = o->current_step ? ' ' : 'n';
+	args[2] = o->wait_reason ? CStringGetTextDatum(o->wait_reason) : (Datum) 0;
+	nulls[2] = o->wait_reason ? ' ' : 'n';
+	args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&continue_plan,
+										  "UPDATE durable_steps.runs SET turns = turns OPERATOR(pg_catalog.+) 1,"
+										  " lost_turns = 0, current_step = $2, wait_reason = $3,"
+										  " updated_at = pg_catalog.clock_timestamp(),"
+										  " lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4"
+										  " WHERE run_id OPERATOR(pg_catalog.=) $1",
+										  4, types),
+						  args, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
+		elog(ERROR, "recording run %s as going on failed: %s", run->run_id,
+			 SPI_result_code_string(rc));
+	ds_store_spi_end(&spi);
+	run->turn++;
+	run->lost_turns = 0;
 }
 
 /* Is the run still this claim's (not cancelled meanwhile)? Locks its row for the turn. */
@@ -291,17 +335,32 @@ turn_statement(const char *workflow, bool *returns_value)
 	return sql;
 }
 
-/* ds_cancel_run stopped the turn: the run and its unfinished steps are cancelled. */
+/* ds_cancel_run stopped the turn: the run is cancelled (end_turn cancels its unfinished steps). */
 static void
-run_cancelled(const char *run_id)
+cancelled_outcome(RunOutcome *o)
 {
-	RunOutcome	o;
+	memset(o, 0, sizeof(*o));
+	o->status = "cancelled";
+	o->wait_reason = "cancelled by ds_cancel_run()";
+}
 
-	memset(&o, 0, sizeof(o));
-	o.status = "cancelled";
-	o.wait_reason = "cancelled by ds_cancel_run()";
-	record_run(run_id, &o);
-	cancel_run_steps(run_id);
+/*
+ * Record how the turn ended. A run that can go on at once stays with this executor when
+ * `may_continue` allows it (record_continuing); true then. Any other outcome lets the run go.
+ */
+static bool
+end_turn(ClaimedRun *run, const RunOutcome *o, bool may_continue)
+{
+	if (may_continue && strcmp(o->status, "waiting") == 0 && o->wait_event == NULL &&
+		o->wake_at != 0 && o->wake_at <= GetCurrentTimestamp())
+	{
+		record_continuing(run, o);
+		return true;
+	}
+	record_run(run->run_id, o);
+	if (strcmp(o->status, "cancelled") == 0)
+		cancel_run_steps(run->run_id);
+	return false;
 }
 
 /* Text field `key` of a jsonb object; NULL when absent or null. */
@@ -376,7 +435,7 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 	o->current_step = susp->step_id;
 	if (outcome.cls == ATTEMPT_CANCELLED)
 	{
-		run_cancelled(run->run_id);
+		cancelled_outcome(o);
 		return;
 	}
 	if (outcome.cls != ATTEMPT_COMPLETED)
@@ -386,7 +445,6 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 		o->error_code = unpack_sql_state(outcome.sqlerrcode);
 		o->error_message = outcome.message;
 		o->error_detail = outcome.detail;
-		record_run(run->run_id, o);
 		return;
 	}
 	status = field_text(outcome.result, "status");
@@ -433,11 +491,10 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 	else
 		/* succeeded, or failed for good: the next turn replays it */
 		o->wait_reason = psprintf("step %s %s", susp->step_id, status);
-	record_run(run->run_id, o);
 }
 
-void
-ds_run_turn(const ClaimedRun *run, char **awaited)
+bool
+ds_run_turn(ClaimedRun *run, bool may_continue, char **awaited)
 {
 	RunOutcome	o;
 	StepBody	body;
@@ -446,37 +503,39 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 	TurnSuspension susp;
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
-	bool		returns_value = false;
-	char	   *sql;
 
 	*awaited = NULL;
 	memset(&o, 0, sizeof(o));
 	if (!lock_claimed_run(run))
-		return;
+		return false;
 	if (GetUserNameFromId(run->owner, true) == NULL)
 	{
 		/* never run as anybody else: the run fails closed */
 		o.status = "failed";
 		o.error_code = unpack_sql_state(ERRCODE_UNDEFINED_OBJECT);
 		o.error_message = "the role that started the run no longer exists";
-		record_run(run->run_id, &o);
-		return;
+		return end_turn(run, &o, false);
 	}
-	sql = turn_statement(run->workflow, &returns_value);
-	if (sql == NULL)
+	if (run->statement == NULL)
 	{
-		o.status = "failed";
-		o.error_code = unpack_sql_state(ERRCODE_UNDEFINED_FUNCTION);
-		o.error_message = psprintf("workflow %s no longer exists", run->workflow);
-		record_run(run->run_id, &o);
-		return;
+		/* looked up once per claim: the turns of one claim follow each other closely */
+		char	   *sql = turn_statement(run->workflow, &run->returns_value);
+
+		if (sql == NULL)
+		{
+			o.status = "failed";
+			o.error_code = unpack_sql_state(ERRCODE_UNDEFINED_FUNCTION);
+			o.error_message = psprintf("workflow %s no longer exists", run->workflow);
+			return end_turn(run, &o, false);
+		}
+		run->statement = MemoryContextStrdup(run->cxt, sql);
 	}
 
 	memset(&no_overrides, 0, sizeof(no_overrides));
 	memset(&body, 0, sizeof(body));
 	body.run_id = run->run_id;
 	body.step_id = DS_TURN_STEP_ID;
-	body.sql = sql;
+	body.sql = run->statement;
 	body.input = run->input;
 	body.timeout = 0;			/* durable_steps.default_timeout */
 	body.isolate_as = run->owner;
@@ -502,21 +561,20 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 	if (outcome.cls == ATTEMPT_COMPLETED && !susp.suspended)
 	{
 		o.status = "succeeded";
-		o.output = returns_value ? outcome.result : NULL;
-		record_run(run->run_id, &o);
-		return;
+		o.output = run->returns_value ? outcome.result : NULL;
+		return end_turn(run, &o, false);
 	}
 	if (outcome.cls == ATTEMPT_CANCELLED)
 	{
-		run_cancelled(run->run_id);
-		return;
+		cancelled_outcome(&o);
+		return end_turn(run, &o, false);
 	}
 	if (susp.suspended)
 	{
 		if (susp.work == TURN_WORK_STEP || susp.work == TURN_WORK_HTTP)
 		{
 			run_step_work(run, &susp, &o);
-			return;
+			return end_turn(run, &o, may_continue);
 		}
 		if (susp.work != TURN_WORK_NONE)
 			ds_turn_record_wait(run->run_id, &susp);
@@ -526,17 +584,17 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 		o.current_step = susp.step_id;
 		o.wait_event = susp.work == TURN_WORK_NONE || susp.work == TURN_WORK_EVENT_START ?
 			susp.event : NULL;
-		record_run(run->run_id, &o);
 		if (o.wait_event != NULL)
 			*awaited = pstrdup(o.wait_event);
-		return;
+		/* a wait's record is this turn's work: the run may go on at once (an event that came) */
+		return end_turn(run, &o, may_continue && susp.work != TURN_WORK_NONE);
 	}
 	/* the workflow raised: a step's failure it did not catch, or an error of its own */
 	o.status = "failed";
 	o.error_code = unpack_sql_state(outcome.sqlerrcode);
 	o.error_message = outcome.message;
 	o.error_detail = outcome.detail;
-	record_run(run->run_id, &o);
+	return end_turn(run, &o, false);
 }
 
 void
