@@ -33,14 +33,17 @@
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/itemptr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
 
+#include "direct_write.h"
 #include "ds_errcodes.h"
 #include "policy.h"
 #include "run_context.h"
@@ -54,8 +57,6 @@
 static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr lock_plan = NULL;
-static SPIPlanPtr record_plan = NULL;
-static SPIPlanPtr continue_plan = NULL;
 static SPIPlanPtr cancel_steps_plan = NULL;
 static SPIPlanPtr event_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
@@ -160,46 +161,130 @@ typedef struct RunOutcome
 	const char *error_detail;
 } RunOutcome;
 
+/* The columns of durable_steps.runs the end of a turn writes. */
+typedef enum RunColumn
+{
+	RUN_COL_STATUS,
+	RUN_COL_OUTPUT,
+	RUN_COL_NEXT_WAKE_AT,
+	RUN_COL_WAIT_REASON,
+	RUN_COL_CURRENT_STEP,
+	RUN_COL_WAIT_EVENT,
+	RUN_COL_ERROR_CODE,
+	RUN_COL_ERROR_MESSAGE,
+	RUN_COL_ERROR_DETAIL,
+	RUN_COL_CLAIMED_BY,
+	RUN_COL_LEASE_EXPIRES_AT,
+	RUN_COL_LOST_TURNS,
+	RUN_COL_UPDATED_AT,
+	RUN_COL_FINISHED_AT,
+	RUN_COL_TURNS,
+	N_RUN_COLUMNS
+} RunColumn;
+
+static const char *const run_column_names[N_RUN_COLUMNS] = {
+	[RUN_COL_STATUS] = "status",
+	[RUN_COL_OUTPUT] = "output",
+	[RUN_COL_NEXT_WAKE_AT] = "next_wake_at",
+	[RUN_COL_WAIT_REASON] = "wait_reason",
+	[RUN_COL_CURRENT_STEP] = "current_step",
+	[RUN_COL_WAIT_EVENT] = "wait_event",
+	[RUN_COL_ERROR_CODE] = "error_code",
+	[RUN_COL_ERROR_MESSAGE] = "error_message",
+	[RUN_COL_ERROR_DETAIL] = "error_detail",
+	[RUN_COL_CLAIMED_BY] = "claimed_by",
+	[RUN_COL_LEASE_EXPIRES_AT] = "lease_expires_at",
+	[RUN_COL_LOST_TURNS] = "lost_turns",
+	[RUN_COL_UPDATED_AT] = "updated_at",
+	[RUN_COL_FINISHED_AT] = "finished_at",
+	[RUN_COL_TURNS] = "turns",
+};
+
+/* Where the row of the turn's run is: found by lock_claimed_run, moved by each write. */
+static ItemPointerData run_row_tid;
+
+/* A new row version being written: the columns set so far and their values. */
+typedef struct RunWrite
+{
+	int			n;
+	AttrNumber	attnums[N_RUN_COLUMNS];
+	Datum		values[N_RUN_COLUMNS];
+	bool		nulls[N_RUN_COLUMNS];
+} RunWrite;
+
+/* Set column `col` of the write (text columns from a C string, NULL for NULL). */
+static void
+set_column(RunWrite *w, RunColumn col, Datum value, bool isnull)
+{
+	static Oid	attnums_relid = InvalidOid;
+	static AttrNumber attnums[N_RUN_COLUMNS];
+	Oid			relid = ds_store_relations()->runs;
+
+	if (attnums_relid != relid)
+	{
+		/* looked up again when the table is another (the extension was created anew) */
+		for (int i = 0; i < N_RUN_COLUMNS; i++)
+		{
+			attnums[i] = get_attnum(relid, run_column_names[i]);
+			if (attnums[i] == InvalidAttrNumber)
+				elog(ERROR, "durable_steps.runs has no column %s", run_column_names[i]);
+		}
+		attnums_relid = relid;
+	}
+	w->attnums[w->n] = attnums[col];
+	w->values[w->n] = value;
+	w->nulls[w->n] = isnull;
+	w->n++;
+}
+
+static void
+set_text(RunWrite *w, RunColumn col, const char *text)
+{
+	set_column(w, col, text ? CStringGetTextDatum(text) : (Datum) 0, text == NULL);
+}
+
+/*
+ * Write the run's new row version, without a statement (direct_write.c): the turn holds the
+ * row's lock (lock_claimed_run), the one that serializes its writers.
+ */
+static void
+write_run(const char *run_id, RunWrite *w)
+{
+	const StoreRelations *r = ds_store_relations();
+	Datum		key = CStringGetTextDatum(run_id);
+	RegProcedure eq = F_TEXTEQ;
+
+	set_column(w, RUN_COL_UPDATED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	if (!ds_direct_update_row(r->runs, r->runs_pkey, 1, &key, &eq, &run_row_tid,
+							  w->attnums, w->n, w->values, w->nulls))
+		elog(ERROR, "run %s is gone", run_id);
+}
+
 static void
 record_run(const char *run_id, const RunOutcome *o)
 {
-	Oid			types[10] = {TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID,
-	TEXTOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		args[10];
-	char		nulls[10];
-	const char *texts[10] = {run_id, o->status, NULL, NULL, o->wait_reason, o->current_step,
-	o->wait_event, o->error_code, o->error_message, o->error_detail};
-	StoreSpi	spi;
-	int			rc;
+	RunWrite	w;
+	bool		finished = strcmp(o->status, "succeeded") == 0 ||
+		strcmp(o->status, "failed") == 0 || strcmp(o->status, "cancelled") == 0;
 
-	for (int i = 0; i < 10; i++)
-	{
-		nulls[i] = texts[i] ? ' ' : 'n';
-		args[i] = texts[i] ? CStringGetTextDatum(texts[i]) : (Datum) 0;
-	}
-	nulls[2] = o->output ? ' ' : 'n';
-	args[2] = o->output ? JsonbPGetDatum(o->output) : (Datum) 0;
-	nulls[3] = o->wake_at ? ' ' : 'n';
-	args[3] = TimestampTzGetDatum(o->wake_at);
-	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&record_plan,
-										  "UPDATE durable_steps.runs SET status = $2, output = $3,"
-										  " next_wake_at = $4, wait_reason = $5, current_step = $6,"
-										  " wait_event = $7, error_code = $8, error_message = $9,"
-										  " error_detail = $10, claimed_by = NULL,"
-										  " lease_expires_at = NULL, lost_turns = 0,"
-										  " updated_at = pg_catalog.clock_timestamp(),"
-										  " finished_at = CASE WHEN $2 OPERATOR(pg_catalog.=)"
-										  "  ANY ('{succeeded,failed,cancelled}')"
-										  "  THEN pg_catalog.clock_timestamp() END"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1",
-										  10, types),
-						  args, nulls, false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "recording run %s failed: %s", run_id, SPI_result_code_string(rc));
+	w.n = 0;
+	set_text(&w, RUN_COL_STATUS, o->status);
+	set_column(&w, RUN_COL_OUTPUT, o->output ? JsonbPGetDatum(o->output) : (Datum) 0,
+			   o->output == NULL);
+	set_column(&w, RUN_COL_NEXT_WAKE_AT, TimestampTzGetDatum(o->wake_at), o->wake_at == 0);
+	set_text(&w, RUN_COL_WAIT_REASON, o->wait_reason);
+	set_text(&w, RUN_COL_CURRENT_STEP, o->current_step);
+	set_text(&w, RUN_COL_WAIT_EVENT, o->wait_event);
+	set_text(&w, RUN_COL_ERROR_CODE, o->error_code);
+	set_text(&w, RUN_COL_ERROR_MESSAGE, o->error_message);
+	set_text(&w, RUN_COL_ERROR_DETAIL, o->error_detail);
+	set_column(&w, RUN_COL_CLAIMED_BY, (Datum) 0, true);
+	set_column(&w, RUN_COL_LEASE_EXPIRES_AT, (Datum) 0, true);
+	set_column(&w, RUN_COL_LOST_TURNS, Int32GetDatum(0), false);
+	set_column(&w, RUN_COL_FINISHED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), !finished);
+	write_run(run_id, &w);
 	if (o->wake_at != 0)
 		ds_worker_wake_at_commit();
-	ds_store_spi_end(&spi);
 }
 
 /*
@@ -212,31 +297,17 @@ record_run(const char *run_id, const RunOutcome *o)
 static void
 record_continuing(ClaimedRun *run, const RunOutcome *o)
 {
-	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, INTERVALOID};
-	Datum		args[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	StoreSpi	spi;
-	int			rc;
+	RunWrite	w;
 
-	args[0] = CStringGetTextDatum(run->run_id);
-	args[1] = o->current_step ? CStringGetTextDatum(o->current_step) : (Datum) 0;
-	nulls[1] = o->current_step ? ' ' : 'n';
-	args[2] = o->wait_reason ? CStringGetTextDatum(o->wait_reason) : (Datum) 0;
-	nulls[2] = o->wait_reason ? ' ' : 'n';
-	args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
-	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&continue_plan,
-										  "UPDATE durable_steps.runs SET turns = turns OPERATOR(pg_catalog.+) 1,"
-										  " lost_turns = 0, current_step = $2, wait_reason = $3,"
-										  " updated_at = pg_catalog.clock_timestamp(),"
-										  " lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1",
-										  4, types),
-						  args, nulls, false, 0);
-	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
-		elog(ERROR, "recording run %s as going on failed: %s", run->run_id,
-			 SPI_result_code_string(rc));
-	ds_store_spi_end(&spi);
+	w.n = 0;
+	set_column(&w, RUN_COL_TURNS, Int32GetDatum(run->turn + 1), false);
+	set_column(&w, RUN_COL_LOST_TURNS, Int32GetDatum(0), false);
+	set_text(&w, RUN_COL_CURRENT_STEP, o->current_step);
+	set_text(&w, RUN_COL_WAIT_REASON, o->wait_reason);
+	set_column(&w, RUN_COL_LEASE_EXPIRES_AT,
+			   TimestampTzGetDatum(GetCurrentTimestamp() + ds_worker_attempt_limit_usecs(0)),
+			   false);
+	write_run(run->run_id, &w);
 	run->turn++;
 	run->lost_turns = 0;
 }
@@ -254,7 +325,7 @@ lock_claimed_run(const ClaimedRun *run)
 
 	ds_store_spi_begin(&spi);
 	rc = SPI_execute_plan(ds_prepare_kept(&lock_plan,
-										  "SELECT status, claimed_by, turns FROM durable_steps.runs"
+										  "SELECT status, claimed_by, turns, ctid FROM durable_steps.runs"
 										  " WHERE run_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 										  1, types),
 						  args, NULL, false, 1);
@@ -265,6 +336,10 @@ lock_claimed_run(const ClaimedRun *run)
 		DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) == MyProcPid &&
 		!isnull &&
 		DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)) == run->turn;
+	if (ours)
+		ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0],
+														  SPI_tuptable->tupdesc, 4, &isnull)),
+						&run_row_tid);
 	ds_store_spi_end(&spi);
 	return ours;
 }

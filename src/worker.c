@@ -41,6 +41,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "direct_write.h"
 #include "store.h"
 #include "retention.h"
 #include "run_context.h"
@@ -457,6 +458,8 @@ run_turns_round(ClaimedRun *runs, int n, bool may_continue)
 		for (int i = 0; i < n; i++)
 			if (i >= first || goes_on[i])
 				ds_step_lock_pin(runs[i].run_id, DS_TURN_STEP_ID);
+		/* the runs rows this transaction's turns write share their writer's set-up */
+		ds_direct_write_batch_begin();
 		owner_level = ds_isolation_begin_owner(runs[first].owner);
 		opened = GetCurrentTimestamp();
 		do
@@ -474,6 +477,7 @@ run_turns_round(ClaimedRun *runs, int n, bool may_continue)
 		} while (done < n && runs[done].owner == runs[first].owner &&
 				 !alone && runs[done].lost_turns == 0 &&
 				 !TimestampDifferenceExceeds(opened, GetCurrentTimestamp(), SHARED_TRANSACTION_MS));
+		ds_direct_write_batch_end();
 		ds_isolation_end_owner(owner_level);
 
 		/*
