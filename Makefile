@@ -3,6 +3,7 @@ EXTENSION = durable_steps
 MODULE_big = durable_steps
 OBJS = \
 	src/durable_steps.o \
+	src/claim_size.o \
 	src/classify.o \
 	src/direct_write.o \
 	src/http_claims.o \

@@ -7,15 +7,15 @@
 WITH n AS (SELECT nextval('bench_seq') AS n),
 e AS (INSERT INTO events (payload)
       SELECT jsonb_build_object('client', :client_id::int, 'n', n.n) FROM n RETURNING id),
-s AS (INSERT INTO durable_steps.steps (run_id, step_id, kind, sql, input, fingerprint, policy,
-          max_attempts, attempts, on_timeout, owner, search_path, status, result, created_at,
+s AS (INSERT INTO durable_steps.steps (run_id, step_id, kind, sql, input, fingerprint,
+          max_attempts, retry_initial_delay, retry_max_delay, retry_multiplier, retry_jitter,
+          retry_exponential, attempts, on_timeout, owner, search_path, status, result, created_at,
           updated_at, finished_at)
       SELECT 'floor-' || :client_id::int, n.n::text, 'sql',
              'INSERT INTO events (payload) VALUES ($1) RETURNING id',
              jsonb_build_object('client', :client_id::int, 'n', n.n),
              '42857e6110ab2e0536b0f7233e414c73',
-             '{"jitter": 0, "backoff": "exponential", "max_delay": 600000, "multiplier": 2, "max_attempts": 5, "initial_delay": 1000}',
-             5, 1, 'retry', 'bench'::regrole, '"$user", public', 'succeeded', to_jsonb(e.id),
+             5, 1000000, 600000000, 2, 0, true, 1, 'retry', 'bench'::regrole, '"$user", public', 'succeeded', to_jsonb(e.id),
              now(), now(), now()
         FROM n, e),
 a AS (INSERT INTO durable_steps.attempts (run_id, step_id, attempt, class, executor,

@@ -94,7 +94,10 @@ DRAIN_TARGET=1.5
 LAT_P50_MS=5
 LAT_P99_MS=50
 MEM_TARGET_MB=10
-NOOP_POLICY='{"max_attempts":5,"initial_delay":1000,"max_delay":600000,"backoff":"exponential","multiplier":2,"jitter":0}'
+# the built-in retry policy (5 attempts, 1 s to 10 min, exponential x2, no jitter), in the
+# steps table's columns
+NOOP_POLICY_COLUMNS='retry_initial_delay, retry_max_delay, retry_multiplier, retry_jitter, retry_exponential'
+NOOP_POLICY_VALUES='1000000, 600000000, 2, 0, true'
 
 die() { echo "worker_bench: $*" >&2; exit 1; }
 note() { echo "worker_bench: $*" >&2; }
@@ -255,10 +258,10 @@ set_sighup() { # name value [name value ...]
 reset_durable() { # history_rows
 	q "TRUNCATE durable_steps.steps, durable_steps.attempts, durable_steps.runs" >/dev/null
 	if (($1 > 0)); then
-		psql_db -c "INSERT INTO durable_steps.steps (run_id, step_id, kind, sql, fingerprint, policy,
-				max_attempts, attempt_base, attempts, on_timeout, owner, search_path, status, result,
+		psql_db -c "INSERT INTO durable_steps.steps (run_id, step_id, kind, sql, fingerprint,
+				max_attempts, $NOOP_POLICY_COLUMNS, attempt_base, attempts, on_timeout, owner, search_path, status, result,
 				created_at, updated_at, finished_at)
-			SELECT 'history', 's' || i, 'sql', 'SELECT 1', 'noop', '$NOOP_POLICY'::jsonb, 5, 0, 1, 'retry',
+			SELECT 'history', 's' || i, 'sql', 'SELECT 1', 'noop', 5, $NOOP_POLICY_VALUES, 0, 1, 'retry',
 				'postgres'::regrole, '\"\$user\", public', 'succeeded', '1'::jsonb,
 				now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
 			FROM generate_series(1, $1) i" \
@@ -273,10 +276,10 @@ reset_durable() { # history_rows
 
 # Due no-op steps, written straight into the table as the superuser.
 load_due() { # run_id first last
-	psql_db -c "INSERT INTO durable_steps.steps (run_id, step_id, kind, sql, fingerprint, policy,
-			max_attempts, attempt_base, attempts, on_timeout, owner, search_path, status,
+	psql_db -c "INSERT INTO durable_steps.steps (run_id, step_id, kind, sql, fingerprint,
+			max_attempts, $NOOP_POLICY_COLUMNS, attempt_base, attempts, on_timeout, owner, search_path, status,
 			next_attempt_at, created_at, updated_at)
-		SELECT '$1', 's' || i, 'sql', 'SELECT 1', 'noop', '$NOOP_POLICY'::jsonb, 5, 0, 0, 'retry',
+		SELECT '$1', 's' || i, 'sql', 'SELECT 1', 'noop', 5, $NOOP_POLICY_VALUES, 0, 0, 'retry',
 			'postgres'::regrole, '\"\$user\", public', 'pending', now(), now(), now()
 		FROM generate_series($2, $3) i"
 }

@@ -96,8 +96,15 @@ CREATE TABLE durable_steps.steps (
     -- HTTP steps: the header that carries the step's idempotency key; NULL sends none
     idempotency_header text,
     fingerprint     text NOT NULL,
-    policy          jsonb NOT NULL,
+    -- the resolved retry policy (README, "Retry policy"): typed columns rather than its jsonb,
+    -- which took half of a row's bytes, and so of the WAL of every claim and outcome; the ds_steps
+    -- view shows it as jsonb. Delays in microseconds.
     max_attempts    integer NOT NULL,
+    retry_initial_delay bigint NOT NULL,
+    retry_max_delay bigint NOT NULL,
+    retry_multiplier double precision NOT NULL,
+    retry_jitter    double precision NOT NULL,
+    retry_exponential boolean NOT NULL,
     timeout         interval,
     on_timeout      text NOT NULL DEFAULT 'retry',          -- 'retry' | 'fail'
     retry_on        text[],
@@ -137,7 +144,14 @@ CREATE TABLE durable_steps.steps (
     error_detail    text,
     remediation     text,
     PRIMARY KEY (run_id, step_id)
-) WITH (fillfactor = 60);   -- room on each page for the claim's and the outcome's row versions
+)
+-- A third of each page for the rows inserted there: a step's claim and its outcome each write a
+-- new version of its row, and on the row's own page that update logs only the changed bytes
+-- (about 120), where an update that must move to another page logs the whole row, a lock record
+-- and a second page (about 300): measured at 1,125 WAL bytes per drained step with
+-- fillfactor 60, 972 with 33 (README, "Benchmarks"). The price is space: the table holds about
+-- three times its rows' size, the attempts table (most of the history) does not.
+WITH (fillfactor = 33);
 
 -- The worker's hot path: the due steps of one queue, by priority and then due time. Each
 -- (queue, priority) group is a range of this index, due steps first, so a claim reads the due
@@ -149,11 +163,13 @@ CREATE INDEX steps_due_idx ON durable_steps.steps (queue, priority, next_attempt
 -- crash accounting.
 CREATE INDEX steps_lease_idx ON durable_steps.steps (queue, lease_expires_at)
     WHERE status = 'running';
--- Retention purges finished steps by age. BRIN, because every succeeded step would otherwise pay
--- for one more btree entry on the hot path; finish times follow insertion order closely.
--- autosummarize keeps new pages summarized so a purge does not read every page written since
--- the last VACUUM.
-CREATE INDEX steps_finished_idx ON durable_steps.steps USING brin (finished_at)
+-- Retention purges finished steps by age (src/retention.c): those finished before the cutoff,
+-- which were created before it too. BRIN, because every succeeded step would otherwise pay for one
+-- more btree entry on the hot path; creation times follow the table's order closely. On
+-- created_at, which is written once, rather than finished_at: every outcome would otherwise widen
+-- its page range's summary, one more WAL record per step. autosummarize keeps new pages
+-- summarized so a purge does not read every page written since the last VACUUM.
+CREATE INDEX steps_created_idx ON durable_steps.steps USING brin (created_at)
     WITH (autosummarize = on);
 
 -- Backends remember the answers of succeeded steps (src/replay_cache.c); any SQL DELETE, UPDATE
@@ -382,7 +398,13 @@ CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
            -- secret header values are the owner's alone (README, "HTTP steps")
            CASE WHEN pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE') THEN s.request
                 ELSE durable_steps.ds_http_mask_request(s.request) END AS request,
-           s.idempotency_header, s.policy, s.timeout, s.on_timeout,
+           s.idempotency_header,
+           @extschema@.ds_retry_policy(s.max_attempts,
+               s.retry_initial_delay OPERATOR(pg_catalog.*) interval '1 microsecond',
+               s.retry_max_delay OPERATOR(pg_catalog.*) interval '1 microsecond',
+               CASE WHEN s.retry_exponential THEN 'exponential' ELSE 'fixed' END,
+               s.retry_multiplier, s.retry_jitter) AS policy,
+           s.timeout, s.on_timeout,
            s.retry_on, s.fail_on, s.notify, s.on_success, s.on_failure, s.queue, s.priority, s.fingerprint, s.owner,
            s.created_at, s.updated_at, s.finished_at
       FROM durable_steps.steps s

@@ -148,13 +148,8 @@ ds_http_step(PG_FUNCTION_ARGS)
 	memset(&rec, 0, sizeof(rec));
 	run_policy = ds_probe_run_policy(run_id, &run_owner);
 	ds_step_check_run_owner(run_id, run_owner);
-	if (run_policy == NULL && policy == NULL)
-		rec.policy = ds_policy_default_jsonb(&resolved);
-	else
-	{
-		ds_policy_resolve(run_policy, policy, &resolved);
-		rec.policy = ds_policy_to_jsonb(&resolved);
-	}
+	ds_policy_resolve(run_policy, policy, &resolved);
+	rec.backoff = resolved;
 	rec.run_id = run_id;
 	rec.step_id = step_id;
 	rec.kind = "http";

@@ -22,8 +22,6 @@
 static char *default_retry_policy_text = NULL;
 /* the setting, parsed once by its check hook */
 static RetryPolicy *default_retry_policy = NULL;
-/* ds_policy_default_jsonb()'s answer for the current setting, in TopMemoryContext */
-static Jsonb *default_policy_jsonb = NULL;
 
 PG_FUNCTION_INFO_V1(ds_retry_policy);
 PG_FUNCTION_INFO_V1(ds_backoff_delay);
@@ -436,25 +434,6 @@ assign_default_retry_policy(const char *newval, void *extra)
 	RetryPolicy *p = (RetryPolicy *) extra;
 
 	default_retry_policy = (p != NULL && p->set != 0) ? p : NULL;
-	if (default_policy_jsonb != NULL)
-	{
-		pfree(default_policy_jsonb);
-		default_policy_jsonb = NULL;
-	}
-}
-
-Jsonb *
-ds_policy_default_jsonb(RetryPolicy *out)
-{
-	ds_policy_resolve(NULL, NULL, out);
-	if (default_policy_jsonb == NULL)
-	{
-		MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
-
-		default_policy_jsonb = ds_policy_to_jsonb(out);
-		MemoryContextSwitchTo(oldcxt);
-	}
-	return default_policy_jsonb;
 }
 
 void

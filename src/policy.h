@@ -37,11 +37,6 @@ extern void ds_policy_init_module(void);
 extern void ds_policy_parse(Jsonb *policy, RetryPolicy *out);
 /* builtin < durable_steps.default_retry_policy < run policy < step policy; NULL layers skipped. */
 extern void ds_policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out);
-/*
- * The policy of a step with no policy of its own and no run default (built-ins under the
- * setting), resolved into *out; its jsonb is built once per value of the setting.
- */
-extern Jsonb *ds_policy_default_jsonb(RetryPolicy *out);
 /* Normalized jsonb of the keys the policy sets (delays in milliseconds). */
 extern Jsonb *ds_policy_to_jsonb(const RetryPolicy *policy);
 /* Delay after failed attempt n (1-based) of a resolved policy, jitter applied. */

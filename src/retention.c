@@ -84,7 +84,9 @@ ds_retention_purge_batch(void)
 					"WITH gone AS ("
 					" DELETE FROM durable_steps.steps WHERE ctid IN ("
 					"  SELECT ctid FROM durable_steps.steps"
-					"  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
+					/* created before it finished: the BRIN index on created_at finds them */
+					"  WHERE finished_at < $1 AND created_at < $1"
+					"  AND status IN ('succeeded', 'failed', 'cancelled')"
 					/* a run that has not finished replays its steps: they stay with it */
 					"  AND NOT EXISTS (SELECT FROM durable_steps.runs r"
 					"   WHERE r.run_id OPERATOR(pg_catalog.=) steps.run_id AND r.finished_at IS NULL)"

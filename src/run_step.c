@@ -470,13 +470,8 @@ new_step_record(const StepCall *call, StepRecord *rec)
 
 	ds_step_check_run_owner(call->run_id, run_owner);
 	memset(rec, 0, sizeof(*rec));
-	if (run_policy == NULL && call->policy == NULL)
-		rec->policy = ds_policy_default_jsonb(&resolved);
-	else
-	{
-		ds_policy_resolve(run_policy, call->policy, &resolved);
-		rec->policy = ds_policy_to_jsonb(&resolved);
-	}
+	ds_policy_resolve(run_policy, call->policy, &resolved);
+	rec->backoff = resolved;
 	rec->run_id = call->run_id;
 	rec->step_id = call->step_id;
 	rec->kind = "sql";

@@ -386,7 +386,6 @@ static void
 wait_step_record(StepRecord *rec, const char *run_id, const char *step_id, const char *kind,
 				 Oid owner, const char *search_path)
 {
-	RetryPolicy unused;
 	TimestampTz now = GetCurrentTimestamp();
 
 	memset(rec, 0, sizeof(*rec));
@@ -395,7 +394,7 @@ wait_step_record(StepRecord *rec, const char *run_id, const char *step_id, const
 	rec->kind = pstrdup(kind);
 	/* no SQL, no input: the kind is its whole definition */
 	rec->fingerprint = pstrdup(kind);
-	rec->policy = ds_policy_default_jsonb(&unused);
+	ds_policy_resolve(NULL, NULL, &rec->backoff);
 	rec->max_attempts = 1;
 	rec->on_timeout = "retry";
 	/* never claimed by an executor: the queue only has to be a valid one */

@@ -174,16 +174,12 @@ apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 		case ATTEMPT_RETRYABLE:
 			if (attempt < last_allowed)
 			{
-				RetryPolicy policy;
 				int64		delay;
 
 				if (outcome->has_retry_after)
 					delay = outcome->retry_after;
 				else
-				{
-					ds_policy_resolve(NULL, DatumGetJsonbP(PointerGetDatum(rec->policy)), &policy);
-					delay = ds_policy_backoff_delay(&policy, attempt - rec->attempt_base);
-				}
+					delay = ds_policy_backoff_delay(&rec->backoff, attempt - rec->attempt_base);
 				rec->status = STEP_RETRYING;
 				rec->error_class = "retryable";
 				rec->next_attempt_at = outcome->finished_at + delay;

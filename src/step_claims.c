@@ -140,20 +140,34 @@ queue_capacity(const char *queue, int limit)
 }
 
 /*
- * Lock up to `limit` due steps of `queue`, lowest priority number first and, within a
- * priority, earliest due first, skipping rows others hold: each priority is one range of
- * steps_due_idx, read up to its first step not yet due. Appends to the arrays from *n on.
+ * Take up to `limit` due steps of `queue`, lowest priority number first and, within a priority,
+ * earliest due first: each priority is one range of steps_due_idx, read up to its first step
+ * not yet due. A step is taken by its step lock (step_lock.c), the lock every executor and
+ * synchronous caller takes before it runs or claims a step, and not by a row lock: FOR UPDATE
+ * would write a WAL record (and often a full-page image) for every claimed row, which is a
+ * tenth of a drained step's WAL, for an exclusion the step lock already gives. The price is
+ * that two executors reading at once see the same rows: the one that loses a step lock reads
+ * the range again, passing the rows it lost (ctid <> ALL), a few times at most (the winner's
+ * claim commits within milliseconds, and the rows then leave the range). A row read here may
+ * change before it is claimed: ds_mark_steps_running checks again that it is due. Appends to the
+ * arrays from *n on; counts the steps others held in *skipped.
  */
+#define CLAIM_READS_PER_PRIORITY 4
+
 static void
-lock_due_steps(const char *queue, int limit, TimestampTz now, char **run_ids, char **step_ids,
-			   ItemPointerData *tids, int *n)
+take_due_steps(const char *queue, int limit, TimestampTz now, char **run_ids, char **step_ids,
+			   ItemPointerData *tids, int *n, int *skipped)
 {
 	Oid			level_types[2] = {TEXTOID, INT4OID};
-	Oid			due_types[4] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID};
-	Datum		args[4];
+	Oid			due_types[5] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID};
+	Datum		args[5];
 	int32		from = PG_INT32_MIN;
 	int			taken = 0;
 	bool		isnull;
+	/* the rows others held, passed over by the next read of the same range */
+	Datum	   *passed = palloc(sizeof(Datum) * limit * CLAIM_READS_PER_PRIORITY);
+	ItemPointerData *passed_tids = palloc(sizeof(ItemPointerData) * limit * CLAIM_READS_PER_PRIORITY);
+	int			n_passed = 0;
 
 	args[0] = CStringGetTextDatum(queue);
 	while (taken < limit)
@@ -176,29 +190,55 @@ lock_due_steps(const char *queue, int limit, TimestampTz now, char **run_ids, ch
 		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		priority = DatumGetInt32(d);
 		args[1] = Int32GetDatum(priority);
-		args[2] = Int32GetDatum(limit - taken);
 		/* a parameter, not clock_timestamp(): the bound of the index range, not a filter */
 		args[3] = TimestampTzGetDatum(now);
-		rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
-										"SELECT run_id, step_id, ctid FROM durable_steps.steps"
-										" WHERE queue = $1 AND priority = $2"
-										" AND status IN ('pending', 'retrying')"
-										" AND next_attempt_at <= $4 AND kind = 'sql'"
-										" ORDER BY next_attempt_at LIMIT $3"
-										" FOR UPDATE SKIP LOCKED", 4, due_types),
-							  args, NULL, false, 0);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "due step query failed: %s", SPI_result_code_string(rc));
-		for (uint64 i = 0; i < SPI_processed; i++)
+		for (int read = 0; read < CLAIM_READS_PER_PRIORITY && taken < limit; read++)
 		{
-			HeapTuple	t = SPI_tuptable->vals[i];
-			TupleDesc	td = SPI_tuptable->tupdesc;
+			int			lost = 0;
+			uint64		n_read;
 
-			run_ids[*n] = SPI_getvalue(t, td, 1);
-			step_ids[*n] = SPI_getvalue(t, td, 2);
-			tids[*n] = *(ItemPointer) DatumGetPointer(SPI_getbinval(t, td, 3, &isnull));
-			(*n)++;
-			taken++;
+			args[2] = Int32GetDatum(limit - taken);
+			args[4] = PointerGetDatum(construct_array(passed, n_passed, TIDOID,
+													  sizeof(ItemPointerData), false,
+													  TYPALIGN_SHORT));
+			rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
+											"SELECT run_id, step_id, ctid FROM durable_steps.steps"
+											" WHERE queue = $1 AND priority = $2"
+											" AND status IN ('pending', 'retrying')"
+											" AND next_attempt_at <= $4 AND kind = 'sql'"
+											" AND ctid <> ALL ($5)"
+											" ORDER BY next_attempt_at LIMIT $3", 5, due_types),
+								  args, NULL, false, 0);
+			if (rc != SPI_OK_SELECT)
+				elog(ERROR, "due step query failed: %s", SPI_result_code_string(rc));
+			n_read = SPI_processed;
+			for (uint64 i = 0; i < n_read; i++)
+			{
+				HeapTuple	t = SPI_tuptable->vals[i];
+				TupleDesc	td = SPI_tuptable->tupdesc;
+				char	   *run_id = SPI_getvalue(t, td, 1);
+				char	   *step_id = SPI_getvalue(t, td, 2);
+				ItemPointer tid = (ItemPointer) DatumGetPointer(SPI_getbinval(t, td, 3, &isnull));
+
+				/* another executor, or a synchronous caller, has it */
+				if (!ds_step_lock_try_session(run_id, step_id))
+				{
+					passed_tids[n_passed] = *tid;
+					passed[n_passed] = PointerGetDatum(&passed_tids[n_passed]);
+					n_passed++;
+					lost++;
+					(*skipped)++;
+					continue;
+				}
+				run_ids[*n] = run_id;
+				step_ids[*n] = step_id;
+				tids[*n] = *tid;
+				(*n)++;
+				taken++;
+			}
+			/* the range is read to its end, or nobody else was in it */
+			if (lost == 0 || n_read < (uint64) DatumGetInt32(args[2]))
+				break;
 		}
 		if (priority == PG_INT32_MAX)
 			break;
@@ -231,6 +271,11 @@ ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, const char *order_by
 										"  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
 										"  claimed_by = $3"
 										" WHERE s.ctid = ANY ($1) AND s.status IN ('pending', 'retrying')"
+										/*
+										 * read without a row lock: a row changed since then
+										 * (a re-arm with a later run_at) is checked again here
+										 */
+										"  AND s.next_attempt_at <= $2"
 										" RETURNING s.*, s.ctid AS row_tid) "
 										"SELECT %s, row_tid FROM claimed ORDER BY %s",
 										ds_step_column_list(), order_by),
@@ -243,8 +288,8 @@ ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, const char *order_by
 }
 
 int
-ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
-				   MemoryContext cxt, ClaimedStep **claims, int *skipped)
+ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
+				   ClaimedQueue *served, MemoryContext cxt, ClaimedStep **claims, int *skipped)
 {
 	char	  **run_ids;
 	char	  **step_ids;
@@ -276,29 +321,17 @@ ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
 	for (int k = 0; k < n_queues && n_locked == 0; k++)
 	{
 		DueQueue   *q = &queues[(first + k) % n_queues];
-		int			capacity = limit;
-		int			n_rows = 0;
+		int			capacity = ds_claim_size(sizer, q->name, limit);
 
 		if (q->concurrency == 0)
 			continue;			/* paused */
 		if (q->concurrency > 0)
-			capacity = queue_capacity(q->name, limit);
+			capacity = queue_capacity(q->name, capacity);
 		if (capacity <= 0)
 			continue;
-		lock_due_steps(q->name, capacity, now, run_ids, step_ids, row_tids, &n_rows);
-		for (int i = 0; i < n_rows; i++)
-		{
-			/* a synchronous caller (or another executor) may be running it right now */
-			if (ds_step_lock_try_session(run_ids[i], step_ids[i]))
-			{
-				run_ids[n_locked] = run_ids[i];
-				step_ids[n_locked] = step_ids[i];
-				tids[n_locked] = PointerGetDatum(&row_tids[i]);
-				n_locked++;
-			}
-			else
-				(*skipped)++;
-		}
+		take_due_steps(q->name, capacity, now, run_ids, step_ids, row_tids, &n_locked, skipped);
+		for (int i = 0; i < n_locked; i++)
+			tids[i] = PointerGetDatum(&row_tids[i]);
 		if (n_locked > 0)
 		{
 			strlcpy(served->name, q->name, sizeof(served->name));
@@ -307,7 +340,7 @@ ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
 	}
 	if (n_locked > 0)
 	{
-		/* the rows are locked: their places are where they stay until we update them */
+		/* the steps are ours (their step locks); their rows are where they were read, or moved */
 		n_claimed = (int) ds_mark_steps_running(tids, n_locked, &mark_running_plan,
 												"priority, owner::pg_catalog.oid, next_attempt_at");
 		*claims = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_claimed, 1));
@@ -324,7 +357,10 @@ ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
 		}
 		if (n_claimed < n_locked)
 		{
-			/* never expected (the rows are locked), but a lock must not outlive its claim */
+			/*
+			 * A row changed since it was read (an operator re-armed, cancelled or deferred the
+			 * step): it is not claimed, and its step lock must not outlive this claim.
+			 */
 			for (int i = 0; i < n_locked; i++)
 				ds_step_lock_release_session(run_ids[i], step_ids[i]);
 			for (int i = 0; i < n_claimed; i++)

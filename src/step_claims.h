@@ -5,6 +5,7 @@
 #define DS_STEP_CLAIMS_H
 
 #include "compat.h"
+#include "claim_size.h"
 #include "executor/spi.h"
 #include "utils/timestamp.h"
 
@@ -28,8 +29,8 @@ typedef struct ClaimedQueue
 /*
  * In the current transaction (READ COMMITTED), claim up to `limit` due steps of one queue: the
  * first queue after `after_queue` (in name order, wrapping around) that has due steps and room
- * under its concurrency limit (README, "Queues"). Lock their rows (skipping rows others hold),
- * take each step's session lock (skipping steps in flight elsewhere), mark them running, count
+ * under its concurrency limit (README, "Queues"), as many as ds_claim_size() allows for that
+ * queue. Take each step's session lock (skipping steps in flight elsewhere), mark them running, count
  * their attempts and record this process as the claimant. A limited queue never has more steps
  * running than its concurrency: its row in durable_steps.queues is locked while its running
  * steps are counted and the claim is made. Claims come sorted by priority, then owner, then due
@@ -39,13 +40,15 @@ typedef struct ClaimedQueue
  * *served names the queue served; *skipped counts due steps passed over because someone else
  * held them.
  */
-extern int	ds_claim_due_steps(int limit, const char *after_queue, ClaimedQueue *served,
-							   MemoryContext cxt, ClaimedStep **claims, int *skipped);
+extern int	ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
+							   ClaimedQueue *served, MemoryContext cxt, ClaimedStep **claims,
+							   int *skipped);
 
 /*
  * Mark the steps at row places tids[0..n-1] (Datums pointing at ItemPointerData; the caller
- * holds their row locks and step locks) running: attempt counted, claim time, this process as
- * claimant, lease. The attempt is durable as started once the transaction commits. The claimed
+ * holds their step locks) running: attempt counted, claim time, this process as claimant,
+ * lease. A row that is no longer there, waiting and due is left alone (the executors read
+ * the rows without row locks). The attempt is durable as started once the transaction commits. The claimed
  * rows (ds_step_column_list(), then row_tid) are left in SPI_tuptable, ordered by `order_by`;
  * returns how many. *plan keeps the statement (one per order_by).
  */

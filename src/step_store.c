@@ -46,8 +46,12 @@ const StepColumnDesc ds_step_columns[N_STEP_COLUMNS] = {
 	[STEP_COL_REQUEST] = STEP_FIELD("request", FIELD_VARLENA, request),
 	[STEP_COL_IDEMPOTENCY_HEADER] = STEP_FIELD("idempotency_header", FIELD_TEXT, idempotency_header),
 	[STEP_COL_FINGERPRINT] = STEP_FIELD("fingerprint", FIELD_TEXT, fingerprint),
-	[STEP_COL_POLICY] = STEP_FIELD("policy", FIELD_VARLENA, policy),
 	[STEP_COL_MAX_ATTEMPTS] = STEP_FIELD("max_attempts", FIELD_INT4, max_attempts),
+	[STEP_COL_RETRY_INITIAL_DELAY] = STEP_FIELD("retry_initial_delay", FIELD_INT8, backoff.initial_delay),
+	[STEP_COL_RETRY_MAX_DELAY] = STEP_FIELD("retry_max_delay", FIELD_INT8, backoff.max_delay),
+	[STEP_COL_RETRY_MULTIPLIER] = STEP_FIELD("retry_multiplier", FIELD_FLOAT8, backoff.multiplier),
+	[STEP_COL_RETRY_JITTER] = STEP_FIELD("retry_jitter", FIELD_FLOAT8, backoff.jitter),
+	[STEP_COL_RETRY_EXPONENTIAL] = STEP_FIELD("retry_exponential", FIELD_BOOL, backoff.exponential),
 	[STEP_COL_ATTEMPT_BASE] = STEP_FIELD("attempt_base", FIELD_INT4, attempt_base),
 	[STEP_COL_ATTEMPTS] = STEP_FIELD("attempts", FIELD_INT4, attempts),
 	[STEP_COL_TIMEOUT] = STEP_FIELD("timeout", FIELD_USECS, timeout),
@@ -149,6 +153,15 @@ ds_step_set_field(StepRecord *rec, StepColumn col, Datum value, bool isnull, Mem
 		case FIELD_OID:
 			*(Oid *) field = isnull ? InvalidOid : DatumGetObjectId(value);
 			break;
+		case FIELD_INT8:
+			*(int64 *) field = isnull ? 0 : DatumGetInt64(value);
+			break;
+		case FIELD_FLOAT8:
+			*(double *) field = isnull ? 0.0 : DatumGetFloat8(value);
+			break;
+		case FIELD_BOOL:
+			*(bool *) field = isnull ? false : DatumGetBool(value);
+			break;
 		case FIELD_USECS:
 			*(int64 *) field = isnull ? 0 : ds_interval_to_usecs(DatumGetIntervalP(value));
 			break;
@@ -183,6 +196,12 @@ step_field_value(const StepRecord *rec, StepColumn col, bool *isnull)
 			return Int32GetDatum(*(const int *) field);
 		case FIELD_OID:
 			return ObjectIdGetDatum(*(const Oid *) field);
+		case FIELD_INT8:
+			return Int64GetDatum(*(const int64 *) field);
+		case FIELD_FLOAT8:
+			return Float8GetDatum(*(const double *) field);
+		case FIELD_BOOL:
+			return BoolGetDatum(*(const bool *) field);
 		case FIELD_USECS:
 			*isnull = *(const int64 *) field == 0;
 			return *isnull ? (Datum) 0 :

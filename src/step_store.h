@@ -12,6 +12,7 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
+#include "policy.h"
 #include "step_exec.h"
 
 /*
@@ -53,8 +54,14 @@ typedef struct StepRecord
 	Jsonb	   *request;
 	char	   *idempotency_header;	/* HTTP steps: header carrying the key; NULL = none */
 	char	   *fingerprint;
-	Jsonb	   *policy;			/* resolved policy, every key set */
-	int			max_attempts;
+	int			max_attempts;	/* of the resolved policy */
+	/*
+	 * The rest of the resolved policy: the backoff schedule (initial_delay, max_delay,
+	 * exponential, multiplier, jitter; `set` and `max_attempts` are not columns and stay 0).
+	 * Stored as typed columns rather than as the policy's jsonb, which was half of a step row's
+	 * bytes, and so of the WAL each claim and outcome writes (README, "Benchmarks").
+	 */
+	RetryPolicy backoff;
 	int			attempt_base;
 	int			attempts;		/* number of the last attempt started */
 	int64		timeout;		/* microseconds; 0 = none */
@@ -124,8 +131,12 @@ typedef enum StepColumn
 	STEP_COL_REQUEST,
 	STEP_COL_IDEMPOTENCY_HEADER,
 	STEP_COL_FINGERPRINT,
-	STEP_COL_POLICY,
 	STEP_COL_MAX_ATTEMPTS,
+	STEP_COL_RETRY_INITIAL_DELAY,
+	STEP_COL_RETRY_MAX_DELAY,
+	STEP_COL_RETRY_MULTIPLIER,
+	STEP_COL_RETRY_JITTER,
+	STEP_COL_RETRY_EXPONENTIAL,
 	STEP_COL_ATTEMPT_BASE,
 	STEP_COL_ATTEMPTS,
 	STEP_COL_TIMEOUT,
@@ -167,6 +178,9 @@ typedef enum StepFieldType
 								 * of line: detoast before reading), NULL = SQL NULL */
 	FIELD_INT4,					/* int, never NULL */
 	FIELD_INT4_ZERO_NULL,		/* int, 0 = SQL NULL */
+	FIELD_INT8,					/* int64 (bigint), never NULL */
+	FIELD_FLOAT8,				/* double, never NULL */
+	FIELD_BOOL,					/* bool, never NULL */
 	FIELD_OID,					/* Oid (regrole), never NULL */
 	FIELD_USECS,				/* int64 microseconds of an interval, 0 = SQL NULL */
 	FIELD_TIMESTAMPTZ			/* TimestampTz, 0 = SQL NULL */

@@ -41,6 +41,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "claim_size.h"
 #include "direct_write.h"
 #include "store.h"
 #include "retention.h"
@@ -56,7 +57,13 @@
 #include "worker_wakeup.h"
 
 static int	poll_interval_ms = 1000;
-static int	batch_size = 100;
+static int	batch_size = 1000;
+/* the recent pace of this executor's claims of steps, and of run turns (claim_size.c) */
+static ClaimSizer step_claims;
+static ClaimSizer turn_claims;
+/* the one "queue" of run turns, for turn_claims */
+#define TURN_QUEUE "turns"
+
 /* attempts share a transaction until it has been open this long */
 #define SHARED_TRANSACTION_MS 20
 
@@ -82,11 +89,11 @@ ds_executor_init_module(void)
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("durable_steps.batch_size",
 							"Most due steps one executor claims at a time.",
-							"Each claimed step holds a lock until its attempt is recorded, so this also bounds the lock-table entries an executor uses.",
+							"Claims are smaller when steps are slow (about 100 ms of work each) and keep to a share of the server's lock table.",
 							&batch_size,
-							100,
-							1,
 							1000,
+							1,
+							10000,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
@@ -232,28 +239,30 @@ recover_pass(void)
 {
 	ClaimedStep *recovered;
 	int			n;
+	/* each recovered step is locked until its batch commits */
+	int			recover_size = Min(batch_size, ds_claim_lock_share());
 
 	do
 	{
 		if (!begin_work("durable_steps: recovering lost attempts"))
 			return;
-		n = ds_recover_lost_attempts(batch_size, pass_cxt, &recovered);
+		n = ds_recover_lost_attempts(recover_size, pass_cxt, &recovered);
 		commit_transaction();
 		release_session_locks(recovered, n);
 		MemoryContextReset(pass_cxt);
-	} while (n >= batch_size);
+	} while (n >= recover_size);
 	do
 	{
 		char	  **run_ids;
 
 		if (!begin_work("durable_steps: recovering lost turns"))
 			return;
-		n = ds_recover_lost_turns(batch_size, pass_cxt, &run_ids);
+		n = ds_recover_lost_turns(recover_size, pass_cxt, &run_ids);
 		commit_transaction();
 		for (int i = 0; i < n; i++)
 			ds_step_lock_release_session(run_ids[i], DS_TURN_STEP_ID);
 		MemoryContextReset(pass_cxt);
-	} while (n >= batch_size);
+	} while (n >= recover_size);
 }
 
 /* Run one claimed attempt as its owner; a step whose owner is gone fails closed. */
@@ -373,18 +382,21 @@ claim_and_run_batch(int *skipped)
 	ClaimedStep *claims;
 	ClaimedQueue served;
 	int			claimed;
+	TimestampTz started = GetCurrentTimestamp();
 
 	*skipped = 0;
 	next_isolation = XACT_READ_COMMITTED;
 	if (!begin_work("durable_steps: claiming due steps"))
 		return true;
-	claimed = ds_claim_due_steps(batch_size, last_queue, &served, pass_cxt, &claims, skipped);
+	claimed = ds_claim_due_steps(&step_claims, batch_size, last_queue, &served, pass_cxt, &claims,
+								 skipped);
 	commit_transaction();
 	if (claimed > 0)
 	{
 		/* the next claim starts from the queue after this one: no queue waits on another */
 		strlcpy(last_queue, served.name, sizeof(last_queue));
 		run_claimed(claims, claimed, served.limited);
+		ds_claim_size_ran(&step_claims, served.name, claimed, started);
 	}
 	MemoryContextReset(pass_cxt);
 	return claimed > 0;
@@ -510,15 +522,20 @@ claim_and_run_turns(void)
 {
 	ClaimedRun *held;
 	int			n_held;
+	int			capacity;
+	int			claimed;
 	TimestampTz started = GetCurrentTimestamp();
 
 	if (!begin_work("durable_steps: claiming due runs"))
 		return true;
-	n_held = ds_claim_due_runs(batch_size, pass_cxt, &held);
+	/* the runs held at once: about a claim's worth of work at their recent pace */
+	capacity = ds_claim_size(&turn_claims, TURN_QUEUE, batch_size);
+	n_held = ds_claim_due_runs(capacity, pass_cxt, &held);
 	commit_transaction();
 	if (n_held == 0)
 		return false;
-	held = repalloc(held, sizeof(ClaimedRun) * batch_size);
+	claimed = n_held;
+	held = repalloc(held, sizeof(ClaimedRun) * capacity);
 	ds_poll_cancel_requests(true);
 	while (n_held > 0)
 	{
@@ -528,20 +545,22 @@ claim_and_run_turns(void)
 		n_held = run_turns_round(held, n_held, !last);
 		if (n_held <= 0 || last)
 			break;
-		if (n_held < batch_size && begin_work("durable_steps: claiming due runs"))
+		if (n_held < capacity && begin_work("durable_steps: claiming due runs"))
 		{
 			ClaimedRun *more;
 			int			n_more;
 
 			/* the held runs' session locks are not touched by this transaction */
-			n_more = ds_claim_due_runs(batch_size - n_held, pass_cxt, &more);
+			n_more = ds_claim_due_runs(capacity - n_held, pass_cxt, &more);
 			commit_transaction();
 			if (n_more > 0)
 				memcpy(&held[n_held], more, sizeof(ClaimedRun) * n_more);
 			n_held += n_more;
+			claimed += n_more;
 		}
 	}
 	ds_poll_cancel_requests(false);
+	ds_claim_size_ran(&turn_claims, TURN_QUEUE, claimed, started);
 	MemoryContextReset(pass_cxt);
 	return true;
 }
