@@ -425,14 +425,20 @@ look_for_awaited_events(ClaimedRun *runs, char **awaited, int n)
 	commit_transaction();
 }
 
-/* Order held runs by owner, so that one owner's turns can share a transaction. */
+/*
+ * Order held runs by owner, so that one owner's turns can share a transaction, and within an
+ * owner's the runs that lost turns before last: each of those takes its turn alone, after the
+ * others committed theirs.
+ */
 static int
-compare_run_owners(const void *a, const void *b)
+compare_held_runs(const void *a, const void *b)
 {
-	Oid			x = ((const ClaimedRun *) a)->owner;
-	Oid			y = ((const ClaimedRun *) b)->owner;
+	const ClaimedRun *x = (const ClaimedRun *) a;
+	const ClaimedRun *y = (const ClaimedRun *) b;
 
-	return x < y ? -1 : x > y ? 1 : 0;
+	if (x->owner != y->owner)
+		return x->owner < y->owner ? -1 : 1;
+	return (x->lost_turns > 0) - (y->lost_turns > 0);
 }
 
 /*
@@ -452,7 +458,7 @@ run_turns_round(ClaimedRun *runs, int n, bool may_continue)
 	int			done = 0;
 	int			kept = 0;
 
-	qsort(runs, n, sizeof(ClaimedRun), compare_run_owners);
+	qsort(runs, n, sizeof(ClaimedRun), compare_held_runs);
 	while (done < n)
 	{
 		int			first = done;

@@ -20,7 +20,7 @@ CREATE EXTENSION durable_steps;
 CREATE TABLE ledger (run text, step text);
 -- the test turns a nap off (committed from its own session) before it kills the executor
 CREATE TABLE naps (place text PRIMARY KEY, on_ boolean NOT NULL);
-INSERT INTO naps VALUES ('between', true), ('body', true), ('held', true);
+INSERT INTO naps VALUES ('between', true), ('body', true), ('held', true), ('poison', true);
 CREATE FUNCTION effect() RETURNS int LANGUAGE sql AS
   $$ INSERT INTO ledger VALUES (ds_run_id(), ds_step_id()) RETURNING 1 $$;
 CREATE FUNCTION sleepy_body() RETURNS int LANGUAGE plpgsql AS $$
@@ -149,6 +149,57 @@ SELECT count(*) = 1 FROM pg_stat_activity
 			     FROM durable_steps.runs WHERE run_id = 'held-a'}),
 		'[1, 1, 1]|5|true',
 		"$t: alice's output, and five turns: s1's, the lost one, s2's, s3's and the one that finished");
+}
+
+{
+	# a run that lost a turn takes its next one in a transaction of its own, after the other runs
+	# of its owner committed theirs: a workflow that ends its executor every time takes no other
+	# run's work with it. `poisoned` naps in every turn until the test lets it go; it starts as
+	# one whose last turn was lost (lost_turns = 1, as the recovery of a lost turn leaves it),
+	# together with `bystander`, and one claim takes both.
+	my $t = 'a run that lost turns runs alone';
+	my $off = log_offset($node);
+	$node->safe_psql(
+		'postgres', q{
+CREATE FUNCTION poisoned(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT on_ FROM naps WHERE place = 'poison') THEN PERFORM pg_sleep(60); END IF;
+    RETURN ds_step('p1', 'SELECT effect()');
+END $$;
+BEGIN;
+SELECT ds_start_run('poisoned', '{}', 'poisoned');
+SELECT ds_start_run('wf', '{}', 'bystander');
+UPDATE durable_steps.runs SET lost_turns = 1 WHERE run_id = 'poisoned';
+COMMIT;
+});
+	ok( poll_until($node,
+			'postgres', q{
+SELECT count(*) = 1 FROM pg_stat_activity
+ WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep'}),
+		"$t: the poisoned run's turn naps");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(run_id || ':' || status, ',' ORDER BY run_id)
+			    FROM ds_runs WHERE run_id IN ('poisoned', 'bystander')}),
+		'bystander:running,poisoned:running', "$t: one claim took both");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(step, ',' ORDER BY step) FROM ledger WHERE run = 'bystander'}),
+		's1', "$t: the bystander's turn committed its step before the poisoned run's turn began");
+	$node->safe_psql('postgres', q{UPDATE naps SET on_ = false WHERE place = 'poison'});
+	my $pid = executor_pid($node);
+	kill 'KILL', $pid;
+	$node->wait_for_log(
+		qr/durable_steps worker.*\(PID $pid\) was terminated by signal 9.*database system is ready to accept connections/s,
+		$off);
+	ok( poll_until($node, 'postgres',
+			q{SELECT count(*) FROM ds_runs WHERE run_id IN ('poisoned', 'bystander') AND status = 'succeeded'},
+			'2'),
+		"$t: both runs succeed in the end");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(run || ':' || step || ':' || n, ',' ORDER BY run, step)
+			     FROM (SELECT run, step, count(*) AS n FROM ledger
+			            WHERE run IN ('poisoned', 'bystander') GROUP BY run, step) s}),
+		'bystander:s1:1,bystander:s2:1,bystander:s3:1,poisoned:p1:1',
+		"$t: each step's effect is committed once");
 }
 
 {
