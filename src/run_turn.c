@@ -2,11 +2,11 @@
  * run_turn.c -- the worker's side of runs (README, "Runs"): claiming due turns, running one,
  * recording how it ended, recovering turns whose executor is gone.
  *
- * A turn is one transaction of the executor. It calls the workflow from its start, as the run's
- * owner and isolated exactly like a worker attempt (step_exec.c, step_isolation.c: session and
- * current user the owner, security-restricted, the run's search_path, bounded by
- * durable_steps.default_timeout and max_worker_attempt_time, stoppable by ds_cancel_run), inside
- * a subtransaction of its own:
+ * A turn calls the workflow from its start, as the run's owner and isolated exactly like a worker
+ * attempt (step_exec.c, step_isolation.c: session and current user the owner, security-restricted,
+ * the run's search_path, bounded by durable_steps.default_timeout and max_worker_attempt_time,
+ * stoppable by ds_cancel_run), inside a subtransaction of its own of the executor's transaction
+ * (which other runs' turns of the same owner may share, worker.c; never two turns of one run):
  *
  *   - the workflow returned and nothing suspended: the subtransaction is kept (the workflow's own
  *     writes commit), and the run succeeds with the workflow's value as its output;
@@ -20,8 +20,13 @@
  *
  * A claim commits the turn as started (status running, turns counted, claimant recorded) and
  * holds the run's session lock until the turn's outcome commits, as claims of steps do; the
- * turn's transaction also holds the run's row. A run found running whose lock and row are free
- * lost its executor: the crash rolled the turn back, and the run is simply due again.
+ * turn's transaction also holds the run's row. A run that can go on at once may stay claimed:
+ * its turn's transaction then counts the next turn instead of letting the run go, and the
+ * executor runs that turn after the commit (record_continuing). A run found running whose lock
+ * and row are free lost its executor: the crash rolled the turn back (or the executor died
+ * between two turns), and the run is simply due again.
+ *
+ * The run's row is written without a statement (direct_write.c): the turn holds its row lock.
  */
 #include "compat.h"
 
