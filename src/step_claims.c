@@ -50,10 +50,14 @@ static SPIPlanPtr next_due_plan = NULL;
 	"      AND (s.queue, s.priority) > (g.queue, g.priority)" \
 	"    ORDER BY s.queue, s.priority LIMIT 1) n) "
 
-/* A queue with due steps, and its concurrency as last read (-1: none, no limit). */
+/*
+ * A queue with due steps, its first priority with due steps, and its concurrency as last read
+ * (-1: none, no limit).
+ */
 typedef struct DueQueue
 {
 	char	   *name;
+	int32		first_priority;
 	int			concurrency;
 } DueQueue;
 
@@ -70,13 +74,13 @@ due_queues(TimestampTz now, DueQueue **out)
 	args[0] = TimestampTzGetDatum(now);
 	rc = SPI_execute_plan(ds_prepare_kept(&queues_plan,
 									WAITING_GROUPS
-									"SELECT DISTINCT ON (g.queue) g.queue, q.concurrency FROM g"
+									"SELECT DISTINCT ON (g.queue) g.queue, q.concurrency, g.priority FROM g"
 									" LEFT JOIN durable_steps.queues q ON q.name = g.queue"
 									" WHERE EXISTS (SELECT FROM durable_steps.steps s"
 									"  WHERE s.queue = g.queue AND s.priority = g.priority"
 									"   AND s.status IN ('pending', 'retrying')"
 									"   AND s.next_attempt_at <= $1 AND s.kind = 'sql')"
-									" ORDER BY g.queue",
+									" ORDER BY g.queue, g.priority",
 									1, types),
 						  args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
@@ -89,6 +93,8 @@ due_queues(TimestampTz now, DueQueue **out)
 
 		(*out)[i].name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		(*out)[i].concurrency = isnull ? -1 : DatumGetInt32(c);
+		(*out)[i].first_priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
+															   SPI_tuptable->tupdesc, 3, &isnull));
 	}
 	return n;
 }
@@ -155,7 +161,7 @@ queue_capacity(const char *queue, int limit)
 #define CLAIM_READS_PER_PRIORITY 4
 
 static void
-take_due_steps(const char *queue, int limit, TimestampTz now, char **run_ids, char **step_ids,
+take_due_steps(const DueQueue *queue, int limit, TimestampTz now, char **run_ids, char **step_ids,
 			   ItemPointerData *tids, int *n, int *skipped)
 {
 	Oid			level_types[2] = {TEXTOID, INT4OID};
@@ -169,26 +175,31 @@ take_due_steps(const char *queue, int limit, TimestampTz now, char **run_ids, ch
 	ItemPointerData *passed_tids = palloc(sizeof(ItemPointerData) * limit * CLAIM_READS_PER_PRIORITY);
 	int			n_passed = 0;
 
-	args[0] = CStringGetTextDatum(queue);
+	args[0] = CStringGetTextDatum(queue->name);
 	while (taken < limit)
 	{
 		int			rc;
 		int32		priority;
 		Datum		d;
 
-		args[1] = Int32GetDatum(from);
-		rc = SPI_execute_plan(ds_prepare_kept(&level_plan,
-										"SELECT priority FROM durable_steps.steps"
-										" WHERE queue = $1 AND status IN ('pending', 'retrying')"
-										" AND priority >= $2 AND kind = 'sql' ORDER BY priority LIMIT 1",
-										2, level_types),
-							  args, NULL, false, 0);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "priority query failed: %s", SPI_result_code_string(rc));
-		if (SPI_processed == 0)
-			break;
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		priority = DatumGetInt32(d);
+		if (from == PG_INT32_MIN)
+			priority = queue->first_priority;	/* due_queues() found it */
+		else
+		{
+			args[1] = Int32GetDatum(from);
+			rc = SPI_execute_plan(ds_prepare_kept(&level_plan,
+											"SELECT priority FROM durable_steps.steps"
+											" WHERE queue = $1 AND status IN ('pending', 'retrying')"
+											" AND priority >= $2 AND kind = 'sql' ORDER BY priority LIMIT 1",
+											2, level_types),
+								  args, NULL, false, 0);
+			if (rc != SPI_OK_SELECT)
+				elog(ERROR, "priority query failed: %s", SPI_result_code_string(rc));
+			if (SPI_processed == 0)
+				break;
+			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+			priority = DatumGetInt32(d);
+		}
 		args[1] = Int32GetDatum(priority);
 		/* a parameter, not clock_timestamp(): the bound of the index range, not a filter */
 		args[3] = TimestampTzGetDatum(now);
@@ -329,7 +340,7 @@ ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
 			capacity = queue_capacity(q->name, capacity);
 		if (capacity <= 0)
 			continue;
-		take_due_steps(q->name, capacity, now, run_ids, step_ids, row_tids, &n_locked, skipped);
+		take_due_steps(q, capacity, now, run_ids, step_ids, row_tids, &n_locked, skipped);
 		for (int i = 0; i < n_locked; i++)
 			tids[i] = PointerGetDatum(&row_tids[i]);
 		if (n_locked > 0)

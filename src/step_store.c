@@ -243,7 +243,8 @@ ds_store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext 
  * The internal statements find their rows by key and are planned once, often while the tables
  * are still nearly empty, when a sequential scan is the cheapest plan -- and a kept plan keeps
  * it while the tables grow to millions of rows. Planning them with sequential scans disabled
- * makes every plan (and every re-plan the plan cache makes later) use the indexes.
+ * makes every plan (and every re-plan the plan cache makes later) use the indexes; and they
+ * keep their generic plan.
  */
 void
 ds_store_spi_begin(StoreSpi *s)
@@ -255,6 +256,13 @@ ds_store_spi_begin(StoreSpi *s)
 	SetUserIdAndSecContext(owner, s->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	s->planning_level = NewGUCNestLevel();
 	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	/*
+	 * Their parameters are bounds and limits of index ranges: a plan made for one value serves
+	 * every other, and the plan cache would otherwise re-plan the claims (their LIMIT makes each
+	 * custom plan look cheaper than the generic one) on every call, a few percent of a drain.
+	 */
+	(void) set_config_option("plan_cache_mode", "force_generic_plan", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
