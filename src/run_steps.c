@@ -204,6 +204,8 @@ check_new_step_args(FunctionCallInfo fcinfo)
 	char	   *sql;
 	char	   *on_timeout;
 
+	/* in parse_step_call's order: the first malformed argument is the one reported */
+	(void) ds_step_timeout_arg(fcinfo, 4);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -213,7 +215,6 @@ check_new_step_args(FunctionCallInfo fcinfo)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("sql must contain a statement")));
-	(void) ds_step_timeout_arg(fcinfo, 4);
 	if (PG_ARGISNULL(7))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
