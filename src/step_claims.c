@@ -170,7 +170,7 @@ take_due_steps(const DueQueue *queue, int limit, TimestampTz now, char **run_ids
 	int32		from = PG_INT32_MIN;
 	int			taken = 0;
 	bool		isnull;
-	/* the rows others held, passed over by the next read of the same range */
+	/* rows others held, passed over by the range's next read: at most `limit` a read */
 	Datum	   *passed = palloc(sizeof(Datum) * limit * CLAIM_READS_PER_PRIORITY);
 	ItemPointerData *passed_tids = palloc(sizeof(ItemPointerData) * limit * CLAIM_READS_PER_PRIORITY);
 	int			n_passed = 0;
@@ -203,6 +203,8 @@ take_due_steps(const DueQueue *queue, int limit, TimestampTz now, char **run_ids
 		args[1] = Int32GetDatum(priority);
 		/* a parameter, not clock_timestamp(): the bound of the index range, not a filter */
 		args[3] = TimestampTzGetDatum(now);
+		/* rows passed over in another priority's range are not in this one */
+		n_passed = 0;
 		for (int read = 0; read < CLAIM_READS_PER_PRIORITY && taken < limit; read++)
 		{
 			int			lost = 0;

@@ -34,9 +34,12 @@ CREATE EXTENSION durable_steps;
 			$ok_step->('fresh'),
 			q{SELECT status FROM ds_run_step('ret', 'blocked', $$SELECT ds_blocked('needs a person', 'Fix it.')$$);},
 			# finished long ago (superuser back-dating; nobody else can write these tables)
-			q{UPDATE durable_steps.steps SET finished_at = now() - interval '30 days'
+			# (created no later than finished, as every step is: the purge finds them by created_at)
+			q{UPDATE durable_steps.steps SET finished_at = now() - interval '30 days',
+			                                 created_at = now() - interval '30 days'
 			   WHERE run_id = 'ret' AND step_id LIKE 'old30-%';},
-			q{UPDATE durable_steps.steps SET finished_at = now() - interval '1 hour'
+			q{UPDATE durable_steps.steps SET finished_at = now() - interval '1 hour',
+			                                 created_at = now() - interval '1 hour'
 			   WHERE run_id = 'ret' AND step_id LIKE 'old1h-%';},
 			q{UPDATE durable_steps.steps SET created_at = now() - interval '30 days',
 			                                 updated_at = now() - interval '30 days'
