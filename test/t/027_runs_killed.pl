@@ -89,9 +89,11 @@ SELECT count(*) = 1 FROM pg_stat_activity
 {
 	# a run the executor keeps between its turns (its step done, the next one due): killed there,
 	# outside any turn, it is lost like a turn in flight and taken up again. alice's run and bob's
-	# are claimed together; the executor takes alice's first turn (her s1) in a transaction of its
-	# own and keeps her run, then bob's first turn naps: that is when it is killed.
+	# are claimed together (a restarted executor knows no pace of turns yet and claims up to ten
+	# runs: README, "Claim sizes"); the executor takes alice's first turn (her s1) in a transaction
+	# of its own and keeps her run, then bob's first turn naps: that is when it is killed.
 	my $t = 'killed while holding a run between turns';
+	$node->restart;
 	my $off = log_offset($node);
 	$node->safe_psql(
 		'postgres', q{
