@@ -18,6 +18,7 @@
 #include "catalog/indexing.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
+#include "storage/proc.h"
 #include "utils/fmgroids.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -35,15 +36,25 @@ static struct
 	MemoryContext cxt;
 }			turn;
 
+/* The extension's schema as this transaction found it: turns and their calls ask for it often. */
+static Oid	schema_cached = InvalidOid;
+static LocalTransactionId schema_cached_lxid = InvalidLocalTransactionId;
+
 Oid
 ds_extension_schema(void)
 {
-	Oid			ext = get_extension_oid("durable_steps", false);
-	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
+	Oid			ext;
+	Relation	rel;
 	ScanKeyData key;
 	SysScanDesc scan;
 	HeapTuple	tuple;
 	Oid			schema = InvalidOid;
+
+	if (OidIsValid(schema_cached) && schema_cached_lxid == MyProc->lxid &&
+		schema_cached_lxid != InvalidLocalTransactionId)
+		return schema_cached;
+	ext = get_extension_oid("durable_steps", false);
+	rel = table_open(ExtensionRelationId, AccessShareLock);
 
 	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(ext));
@@ -55,6 +66,8 @@ ds_extension_schema(void)
 	table_close(rel, AccessShareLock);
 	if (!OidIsValid(schema))
 		elog(ERROR, "extension durable_steps has no schema");
+	schema_cached = schema;
+	schema_cached_lxid = MyProc->lxid;
 	return schema;
 }
 

@@ -37,10 +37,12 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "classify.h"
 #include "ds_errcodes.h"
 #include "policy.h"
 #include "run_context.h"
 #include "run_steps.h"
+#include "step_call.h"
 #include "step_exec.h"
 #include "step_lock.h"
 #include "store.h"
@@ -190,8 +192,75 @@ encode_step_call(Datum *args, char *nulls, int64 *limit)
 }
 
 /*
+ * The checks ds_run_step makes of the arguments ds_step passes it (run_step.c, parse_step_call),
+ * for a new step, which ds_step does not hand to ds_run_step in the turn: a malformed argument
+ * raises at the call, where the workflow can catch it, not in the executor's work after the turn.
+ */
+static void
+check_new_step_args(FunctionCallInfo fcinfo)
+{
+	RetryPolicy parsed;
+	ClassOverrides overrides;
+	char	   *sql;
+	char	   *on_timeout;
+
+	/* in parse_step_call's order: the first malformed argument is the one reported */
+	(void) ds_step_timeout_arg(fcinfo, 4);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("sql must not be null")));
+	sql = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	if (strspn(sql, " \t\r\n\f\v;") == strlen(sql))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sql must contain a statement")));
+	if (PG_ARGISNULL(7))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("on_timeout must not be null")));
+	on_timeout = text_to_cstring(PG_GETARG_TEXT_PP(7));
+	if (strcmp(on_timeout, "retry") != 0 && strcmp(on_timeout, "fail") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("on_timeout must be 'retry' or 'fail'")));
+	ds_policy_parse(PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3), &parsed);
+	memset(&overrides, 0, sizeof(overrides));
+	ds_parse_sqlstate_list(PG_ARGISNULL(5) ? NULL : PG_GETARG_ARRAYTYPE_P(5), "retry_on",
+						   &overrides.n_retry, &overrides.retry_on, &overrides.retry_is_class);
+	ds_parse_sqlstate_list(PG_ARGISNULL(6) ? NULL : PG_GETARG_ARRAYTYPE_P(6), "fail_on",
+						   &overrides.n_fail, &overrides.fail_on, &overrides.fail_is_class);
+}
+
+/* The turn ends here: step `step_id`'s attempt is due, and the executor runs it after the turn. */
+static void
+suspend_for_attempt(const char *step_id, Datum *args, char *nulls) pg_attribute_noreturn();
+
+static void
+suspend_for_attempt(const char *step_id, Datum *args, char *nulls)
+{
+	TurnSuspension work;
+
+	memset(&work, 0, sizeof(work));
+	work.work = TURN_WORK_STEP;
+	work.wake_at = GetCurrentTimestamp();
+	work.reason = psprintf("running step %s", step_id);
+	work.step_id = (char *) step_id;
+	work.step_call = encode_step_call(args, nulls, &work.step_timeout);
+	work.owner = GetUserId();
+	work.search_path = namespace_search_path;
+	ds_turn_suspend_for_work(&work);
+}
+
+/*
  * ds_step(step_id, sql, input, policy, timeout, retry_on, fail_on, on_timeout) -> jsonb: the
  * step's result.
+ *
+ * The two common calls of a turn are answered here from one look at the step's row: a step the
+ * run completed before (as its owner, with this definition: what ds_run_step would replay), and
+ * a new one (the turn ends; ds_run_step stores and runs it in the executor's work). Anything else
+ * -- a step to retry, re-armed, blocked, another role's, a conflicting definition -- is asked of
+ * ds_run_step, with `defer => true` so that it runs nothing now.
  */
 Datum
 ds_step(PG_FUNCTION_ARGS)
@@ -212,6 +281,8 @@ ds_step(PG_FUNCTION_ARGS)
 	char	   *error_message;
 	char	   *remediation;
 	MemoryContext caller_cxt = CurrentMemoryContext;
+	StepRecord	probe;
+	bool		found;
 
 	step_id = name_arg(fcinfo, 0, "step_id");
 	args[0] = CStringGetTextDatum(run_id);
@@ -221,16 +292,31 @@ ds_step(PG_FUNCTION_ARGS)
 		nulls[i + 1] = PG_ARGISNULL(i) ? 'n' : ' ';
 		args[i + 1] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
 	}
+	found = ds_probe_step(run_id, step_id, GetLatestSnapshot(), &probe, NULL);
+	if (!found)
+	{
+		check_new_step_args(fcinfo);
+		suspend_for_attempt(step_id, args, nulls);
+	}
+	if (probe.status == STEP_SUCCEEDED && probe.attempt_base == 0 &&
+		probe.owner == GetUserId() && strcmp(probe.kind, "sql") == 0 && !PG_ARGISNULL(1) &&
+		probe.on_success == NULL && probe.on_failure == NULL &&
+		strcmp(probe.fingerprint,
+			   ds_step_fingerprint(text_to_cstring(PG_GETARG_TEXT_PP(1)),
+								   PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2), NULL, NULL)) == 0)
+	{
+		if (probe.result == NULL)
+			PG_RETURN_NULL();
+		PG_RETURN_JSONB_P(probe.result);
+	}
 	/*
 	 * A step that was re-armed (ds_retry_step, maybe with corrected input) runs as it was armed:
 	 * the workflow passes what it passed before, and the correction must not be a conflict.
 	 */
 	{
-		StepRecord	probe;
 		StepRecord	armed;
 
-		if (ds_probe_step(run_id, step_id, GetLatestSnapshot(), &probe, NULL) &&
-			probe.attempt_base > 0 && probe.owner == GetUserId() &&
+		if (probe.attempt_base > 0 && probe.owner == GetUserId() &&
 			strcmp(probe.kind, "sql") == 0 &&
 			ds_store_lock_step(run_id, step_id, &armed) && armed.sql != NULL)
 		{
@@ -281,20 +367,8 @@ ds_step(PG_FUNCTION_ARGS)
 						psprintf("step %s", step_id),
 						step_id, NULL);
 	if (strcmp(status, "retrying") == 0 || strcmp(status, "pending") == 0)
-	{
 		/* due: its attempt runs after this turn, and commits on its own */
-		TurnSuspension work;
-
-		memset(&work, 0, sizeof(work));
-		work.work = TURN_WORK_STEP;
-		work.wake_at = GetCurrentTimestamp();
-		work.reason = psprintf("running step %s", step_id);
-		work.step_id = step_id;
-		work.step_call = encode_step_call(args, nulls, &work.step_timeout);
-		work.owner = GetUserId();
-		work.search_path = namespace_search_path;
-		ds_turn_suspend_for_work(&work);
-	}
+		suspend_for_attempt(step_id, args, nulls);
 	if (strcmp(status, "blocked") == 0)
 		ds_turn_suspend(true, 0,
 						psprintf("step %s is blocked: %s", step_id,

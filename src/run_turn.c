@@ -2,11 +2,11 @@
  * run_turn.c -- the worker's side of runs (README, "Runs"): claiming due turns, running one,
  * recording how it ended, recovering turns whose executor is gone.
  *
- * A turn is one transaction of the executor. It calls the workflow from its start, as the run's
- * owner and isolated exactly like a worker attempt (step_exec.c, step_isolation.c: session and
- * current user the owner, security-restricted, the run's search_path, bounded by
- * durable_steps.default_timeout and max_worker_attempt_time, stoppable by ds_cancel_run), inside
- * a subtransaction of its own:
+ * A turn calls the workflow from its start, as the run's owner and isolated exactly like a worker
+ * attempt (step_exec.c, step_isolation.c: session and current user the owner, security-restricted,
+ * the run's search_path, bounded by durable_steps.default_timeout and max_worker_attempt_time,
+ * stoppable by ds_cancel_run), inside a subtransaction of its own of the executor's transaction
+ * (which other runs' turns of the same owner may share, worker.c; never two turns of one run):
  *
  *   - the workflow returned and nothing suspended: the subtransaction is kept (the workflow's own
  *     writes commit), and the run succeeds with the workflow's value as its output;
@@ -20,8 +20,13 @@
  *
  * A claim commits the turn as started (status running, turns counted, claimant recorded) and
  * holds the run's session lock until the turn's outcome commits, as claims of steps do; the
- * turn's transaction also holds the run's row. A run found running whose lock and row are free
- * lost its executor: the crash rolled the turn back, and the run is simply due again.
+ * turn's transaction also holds the run's row. A run that can go on at once may stay claimed:
+ * its turn's transaction then counts the next turn instead of letting the run go, and the
+ * executor runs that turn after the commit (record_continuing). A run found running whose lock
+ * and row are free lost its executor: the crash rolled the turn back (or the executor died
+ * between two turns), and the run is simply due again.
+ *
+ * The run's row is written without a statement (direct_write.c): the turn holds its row lock.
  */
 #include "compat.h"
 
@@ -33,14 +38,17 @@
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/itemptr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
 
+#include "direct_write.h"
 #include "ds_errcodes.h"
 #include "policy.h"
 #include "run_context.h"
@@ -55,7 +63,6 @@
 static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr lock_plan = NULL;
-static SPIPlanPtr record_plan = NULL;
 static SPIPlanPtr cancel_steps_plan = NULL;
 static SPIPlanPtr event_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
@@ -114,7 +121,7 @@ ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
 											  " lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3"
 											  " WHERE run_id OPERATOR(pg_catalog.=) ANY ($1)"
 											  " RETURNING run_id, workflow, input, policy,"
-											  " owner::pg_catalog.oid, search_path, turns",
+											  " owner::pg_catalog.oid, search_path, turns, lost_turns",
 											  3, claim_types),
 							  args, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE_RETURNING)
@@ -138,6 +145,10 @@ ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
 			r->owner = DatumGetObjectId(SPI_getbinval(t, td, 5, &isnull));
 			r->search_path = SPI_getvalue(t, td, 6);
 			r->turn = DatumGetInt32(SPI_getbinval(t, td, 7, &isnull));
+			r->lost_turns = DatumGetInt32(SPI_getbinval(t, td, 8, &isnull));
+			r->cxt = cxt;
+			r->statement = NULL;
+			r->returns_value = false;
 			MemoryContextSwitchTo(old);
 		}
 	}
@@ -159,46 +170,155 @@ typedef struct RunOutcome
 	const char *error_detail;
 } RunOutcome;
 
+/* The columns of durable_steps.runs the end of a turn writes. */
+typedef enum RunColumn
+{
+	RUN_COL_STATUS,
+	RUN_COL_OUTPUT,
+	RUN_COL_NEXT_WAKE_AT,
+	RUN_COL_WAIT_REASON,
+	RUN_COL_CURRENT_STEP,
+	RUN_COL_WAIT_EVENT,
+	RUN_COL_ERROR_CODE,
+	RUN_COL_ERROR_MESSAGE,
+	RUN_COL_ERROR_DETAIL,
+	RUN_COL_CLAIMED_BY,
+	RUN_COL_LEASE_EXPIRES_AT,
+	RUN_COL_LOST_TURNS,
+	RUN_COL_UPDATED_AT,
+	RUN_COL_FINISHED_AT,
+	RUN_COL_TURNS,
+	N_RUN_COLUMNS
+} RunColumn;
+
+static const char *const run_column_names[N_RUN_COLUMNS] = {
+	[RUN_COL_STATUS] = "status",
+	[RUN_COL_OUTPUT] = "output",
+	[RUN_COL_NEXT_WAKE_AT] = "next_wake_at",
+	[RUN_COL_WAIT_REASON] = "wait_reason",
+	[RUN_COL_CURRENT_STEP] = "current_step",
+	[RUN_COL_WAIT_EVENT] = "wait_event",
+	[RUN_COL_ERROR_CODE] = "error_code",
+	[RUN_COL_ERROR_MESSAGE] = "error_message",
+	[RUN_COL_ERROR_DETAIL] = "error_detail",
+	[RUN_COL_CLAIMED_BY] = "claimed_by",
+	[RUN_COL_LEASE_EXPIRES_AT] = "lease_expires_at",
+	[RUN_COL_LOST_TURNS] = "lost_turns",
+	[RUN_COL_UPDATED_AT] = "updated_at",
+	[RUN_COL_FINISHED_AT] = "finished_at",
+	[RUN_COL_TURNS] = "turns",
+};
+
+/* Where the row of the turn's run is: found by lock_claimed_run, moved by each write. */
+static ItemPointerData run_row_tid;
+
+/* A new row version being written: the columns set so far and their values. */
+typedef struct RunWrite
+{
+	int			n;
+	AttrNumber	attnums[N_RUN_COLUMNS];
+	Datum		values[N_RUN_COLUMNS];
+	bool		nulls[N_RUN_COLUMNS];
+} RunWrite;
+
+/* Set column `col` of the write (text columns from a C string, NULL for NULL). */
+static void
+set_column(RunWrite *w, RunColumn col, Datum value, bool isnull)
+{
+	static Oid	attnums_relid = InvalidOid;
+	static AttrNumber attnums[N_RUN_COLUMNS];
+	Oid			relid = ds_store_relations()->runs;
+
+	if (attnums_relid != relid)
+	{
+		/* looked up again when the table is another (the extension was created anew) */
+		for (int i = 0; i < N_RUN_COLUMNS; i++)
+		{
+			attnums[i] = get_attnum(relid, run_column_names[i]);
+			if (attnums[i] == InvalidAttrNumber)
+				elog(ERROR, "durable_steps.runs has no column %s", run_column_names[i]);
+		}
+		attnums_relid = relid;
+	}
+	w->attnums[w->n] = attnums[col];
+	w->values[w->n] = value;
+	w->nulls[w->n] = isnull;
+	w->n++;
+}
+
+static void
+set_text(RunWrite *w, RunColumn col, const char *text)
+{
+	set_column(w, col, text ? CStringGetTextDatum(text) : (Datum) 0, text == NULL);
+}
+
+/*
+ * Write the run's new row version, without a statement (direct_write.c): the turn holds the
+ * row's lock (lock_claimed_run), the one that serializes its writers.
+ */
+static void
+write_run(const char *run_id, RunWrite *w)
+{
+	const StoreRelations *r = ds_store_relations();
+	Datum		key = CStringGetTextDatum(run_id);
+	RegProcedure eq = F_TEXTEQ;
+
+	set_column(w, RUN_COL_UPDATED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	if (!ds_direct_update_row(r->runs, r->runs_pkey, 1, &key, &eq, &run_row_tid,
+							  w->attnums, w->n, w->values, w->nulls))
+		elog(ERROR, "run %s is gone", run_id);
+}
+
 static void
 record_run(const char *run_id, const RunOutcome *o)
 {
-	Oid			types[10] = {TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TEXTOID, TEXTOID,
-	TEXTOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		args[10];
-	char		nulls[10];
-	const char *texts[10] = {run_id, o->status, NULL, NULL, o->wait_reason, o->current_step,
-	o->wait_event, o->error_code, o->error_message, o->error_detail};
-	StoreSpi	spi;
-	int			rc;
+	RunWrite	w;
+	bool		finished = strcmp(o->status, "succeeded") == 0 ||
+		strcmp(o->status, "failed") == 0 || strcmp(o->status, "cancelled") == 0;
 
-	for (int i = 0; i < 10; i++)
-	{
-		nulls[i] = texts[i] ? ' ' : 'n';
-		args[i] = texts[i] ? CStringGetTextDatum(texts[i]) : (Datum) 0;
-	}
-	nulls[2] = o->output ? ' ' : 'n';
-	args[2] = o->output ? JsonbPGetDatum(o->output) : (Datum) 0;
-	nulls[3] = o->wake_at ? ' ' : 'n';
-	args[3] = TimestampTzGetDatum(o->wake_at);
-	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&record_plan,
-										  "UPDATE durable_steps.runs SET status = $2, output = $3,"
-										  " next_wake_at = $4, wait_reason = $5, current_step = $6,"
-										  " wait_event = $7, error_code = $8, error_message = $9,"
-										  " error_detail = $10, claimed_by = NULL,"
-										  " lease_expires_at = NULL, lost_turns = 0,"
-										  " updated_at = pg_catalog.clock_timestamp(),"
-										  " finished_at = CASE WHEN $2 OPERATOR(pg_catalog.=)"
-										  "  ANY ('{succeeded,failed,cancelled}')"
-										  "  THEN pg_catalog.clock_timestamp() END"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1",
-										  10, types),
-						  args, nulls, false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "recording run %s failed: %s", run_id, SPI_result_code_string(rc));
+	w.n = 0;
+	set_text(&w, RUN_COL_STATUS, o->status);
+	set_column(&w, RUN_COL_OUTPUT, o->output ? JsonbPGetDatum(o->output) : (Datum) 0,
+			   o->output == NULL);
+	set_column(&w, RUN_COL_NEXT_WAKE_AT, TimestampTzGetDatum(o->wake_at), o->wake_at == 0);
+	set_text(&w, RUN_COL_WAIT_REASON, o->wait_reason);
+	set_text(&w, RUN_COL_CURRENT_STEP, o->current_step);
+	set_text(&w, RUN_COL_WAIT_EVENT, o->wait_event);
+	set_text(&w, RUN_COL_ERROR_CODE, o->error_code);
+	set_text(&w, RUN_COL_ERROR_MESSAGE, o->error_message);
+	set_text(&w, RUN_COL_ERROR_DETAIL, o->error_detail);
+	set_column(&w, RUN_COL_CLAIMED_BY, (Datum) 0, true);
+	set_column(&w, RUN_COL_LEASE_EXPIRES_AT, (Datum) 0, true);
+	set_column(&w, RUN_COL_LOST_TURNS, Int32GetDatum(0), false);
+	set_column(&w, RUN_COL_FINISHED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), !finished);
+	write_run(run_id, &w);
 	if (o->wake_at != 0)
 		ds_worker_wake_at_commit();
-	ds_store_spi_end(&spi);
+}
+
+/*
+ * The turn ended and the run can go on at once: it stays running and claimed by this executor,
+ * and its next turn is counted now, with this turn's work, so that the next turn -- which the
+ * executor runs right after this commits, without a claim -- is counted before it runs, as a
+ * claim counts the turn it starts (a turn that kills its executor every time still ends in
+ * DS007). Only columns no index covers change: the update can stay on the row's page (HOT).
+ */
+static void
+record_continuing(ClaimedRun *run, const RunOutcome *o)
+{
+	RunWrite	w;
+
+	w.n = 0;
+	set_column(&w, RUN_COL_TURNS, Int32GetDatum(run->turn + 1), false);
+	set_column(&w, RUN_COL_LOST_TURNS, Int32GetDatum(0), false);
+	set_text(&w, RUN_COL_CURRENT_STEP, o->current_step);
+	set_text(&w, RUN_COL_WAIT_REASON, o->wait_reason);
+	set_column(&w, RUN_COL_LEASE_EXPIRES_AT,
+			   TimestampTzGetDatum(GetCurrentTimestamp() + ds_worker_attempt_limit_usecs(0)),
+			   false);
+	write_run(run->run_id, &w);
+	run->turn++;
+	run->lost_turns = 0;
 }
 
 /* Is the run still this claim's (not cancelled meanwhile)? Locks its row for the turn. */
@@ -214,7 +334,7 @@ lock_claimed_run(const ClaimedRun *run)
 
 	ds_store_spi_begin(&spi);
 	rc = SPI_execute_plan(ds_prepare_kept(&lock_plan,
-										  "SELECT status, claimed_by, turns FROM durable_steps.runs"
+										  "SELECT status, claimed_by, turns, ctid FROM durable_steps.runs"
 										  " WHERE run_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 										  1, types),
 						  args, NULL, false, 1);
@@ -225,6 +345,10 @@ lock_claimed_run(const ClaimedRun *run)
 		DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) == MyProcPid &&
 		!isnull &&
 		DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)) == run->turn;
+	if (ours)
+		ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0],
+														  SPI_tuptable->tupdesc, 4, &isnull)),
+						&run_row_tid);
 	ds_store_spi_end(&spi);
 	return ours;
 }
@@ -299,74 +423,70 @@ turn_statement(const char *workflow, bool *returns_value)
  * A query cancel that was not ds_cancel_run's stopped the turn (an operator's pg_cancel_backend()
  * of the executor, a statement_timeout the workflow set): like a lost turn, not the workflow's
  * failure. The turn rolled back with everything it did; the run is due again, and fails with the
- * cancel's error only after max_attempts of its policy such turns in a row, so that a workflow
- * cancelled every time does not loop for ever.
+ * cancel's error only after max_attempts of its policy such turns in a row (counted with the lost
+ * ones), so that a workflow cancelled every time does not loop for ever. Lets the run go.
  */
-static void
-turn_interrupted(const ClaimedRun *run, const AttemptOutcome *outcome, const char *step_id)
+static bool
+turn_interrupted(ClaimedRun *run, const AttemptOutcome *outcome, const char *step_id)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		args[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	RetryPolicy policy;
-	StoreSpi	spi;
-	bool		isnull;
-	bool		waiting;
-	int			rc;
+	RunWrite	w;
+	int			lost = run->lost_turns + 1;
+	const char *message = outcome->message ? outcome->message : "";
+	bool		give_up;
+	TimestampTz now = GetCurrentTimestamp();
 
 	ds_policy_resolve(run->policy, NULL, &policy);
-	args[0] = CStringGetTextDatum(run->run_id);
-	args[1] = Int32GetDatum(policy.max_attempts);
-	args[2] = CStringGetTextDatum(unpack_sql_state(outcome->sqlerrcode));
-	args[3] = CStringGetTextDatum(outcome->message ? outcome->message : "");
-	args[4] = step_id ? CStringGetTextDatum(step_id) : (Datum) 0;
-	nulls[4] = step_id ? ' ' : 'n';
-	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&plan,
-										  "UPDATE durable_steps.runs SET"
-										  " lost_turns = lost_turns OPERATOR(pg_catalog.+) 1,"
-										  " status = CASE WHEN lost_turns OPERATOR(pg_catalog.+) 1"
-										  "  OPERATOR(pg_catalog.>=) $2 THEN 'failed' ELSE 'waiting' END,"
-										  " next_wake_at = CASE WHEN lost_turns OPERATOR(pg_catalog.+) 1"
-										  "  OPERATOR(pg_catalog.<) $2 THEN pg_catalog.clock_timestamp() END,"
-										  " finished_at = CASE WHEN lost_turns OPERATOR(pg_catalog.+) 1"
-										  "  OPERATOR(pg_catalog.>=) $2 THEN pg_catalog.clock_timestamp() END,"
-										  " error_code = CASE WHEN lost_turns OPERATOR(pg_catalog.+) 1"
-										  "  OPERATOR(pg_catalog.>=) $2 THEN $3 END,"
-										  " error_message = CASE WHEN lost_turns OPERATOR(pg_catalog.+) 1"
-										  "  OPERATOR(pg_catalog.>=) $2 THEN $4 END,"
-										  " error_detail = NULL, output = NULL, wait_event = NULL,"
-										  " current_step = $5, claimed_by = NULL, lease_expires_at = NULL,"
-										  " updated_at = pg_catalog.clock_timestamp(),"
-										  " wait_reason = 'turn interrupted: ' OPERATOR(pg_catalog.||) $4"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1"
-										  " RETURNING status OPERATOR(pg_catalog.=) 'waiting'",
-										  5, types),
-						  args, nulls, false, 0);
-	if (rc != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
-		elog(ERROR, "recording the interrupted turn of run %s failed", run->run_id);
-	waiting = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	ds_store_spi_end(&spi);
+	give_up = lost >= policy.max_attempts;
+	w.n = 0;
+	set_text(&w, RUN_COL_STATUS, give_up ? "failed" : "waiting");
+	set_column(&w, RUN_COL_OUTPUT, (Datum) 0, true);
+	set_column(&w, RUN_COL_NEXT_WAKE_AT, TimestampTzGetDatum(now), give_up);
+	set_text(&w, RUN_COL_WAIT_REASON, psprintf("turn interrupted: %s", message));
+	set_text(&w, RUN_COL_CURRENT_STEP, step_id);
+	set_text(&w, RUN_COL_WAIT_EVENT, NULL);
+	set_text(&w, RUN_COL_ERROR_CODE, give_up ? unpack_sql_state(outcome->sqlerrcode) : NULL);
+	set_text(&w, RUN_COL_ERROR_MESSAGE, give_up ? message : NULL);
+	set_text(&w, RUN_COL_ERROR_DETAIL, NULL);
+	set_column(&w, RUN_COL_CLAIMED_BY, (Datum) 0, true);
+	set_column(&w, RUN_COL_LEASE_EXPIRES_AT, (Datum) 0, true);
+	set_column(&w, RUN_COL_LOST_TURNS, Int32GetDatum(lost), false);
+	set_column(&w, RUN_COL_FINISHED_AT, TimestampTzGetDatum(now), !give_up);
+	write_run(run->run_id, &w);
 	ereport(LOG,
 			(errmsg("durable_steps: the turn of run %s was interrupted (%s); %s", run->run_id,
-					outcome->message ? outcome->message : "",
-					waiting ? "running it again" : "failing the run")));
-	if (waiting)
+					message, give_up ? "failing the run" : "running it again")));
+	if (!give_up)
 		ds_worker_wake_at_commit();
+	return false;
 }
 
-/* ds_cancel_run stopped the turn: the run and its unfinished steps are cancelled. */
+/* ds_cancel_run stopped the turn: the run is cancelled (end_turn cancels its unfinished steps). */
 static void
-run_cancelled(const char *run_id)
+cancelled_outcome(RunOutcome *o)
 {
-	RunOutcome	o;
+	memset(o, 0, sizeof(*o));
+	o->status = "cancelled";
+	o->wait_reason = "cancelled by ds_cancel_run()";
+}
 
-	memset(&o, 0, sizeof(o));
-	o.status = "cancelled";
-	o.wait_reason = "cancelled by ds_cancel_run()";
-	record_run(run_id, &o);
-	cancel_run_steps(run_id);
+/*
+ * Record how the turn ended. A run that can go on at once stays with this executor when
+ * `may_continue` allows it (record_continuing); true then. Any other outcome lets the run go.
+ */
+static bool
+end_turn(ClaimedRun *run, const RunOutcome *o, bool may_continue)
+{
+	if (may_continue && strcmp(o->status, "waiting") == 0 && o->wait_event == NULL &&
+		o->wake_at != 0 && o->wake_at <= GetCurrentTimestamp())
+	{
+		record_continuing(run, o);
+		return true;
+	}
+	record_run(run->run_id, o);
+	if (strcmp(o->status, "cancelled") == 0)
+		cancel_run_steps(run->run_id);
+	return false;
 }
 
 /* Text field `key` of a jsonb object; NULL when absent or null. */
@@ -393,7 +513,8 @@ field_text(Jsonb *j, const char *key)
  * ds_http_step, and the run waits for the HTTP worker.
  */
 static void
-run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
+run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
+			  AttemptOutcome *interrupted)
 {
 	bool		http = susp->work == TURN_WORK_HTTP;
 	StepBody	body;
@@ -410,7 +531,6 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 		o->current_step = susp->step_id;
 		o->wake_at = GetCurrentTimestamp() + RUN_QUEUE_PAUSED_RECHECK;
 		o->wait_reason = psprintf(DS_RUN_QUEUE_PAUSED_REASON, paused);
-		record_run(run->run_id, o);
 		return;
 	}
 	memset(&no_overrides, 0, sizeof(no_overrides));
@@ -452,12 +572,14 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 	o->current_step = susp->step_id;
 	if (outcome.cls == ATTEMPT_CANCELLED)
 	{
-		run_cancelled(run->run_id);
+		cancelled_outcome(o);
 		return;
 	}
 	if (outcome.cls != ATTEMPT_COMPLETED && outcome.sqlerrcode == ERRCODE_QUERY_CANCELED)
 	{
-		turn_interrupted(run, &outcome, susp->step_id);
+		/* stopped by a cancel that was not ds_cancel_run's: the caller's turn_interrupted */
+		*interrupted = outcome;
+		o->status = NULL;
 		return;
 	}
 	if (outcome.cls != ATTEMPT_COMPLETED)
@@ -467,7 +589,6 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 		o->error_code = unpack_sql_state(outcome.sqlerrcode);
 		o->error_message = outcome.message;
 		o->error_detail = outcome.detail;
-		record_run(run->run_id, o);
 		return;
 	}
 	status = field_text(outcome.result, "status");
@@ -514,11 +635,10 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o)
 	else
 		/* succeeded, or failed for good: the next turn replays it */
 		o->wait_reason = psprintf("step %s %s", susp->step_id, status);
-	record_run(run->run_id, o);
 }
 
-void
-ds_run_turn(const ClaimedRun *run, char **awaited)
+bool
+ds_run_turn(ClaimedRun *run, bool may_continue, char **awaited)
 {
 	RunOutcome	o;
 	StepBody	body;
@@ -527,37 +647,39 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 	TurnSuspension susp;
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
-	bool		returns_value = false;
-	char	   *sql;
 
 	*awaited = NULL;
 	memset(&o, 0, sizeof(o));
 	if (!lock_claimed_run(run))
-		return;
+		return false;
 	if (GetUserNameFromId(run->owner, true) == NULL)
 	{
 		/* never run as anybody else: the run fails closed */
 		o.status = "failed";
 		o.error_code = unpack_sql_state(ERRCODE_UNDEFINED_OBJECT);
 		o.error_message = "the role that started the run no longer exists";
-		record_run(run->run_id, &o);
-		return;
+		return end_turn(run, &o, false);
 	}
-	sql = turn_statement(run->workflow, &returns_value);
-	if (sql == NULL)
+	if (run->statement == NULL)
 	{
-		o.status = "failed";
-		o.error_code = unpack_sql_state(ERRCODE_UNDEFINED_FUNCTION);
-		o.error_message = psprintf("workflow %s no longer exists", run->workflow);
-		record_run(run->run_id, &o);
-		return;
+		/* looked up once per claim: the turns of one claim follow each other closely */
+		char	   *sql = turn_statement(run->workflow, &run->returns_value);
+
+		if (sql == NULL)
+		{
+			o.status = "failed";
+			o.error_code = unpack_sql_state(ERRCODE_UNDEFINED_FUNCTION);
+			o.error_message = psprintf("workflow %s no longer exists", run->workflow);
+			return end_turn(run, &o, false);
+		}
+		run->statement = MemoryContextStrdup(run->cxt, sql);
 	}
 
 	memset(&no_overrides, 0, sizeof(no_overrides));
 	memset(&body, 0, sizeof(body));
 	body.run_id = run->run_id;
 	body.step_id = DS_TURN_STEP_ID;
-	body.sql = sql;
+	body.sql = run->statement;
 	body.input = run->input;
 	body.timeout = 0;			/* durable_steps.default_timeout */
 	body.isolate_as = run->owner;
@@ -583,21 +705,24 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 	if (outcome.cls == ATTEMPT_COMPLETED && !susp.suspended)
 	{
 		o.status = "succeeded";
-		o.output = returns_value ? outcome.result : NULL;
-		record_run(run->run_id, &o);
-		return;
+		o.output = run->returns_value ? outcome.result : NULL;
+		return end_turn(run, &o, false);
 	}
 	if (outcome.cls == ATTEMPT_CANCELLED)
 	{
-		run_cancelled(run->run_id);
-		return;
+		cancelled_outcome(&o);
+		return end_turn(run, &o, false);
 	}
 	if (susp.suspended)
 	{
 		if (susp.work == TURN_WORK_STEP || susp.work == TURN_WORK_HTTP)
 		{
-			run_step_work(run, &susp, &o);
-			return;
+			AttemptOutcome interrupted;
+
+			run_step_work(run, &susp, &o, &interrupted);
+			if (o.status == NULL)
+				return turn_interrupted(run, &interrupted, susp.step_id);
+			return end_turn(run, &o, may_continue);
 		}
 		if (susp.work != TURN_WORK_NONE)
 			ds_turn_record_wait(run->run_id, &susp);
@@ -607,22 +732,19 @@ ds_run_turn(const ClaimedRun *run, char **awaited)
 		o.current_step = susp.step_id;
 		o.wait_event = susp.work == TURN_WORK_NONE || susp.work == TURN_WORK_EVENT_START ?
 			susp.event : NULL;
-		record_run(run->run_id, &o);
 		if (o.wait_event != NULL)
 			*awaited = pstrdup(o.wait_event);
-		return;
+		/* a wait's record is this turn's work: the run may go on at once (an event that came) */
+		return end_turn(run, &o, may_continue && susp.work != TURN_WORK_NONE);
 	}
 	if (outcome.sqlerrcode == ERRCODE_QUERY_CANCELED)
-	{
-		turn_interrupted(run, &outcome, NULL);
-		return;
-	}
+		return turn_interrupted(run, &outcome, NULL);
 	/* the workflow raised: a step's failure it did not catch, or an error of its own */
 	o.status = "failed";
 	o.error_code = unpack_sql_state(outcome.sqlerrcode);
 	o.error_message = outcome.message;
 	o.error_detail = outcome.detail;
-	record_run(run->run_id, &o);
+	return end_turn(run, &o, false);
 }
 
 void

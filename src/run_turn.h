@@ -16,14 +16,20 @@ typedef struct ClaimedRun
 	Jsonb	   *policy;			/* NULL = none */
 	Oid			owner;
 	char	   *search_path;
-	int			turn;			/* the number the claim gave this turn */
+	int			turn;			/* the number of the turn running next (the runs row's turns) */
+	int			lost_turns;		/* turns lost in a row before this claim; 0 after a turn */
+	MemoryContext cxt;			/* where the claim lives: what the turns cache goes here too */
+	/* the statement that calls the workflow, looked up by the claim's first turn */
+	char	   *statement;
+	bool		returns_value;
 } ClaimedRun;
 
 /*
  * In the current transaction, claim up to `limit` due runs: lock their rows (skipping rows others
- * hold), take each run's session lock, mark them running with this process as claimant. The
- * caller commits, runs each turn (ds_run_turn) in a transaction of its own and releases the
- * run's session lock after the turn committed.
+ * hold), take each run's session lock, mark them running with this process as claimant (each
+ * claim counts one turn). The caller commits, then runs turns (ds_run_turn), never two of one run
+ * in one transaction, and releases the run's session lock after the turn that lets it go has
+ * committed.
  */
 extern int	ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs);
 
@@ -32,8 +38,14 @@ extern int	ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs);
  * workflow, as its owner and isolated like a worker attempt, and record how it ended. When the
  * run now waits for an event, *awaited is its name: look again once committed
  * (ds_wake_if_event_emitted), for an emit that committed while the turn ran.
+ *
+ * Returns true when the run goes on at once and `may_continue` allowed the executor to keep it:
+ * the run stays running and claimed, its next turn is counted in this transaction (run->turn is
+ * that turn's number), and the caller runs that turn in a later transaction -- after this one
+ * committed -- without claiming it again. Returns false when the run is let go: recorded
+ * finished, waiting or blocked (due at once, when it can go on), or no longer this claim's.
  */
-extern void ds_run_turn(const ClaimedRun *run, char **awaited);
+extern bool ds_run_turn(ClaimedRun *run, bool may_continue, char **awaited);
 
 /* In a new transaction after a turn that waits for `event`: wake the run if it is there. */
 extern void ds_wake_if_event_emitted(const char *run_id, const char *event);

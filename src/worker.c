@@ -13,7 +13,8 @@
  *      commit their outcomes; several attempts share one transaction for throughput, for at most
  *      a few milliseconds, so that a failed commit loses nothing but time: the attempts stay
  *      running, their locks are released, and step 1 retries them by their policies;
- *   4. claim due runs and run one turn of each, each turn its own transaction (run_turn.c);
+ *   4. claim due runs and take their turns (run_turn.c), several runs' turns to a transaction,
+ *      each run's next turn at once, without another claim, while it can go on;
  *   4b. purge what retention allows;
  *   5. sleep until the earliest next attempt, a commit that makes work due (latch), or the
  *      polling backstop.
@@ -41,6 +42,7 @@
 #include "utils/timestamp.h"
 
 #include "claim_size.h"
+#include "direct_write.h"
 #include "store.h"
 #include "retention.h"
 #include "run_context.h"
@@ -401,64 +403,170 @@ claim_and_run_batch(int *skipped)
 }
 
 /*
- * Claim due runs and run one turn of each, each in a transaction of its own with the session
- * user its run's owner. Returns whether anything was claimed.
+ * How long an executor keeps taking turns of the runs it claimed before it lets those that go on
+ * back to the queue (where any executor claims them again): long enough for a short run's every
+ * turn, short enough that due steps, other runs and the other loop phases are not kept waiting.
+ */
+#define HELD_RUNS_MS 250
+
+/* Look once more for the events runs[i] now wait for (awaited[i]): emits that came meanwhile. */
+static void
+look_for_awaited_events(ClaimedRun *runs, char **awaited, int n)
+{
+	bool		any = false;
+
+	for (int i = 0; i < n && !any; i++)
+		any = awaited[i] != NULL;
+	if (!any || !begin_work("durable_steps: looking for awaited events"))
+		return;
+	for (int i = 0; i < n; i++)
+		if (awaited[i] != NULL)
+			ds_wake_if_event_emitted(runs[i].run_id, awaited[i]);
+	commit_transaction();
+}
+
+/*
+ * Order held runs by owner, so that one owner's turns can share a transaction, and within an
+ * owner's the runs that lost turns before last: each of those takes its turn alone, after the
+ * others committed theirs.
+ */
+static int
+compare_held_runs(const void *a, const void *b)
+{
+	const ClaimedRun *x = (const ClaimedRun *) a;
+	const ClaimedRun *y = (const ClaimedRun *) b;
+
+	if (x->owner != y->owner)
+		return x->owner < y->owner ? -1 : 1;
+	return (x->lost_turns > 0) - (y->lost_turns > 0);
+}
+
+/*
+ * One round over the runs this executor holds: one turn of each. Turns share transactions the
+ * way attempts do (run_claimed): one owner's, for at most a few milliseconds, so that commits --
+ * the cost of a turn, each one flushing the WAL -- serve several runs; never two turns of one
+ * run, whose next turn must find its last turn's work committed. A run that lost turns before
+ * runs alone: a workflow that ends its executor takes no other run's turn with it. Runs that go
+ * on (may_continue) stay in runs[], the others are let go after their turn committed. Returns
+ * how many are held afterwards, or -1 when the extension is gone (every lock let go).
+ */
+static int
+run_turns_round(ClaimedRun *runs, int n, bool may_continue)
+{
+	bool	   *goes_on = MemoryContextAllocZero(pass_cxt, sizeof(bool) * n);
+	char	  **awaited = MemoryContextAllocZero(pass_cxt, sizeof(char *) * n);
+	int			done = 0;
+	int			kept = 0;
+
+	qsort(runs, n, sizeof(ClaimedRun), compare_held_runs);
+	while (done < n)
+	{
+		int			first = done;
+		bool		alone = runs[first].lost_turns > 0;
+		int			owner_level;
+		TimestampTz opened;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!begin_work("durable_steps: running workflows"))
+		{
+			ds_step_lock_release_all_session();
+			return -1;
+		}
+		/* the runs held now (those still to take their turn, those going on) stay held ... */
+		for (int i = 0; i < n; i++)
+			if (i >= first || goes_on[i])
+				ds_step_lock_pin(runs[i].run_id, DS_TURN_STEP_ID);
+		/* the runs rows this transaction's turns write share their writer's set-up */
+		ds_direct_write_batch_begin();
+		owner_level = ds_isolation_begin_owner(runs[first].owner);
+		opened = GetCurrentTimestamp();
+		do
+		{
+			char	   *wait_for = NULL;
+
+			CHECK_FOR_INTERRUPTS();
+			pgstat_report_activity(STATE_RUNNING,
+								   psprintf("durable_steps: run %s turn %d", runs[done].run_id,
+											runs[done].turn));
+			goes_on[done] = ds_run_turn(&runs[done], may_continue, &wait_for);
+			if (wait_for != NULL)
+				awaited[done] = MemoryContextStrdup(pass_cxt, wait_for);
+			done++;
+		} while (done < n && runs[done].owner == runs[first].owner &&
+				 !alone && runs[done].lost_turns == 0 &&
+				 !TimestampDifferenceExceeds(opened, GetCurrentTimestamp(), SHARED_TRANSACTION_MS));
+		ds_direct_write_batch_end();
+		ds_isolation_end_owner(owner_level);
+
+		/*
+		 * ... through this commit: the session locks of the runs let go (and any a workflow or a
+		 * step body took) go with it.
+		 */
+		ds_step_lock_release_all_session();
+		for (int i = 0; i < n; i++)
+			if ((i >= done || goes_on[i]) &&
+				!ds_step_lock_try_session(runs[i].run_id, DS_TURN_STEP_ID))
+				elog(ERROR, "could not keep the lock of claimed run %s", runs[i].run_id);
+		commit_transaction();
+		ds_turn_release();
+		/* an event emitted while a turn ran found its run not yet waiting: look once more */
+		look_for_awaited_events(&runs[first], &awaited[first], done - first);
+	}
+	for (int i = 0; i < n; i++)
+		if (goes_on[i])
+			runs[kept++] = runs[i];
+	return kept;
+}
+
+/*
+ * Claim due runs and take their turns, each run's turns one after another without another claim
+ * for as long as it can go on at once (a step done, the next one due), for about HELD_RUNS_MS;
+ * runs that came due meanwhile join while there is room. Returns whether anything was claimed.
  */
 static bool
 claim_and_run_turns(void)
 {
-	ClaimedRun *runs;
-	int			n;
+	ClaimedRun *held;
+	int			n_held;
+	int			capacity;
+	int			claimed;
 	TimestampTz started = GetCurrentTimestamp();
 
 	if (!begin_work("durable_steps: claiming due runs"))
 		return true;
-	n = ds_claim_due_runs(ds_claim_size(&turn_claims, TURN_QUEUE, batch_size), pass_cxt, &runs);
+	/* the runs held at once: about a claim's worth of work at their recent pace */
+	capacity = ds_claim_size(&turn_claims, TURN_QUEUE, batch_size);
+	n_held = ds_claim_due_runs(capacity, pass_cxt, &held);
 	commit_transaction();
-	if (n == 0)
+	if (n_held == 0)
 		return false;
+	claimed = n_held;
+	held = repalloc(held, sizeof(ClaimedRun) * capacity);
 	ds_poll_cancel_requests(true);
-	for (int i = 0; i < n; i++)
+	while (n_held > 0)
 	{
-		char	   *awaited = NULL;
-		int			owner_level;
+		/* the last round lets every run go: none is left claimed when this returns */
+		bool		last = TimestampDifferenceExceeds(started, GetCurrentTimestamp(), HELD_RUNS_MS);
 
-		CHECK_FOR_INTERRUPTS();
-		if (!begin_work("durable_steps: running a workflow"))
-		{
-			ds_step_lock_release_all_session();
+		n_held = run_turns_round(held, n_held, !last);
+		if (n_held <= 0 || last)
 			break;
-		}
-		pgstat_report_activity(STATE_RUNNING,
-							   psprintf("durable_steps: run %s turn %d", runs[i].run_id,
-										runs[i].turn));
-		owner_level = ds_isolation_begin_owner(runs[i].owner);
-		ds_run_turn(&runs[i], &awaited);
-		ds_isolation_end_owner(owner_level);
-		if (awaited != NULL)
-			awaited = MemoryContextStrdup(pass_cxt, awaited);
-
-		/*
-		 * The turn's session locks (the run's, and any the workflow or a step body took) go with
-		 * the commit; the runs still to run are held for the session.
-		 */
-		for (int j = i + 1; j < n; j++)
-			ds_step_lock_pin(runs[j].run_id, DS_TURN_STEP_ID);
-		ds_step_lock_release_all_session();
-		for (int j = i + 1; j < n; j++)
-			if (!ds_step_lock_try_session(runs[j].run_id, DS_TURN_STEP_ID))
-				elog(ERROR, "could not keep the lock of claimed run %s", runs[j].run_id);
-		commit_transaction();
-		ds_turn_release();
-		/* an event emitted while the turn ran found the run not yet waiting: look once more */
-		if (awaited != NULL && begin_work("durable_steps: looking for an awaited event"))
+		if (n_held < capacity && begin_work("durable_steps: claiming due runs"))
 		{
-			ds_wake_if_event_emitted(runs[i].run_id, awaited);
+			ClaimedRun *more;
+			int			n_more;
+
+			/* the held runs' session locks are not touched by this transaction */
+			n_more = ds_claim_due_runs(capacity - n_held, pass_cxt, &more);
 			commit_transaction();
+			if (n_more > 0)
+				memcpy(&held[n_held], more, sizeof(ClaimedRun) * n_more);
+			n_held += n_more;
+			claimed += n_more;
 		}
 	}
 	ds_poll_cancel_requests(false);
-	ds_claim_size_ran(&turn_claims, TURN_QUEUE, n, started);
+	ds_claim_size_ran(&turn_claims, TURN_QUEUE, claimed, started);
 	MemoryContextReset(pass_cxt);
 	return true;
 }

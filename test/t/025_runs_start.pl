@@ -80,5 +80,54 @@ $node->safe_psql('postgres', q{CREATE ROLE alice LOGIN; GRANT EXECUTE ON FUNCTIO
 	q{SET ROLE alice; SELECT * FROM ds_start_run('wf', '{"n": 1}', 'k1')});
 like($err, qr/run k1 belongs to another role/, "$t: cannot take over another role's run key");
 
+$t = 'malformed arguments';
+# a new step's malformed argument raises at its ds_step call, where the workflow can catch it, as
+# ds_run_step raises it -- the turn does not end there to leave the error to the executor's work
+$node->safe_psql(
+	'postgres', q{
+CREATE FUNCTION bad_calls(in_run boolean) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    caught jsonb := '[]';
+    calls text[] := ARRAY[
+        $c$sql => '  ;  '$c$,
+        $c$sql => NULL$c$,
+        $c$sql => 'SELECT 1', policy => '{"max_attempts": 0}'$c$,
+        $c$sql => 'SELECT 1', policy => '{"colour": "blue"}'$c$,
+        $c$sql => 'SELECT 1', timeout => '0 s'$c$,
+        $c$sql => 'SELECT 1', on_timeout => 'later'$c$,
+        $c$sql => NULL, timeout => '-1 s'$c$,
+        $c$sql => 'SELECT 1', retry_on => ARRAY['nope']$c$,
+        $c$sql => 'SELECT 1', fail_on => ARRAY['P0001', '']$c$];
+    i int;
+BEGIN
+    FOR i IN 1 .. array_length(calls, 1) LOOP
+        BEGIN
+            IF in_run THEN
+                EXECUTE format('SELECT ds_step(step_id => %L, %s)', 'bad' || i, calls[i]);
+            ELSE
+                EXECUTE format('SELECT ds_run_step(run_id => %L, step_id => %L, %s)',
+                               'direct', 'bad' || i, calls[i]);
+            END IF;
+            caught := caught || to_jsonb('no error'::text);
+        EXCEPTION WHEN OTHERS THEN
+            caught := caught || to_jsonb(SQLSTATE || ' ' || SQLERRM);
+        END;
+    END LOOP;
+    RETURN caught;
+END $$;
+CREATE FUNCTION bad_args(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql
+    AS $$ SELECT bad_calls(true) $$;
+SELECT ds_start_run('bad_args', '{}', 'bad');
+});
+ok(poll_until($node, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'bad'}, 'succeeded'),
+	"$t: the workflow caught every error and the run succeeded");
+is( $node->safe_psql('postgres',
+		q{SELECT r.output = bad_calls(false) AND jsonb_array_length(r.output) = 9
+		         AND NOT r.output @> '["no error"]'
+		    FROM ds_runs r WHERE run_id = 'bad'}),
+	't', "$t: each call raised what ds_run_step raises for the same arguments");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM ds_steps WHERE run_id IN ('bad', 'direct')}),
+	'0', "$t: no step was stored");
+
 $node->stop;
 done_testing();

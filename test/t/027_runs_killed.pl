@@ -20,7 +20,7 @@ CREATE EXTENSION durable_steps;
 CREATE TABLE ledger (run text, step text);
 -- the test turns a nap off (committed from its own session) before it kills the executor
 CREATE TABLE naps (place text PRIMARY KEY, on_ boolean NOT NULL);
-INSERT INTO naps VALUES ('between', true), ('body', true);
+INSERT INTO naps VALUES ('between', true), ('body', true), ('held', true), ('poison', true);
 CREATE FUNCTION effect() RETURNS int LANGUAGE sql AS
   $$ INSERT INTO ledger VALUES (ds_run_id(), ds_step_id()) RETURNING 1 $$;
 CREATE FUNCTION sleepy_body() RETURNS int LANGUAGE plpgsql AS $$
@@ -84,6 +84,126 @@ SELECT count(*) = 1 FROM pg_stat_activity
 			     FROM durable_steps.runs WHERE run_id = '$run'}),
 		'[1, ' . ($where eq 'body' ? 2 : 1) . ', 1]|5|true',
 		"$t: the output, and five turns: one per step, the lost one, and the one that finished");
+}
+
+{
+	# a run the executor keeps between its turns (its step done, the next one due): killed there,
+	# outside any turn, it is lost like a turn in flight and taken up again. alice's run and bob's
+	# are claimed together (a restarted executor knows no pace of turns yet and claims up to ten
+	# runs: README, "Claim sizes"); the executor takes alice's first turn (her s1) in a transaction
+	# of its own and keeps her run, then bob's first turn naps: that is when it is killed.
+	my $t = 'killed while holding a run between turns';
+	$node->restart;
+	my $off = log_offset($node);
+	$node->safe_psql(
+		'postgres', q{
+CREATE ROLE alice;
+CREATE ROLE bob;
+GRANT INSERT, SELECT ON ledger TO alice, bob;
+GRANT SELECT ON naps TO alice, bob;
+CREATE FUNCTION blocker(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT on_ FROM naps WHERE place = 'held') THEN PERFORM pg_sleep(60); END IF;
+    RETURN ds_step('b1', 'SELECT effect()');
+END $$;
+BEGIN;
+SET ROLE alice;
+SELECT ds_start_run('wf', '{}', 'held-a');
+SET ROLE bob;
+SELECT ds_start_run('blocker', '{}', 'held-b');
+COMMIT;
+});
+	ok( poll_until($node,
+			'postgres', q{
+SELECT count(*) = 1 FROM pg_stat_activity
+ WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep'}),
+		"$t: the executor naps in bob's turn");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(run_id || ':' || status || ':' || turns, ',' ORDER BY run_id)
+			    FROM ds_runs WHERE run_id LIKE 'held-%'}),
+		'held-a:running:2,held-b:running:1',
+		"$t: alice's run is held, running, its next turn counted; bob's turn runs");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(run || ':' || step, ',' ORDER BY step) FROM ledger WHERE run LIKE 'held-%'}),
+		'held-a:s1', "$t: alice's s1 committed before the kill (a transaction of its own)");
+	$node->safe_psql('postgres', q{UPDATE naps SET on_ = false WHERE place = 'held'});
+	my $pid = executor_pid($node);
+	kill 'KILL', $pid;
+	$node->wait_for_log(
+		qr/durable_steps worker.*\(PID $pid\) was terminated by signal 9.*database system is ready to accept connections/s,
+		$off);
+	ok( poll_until($node, 'postgres',
+			q{SELECT count(*) FROM ds_runs WHERE run_id LIKE 'held-%' AND status = 'succeeded'}, '2'),
+		"$t: after the crash restart both runs succeed");
+	like(log_since($node, $off), qr/the turn of run held-a was lost with its executor; running it again/,
+		"$t: the held run's counted turn is logged as lost");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(run || ':' || step || ':' || n, ',' ORDER BY run, step)
+			     FROM (SELECT run, step, count(*) AS n FROM ledger WHERE run LIKE 'held-%' GROUP BY run, step) s}),
+		'held-a:s1:1,held-a:s2:1,held-a:s3:1,held-b:b1:1', "$t: each step's effect is committed once");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(step_id || ':' || attempt || ':' || class, ',' ORDER BY step_id)
+			     FROM ds_attempts WHERE run_id = 'held-a'}),
+		's1:1:completed,s2:1:completed,s3:1:completed',
+		"$t: one completed attempt per step of alice's run");
+	is( $node->safe_psql('postgres',
+			q{SELECT output::text || '|' || turns || '|' || (claimed_by IS NULL)
+			     FROM durable_steps.runs WHERE run_id = 'held-a'}),
+		'[1, 1, 1]|5|true',
+		"$t: alice's output, and five turns: s1's, the lost one, s2's, s3's and the one that finished");
+}
+
+{
+	# a run that lost a turn takes its next one in a transaction of its own, after the other runs
+	# of its owner committed theirs: a workflow that ends its executor every time takes no other
+	# run's work with it. `poisoned` naps in every turn until the test lets it go; it starts as
+	# one whose last turn was lost (lost_turns = 1, as the recovery of a lost turn leaves it),
+	# together with `bystander`, and one claim takes both: a restarted executor knows no pace of
+	# turns yet and claims up to ten runs (README, "Claim sizes").
+	my $t = 'a run that lost turns runs alone';
+	$node->restart;
+	my $off = log_offset($node);
+	$node->safe_psql(
+		'postgres', q{
+CREATE FUNCTION poisoned(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT on_ FROM naps WHERE place = 'poison') THEN PERFORM pg_sleep(60); END IF;
+    RETURN ds_step('p1', 'SELECT effect()');
+END $$;
+BEGIN;
+SELECT ds_start_run('poisoned', '{}', 'poisoned');
+SELECT ds_start_run('wf', '{}', 'bystander');
+UPDATE durable_steps.runs SET lost_turns = 1 WHERE run_id = 'poisoned';
+COMMIT;
+});
+	ok( poll_until($node,
+			'postgres', q{
+SELECT count(*) = 1 FROM pg_stat_activity
+ WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep'}),
+		"$t: the poisoned run's turn naps");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(run_id || ':' || status, ',' ORDER BY run_id)
+			    FROM ds_runs WHERE run_id IN ('poisoned', 'bystander')}),
+		'bystander:running,poisoned:running', "$t: one claim took both");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(step, ',' ORDER BY step) FROM ledger WHERE run = 'bystander'}),
+		's1', "$t: the bystander's turn committed its step before the poisoned run's turn began");
+	$node->safe_psql('postgres', q{UPDATE naps SET on_ = false WHERE place = 'poison'});
+	my $pid = executor_pid($node);
+	kill 'KILL', $pid;
+	$node->wait_for_log(
+		qr/durable_steps worker.*\(PID $pid\) was terminated by signal 9.*database system is ready to accept connections/s,
+		$off);
+	ok( poll_until($node, 'postgres',
+			q{SELECT count(*) FROM ds_runs WHERE run_id IN ('poisoned', 'bystander') AND status = 'succeeded'},
+			'2'),
+		"$t: both runs succeed in the end");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(run || ':' || step || ':' || n, ',' ORDER BY run, step)
+			     FROM (SELECT run, step, count(*) AS n FROM ledger
+			            WHERE run IN ('poisoned', 'bystander') GROUP BY run, step) s}),
+		'bystander:s1:1,bystander:s2:1,bystander:s3:1,poisoned:p1:1',
+		"$t: each step's effect is committed once");
 }
 
 {
