@@ -232,71 +232,78 @@ SELECT demo_wait('demo', 'provider-counts', 1);
 SELECT result->'body'->'charges'->'ship-42' AS charges, result->'body'->'requests'->'ship-42' AS requests
   FROM ds_steps WHERE run_id = 'demo' AND step_id = 'provider-counts';
 \echo
-\echo '=== (g) A run: an order checkout as a durable workflow, through a crash ==='
-\echo '    checkout() is a workflow: reserve stock, charge (a SQL step here; an HTTP step once HTTP'
-\echo '    steps exist), wait for the shipping webhook, confirm. The background worker runs it in'
-\echo '    turns; each step commits on its own the moment it completes, and completed steps replay.'
+\echo '=== (h) A run: an order checkout as a durable workflow, through a crash ==='
+\echo '    checkout() is a workflow: reserve stock, charge over HTTP (the fake provider), record the'
+\echo '    payment, wait for the shipping webhook, confirm. The background worker runs it in turns;'
+\echo '    each step commits on its own the moment it completes, and completed steps replay.'
 CREATE TABLE stock (sku text PRIMARY KEY, available int CHECK (available >= 0));
 INSERT INTO stock VALUES ('book', 5);
-CREATE TABLE payments (order_id text PRIMARY KEY, amount int, provider_key text);
+CREATE TABLE payments (order_id text PRIMARY KEY, amount int, charge_id text);
 CREATE TABLE outbox (order_id text, message text);
--- the payment provider is slow the first time: long enough to kill the executor in the middle
-CREATE TABLE provider (slow boolean);
-INSERT INTO provider VALUES (true);
-CREATE FUNCTION provider_charge(order_id text, amount int) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    IF (SELECT slow FROM provider) THEN PERFORM pg_sleep(60); END IF;
-    INSERT INTO payments VALUES (order_id, amount, ds_idempotency_key());
-    RETURN ds_idempotency_key();
-END $$;
 CREATE FUNCTION checkout(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
-    charged jsonb;
+    charge jsonb;
     shipment jsonb;
 BEGIN
     PERFORM ds_step('reserve',
         'UPDATE stock SET available = available - ($1->>''qty'')::int WHERE sku = $1->>''sku'' RETURNING available',
         input);
-    charged := ds_step('charge', 'SELECT provider_charge($1->>''order'', ($1->>''amount'')::int)', input);
+    -- the provider charges, then takes 60 s to answer the first request (fault=delay): long
+    -- enough to kill the HTTP worker while the charge is in flight
+    charge := ds_http('charge', jsonb_build_object('method', 'POST', 'expect', 'json',
+        'url', input->>'provider' || '/charge/' || (input->>'order') || '?fault=delay&secs=60',
+        'json', jsonb_build_object('order', input->>'order', 'amount', input->'amount')),
+        policy => '{"initial_delay": "200 ms"}');
+    PERFORM ds_step('record-payment',
+        'INSERT INTO payments VALUES ($1->>''order'', ($1->>''amount'')::int, $1->''charge''->''body''->>''charge'')',
+        input || jsonb_build_object('charge', charge));
     shipment := ds_await_event('shipped', 'shipped:' || (input->>'order'), '7 days');
     PERFORM ds_step('confirm',
         'INSERT INTO outbox VALUES ($1->>''order'', ''shipped with '' || ($1->>''carrier''))',
         input || shipment);
-    RETURN jsonb_build_object('charged', charged, 'shipment', shipment);
+    RETURN jsonb_build_object('charge', charge->'body', 'shipment', shipment);
 END $$;
 CREATE FUNCTION demo_wait_run(id text, what text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE s text;
 BEGIN
     FOR i IN 1 .. 300 LOOP
-        SELECT status || CASE WHEN status = 'running' THEN '' ELSE coalesce(':' || current_step, '') END
-          INTO s FROM ds_runs WHERE run_id = id;
-        EXIT WHEN s = what OR (what = 'charging' AND EXISTS (
-            SELECT FROM pg_stat_activity WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep'));
+        SELECT status || coalesce(':' || current_step, '') INTO s FROM ds_runs WHERE run_id = id;
+        EXIT WHEN s = what;
         PERFORM pg_sleep(0.1);
     END LOOP;
     RETURN s;
 END $$;
 \echo '    Start it (idempotent by its run key: starting it again returns the same run).'
-SELECT * FROM ds_start_run('checkout', '{"order": "o-42", "sku": "book", "qty": 1, "amount": 1999}',
+SELECT * FROM ds_start_run('checkout',
+                           jsonb_build_object('order', 'o-42', 'sku', 'book', 'qty', 1,
+                                              'amount', 1999, 'provider', :'provider'),
                            run_key => 'checkout:o-42');
-SELECT * FROM ds_start_run('checkout', '{"order": "o-42", "sku": "book", "qty": 1, "amount": 1999}',
+SELECT * FROM ds_start_run('checkout',
+                           jsonb_build_object('order', 'o-42', 'sku', 'book', 'qty', 1,
+                                              'amount', 1999, 'provider', :'provider'),
                            run_key => 'checkout:o-42');
-\echo '    The worker is in the middle of the charge. The stock is already reserved (committed):'
-SELECT demo_wait_run('checkout:o-42', 'charging') AS run;
+\echo '    The run waits for the HTTP worker; the stock is already reserved (committed):'
+SELECT demo_wait_run('checkout:o-42', 'waiting:charge') AS run;
+SELECT run_id, status, current_step, wait_reason FROM ds_runs;
 SELECT available FROM stock;
-\echo '    Now the executor dies (pg_terminate_backend here; kill -9 and crashes behave the same).'
-UPDATE provider SET slow = false;
+\echo '    The provider has charged o-42 and is slow to answer (its own count, read over HTTP):'
+\! python3 -c "import json,os,time,urllib.request as u;[time.sleep(0.1) for _ in range(300) if json.load(u.urlopen(os.environ['DEMO_PROVIDER']+'/counts'))['charges'].get('o-42',0)<1];print('    charges of o-42 at the provider:',json.load(u.urlopen(os.environ['DEMO_PROVIDER']+'/counts'))['charges'].get('o-42',0))"
+\echo '    Now the HTTP worker dies with the request in flight (pg_terminate_backend here; kill -9'
+\echo '    and crashes behave the same). Its replacement records the attempt as lost and sends the'
+\echo '    request again with the same Idempotency-Key: the provider answers with the charge it'
+\echo '    made, and charges nothing more. The run goes on and waits for the shipment.'
 SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity
- WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep';
-\echo '    A new executor finds the run without its executor and takes it up again: the reservation'
-\echo '    replays, the charge runs again (the first one never committed), then the run waits.'
+ WHERE backend_type = 'durable_steps http';
 SELECT demo_wait_run('checkout:o-42', 'waiting:shipped') AS run;
-SELECT run_id, status, current_step, wait_reason, wait_event, turns FROM ds_runs;
+SELECT step_id, attempt, class, error_code, error_message, idempotency_key, executor
+  FROM ds_attempts WHERE run_id = 'checkout:o-42' AND step_id = 'charge' ORDER BY attempt;
 \echo '    The shipping webhook arrives: ds_emit_event wakes the run at commit.'
 SELECT ds_emit_event('shipped:o-42', '{"carrier": "DHL"}');
 SELECT demo_wait_run('checkout:o-42', 'succeeded') AS run;
 SELECT run_id, status, output, turns FROM ds_runs;
-\echo '    Each effect exactly once: one unit reserved, one payment, one confirmation.'
+\echo '    Each effect exactly once: one unit reserved, one charge at the provider, one payment'
+\echo '    recorded, one confirmation.'
+\! python3 -c "import json,os,urllib.request as u;c=json.load(u.urlopen(os.environ['DEMO_PROVIDER']+'/counts'));print('    provider: charges of o-42',c['charges'].get('o-42',0),'requests',c['requests'].get('o-42',0))"
 SELECT (SELECT available FROM stock) AS available, (SELECT count(*) FROM payments) AS payments,
        (SELECT count(*) FROM outbox) AS confirmations;
 SELECT step_id, attempt, class, executor FROM ds_attempts WHERE run_id = 'checkout:o-42'

@@ -160,8 +160,8 @@ WITH (fillfactor = 33);
 CREATE INDEX steps_due_idx ON durable_steps.steps (queue, priority, next_attempt_at)
     WHERE status IN ('pending', 'retrying');
 -- Attempts claimed by a worker: counted per queue against its concurrency, and looked at by
--- crash accounting.
-CREATE INDEX steps_lease_idx ON durable_steps.steps (queue, lease_expires_at)
+-- crash accounting. Every claim adds an entry: the queue alone keeps it small.
+CREATE INDEX steps_running_idx ON durable_steps.steps (queue)
     WHERE status = 'running';
 -- Retention purges finished steps by age (src/retention.c): those finished before the cutoff,
 -- which were created before it too. BRIN, because every succeeded step would otherwise pay for one
