@@ -100,27 +100,9 @@ ds_claim_due_http_steps(int limit, MemoryContext cxt, ClaimedStep **claims)
 TimestampTz
 ds_next_http_due_time(void)
 {
-	TimestampTz next = 0;
-	bool		isnull;
-	int			rc;
-	StoreSpi	spi;
-
-	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&next_due_plan,
-										  "SELECT min(next_attempt_at) FROM durable_steps.steps"
-										  " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
-										  " AND status IN ('pending', 'retrying') AND kind = 'http'",
-										  0, NULL),
-						  NULL, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "next due HTTP step query failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 1)
-	{
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		if (!isnull)
-			next = DatumGetTimestampTz(d);
-	}
-	ds_store_spi_end(&spi);
-	return next;
+	return ds_store_query_time(&next_due_plan,
+							   "SELECT min(next_attempt_at) FROM durable_steps.steps"
+							   " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
+							   " AND status IN ('pending', 'retrying') AND kind = 'http'",
+							   "next due HTTP step");
 }

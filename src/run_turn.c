@@ -857,26 +857,8 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 TimestampTz
 ds_next_run_wake_time(void)
 {
-	TimestampTz next = 0;
-	bool		isnull;
-	StoreSpi	spi;
-	int			rc;
-
-	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&next_wake_plan,
-										  "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
-										  " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')",
-										  0, NULL),
-						  NULL, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "next wake query failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 1)
-	{
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		if (!isnull)
-			next = DatumGetTimestampTz(d);
-	}
-	ds_store_spi_end(&spi);
-	return next;
+	return ds_store_query_time(&next_wake_plan,
+							   "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
+							   " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')",
+							   "next run wake");
 }

@@ -445,35 +445,17 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 TimestampTz
 ds_next_due_time(void)
 {
-	TimestampTz next = 0;
-	bool		isnull;
-	int			rc;
-	StoreSpi	spi;
-
-	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&next_due_plan,
-									WAITING_GROUPS
-									"SELECT pg_catalog.min((SELECT s.next_attempt_at"
-									"  FROM durable_steps.steps s"
-									"  WHERE s.queue = g.queue AND s.priority = g.priority"
-									"   AND s.status IN ('pending', 'retrying') AND s.kind = 'sql'"
-									"  ORDER BY s.next_attempt_at LIMIT 1))"
-									" FROM g LEFT JOIN durable_steps.queues q ON q.name = g.queue"
-									/* a full or paused queue has nothing for an idle executor */
-									" WHERE q.concurrency IS NULL OR q.concurrency >"
-									"  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
-									"    WHERE r.queue = g.queue AND r.status = 'running' AND r.kind = 'sql')",
-									0, NULL),
-						  NULL, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "next due query failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 1)
-	{
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		if (!isnull)
-			next = DatumGetTimestampTz(d);
-	}
-	ds_store_spi_end(&spi);
-	return next;
+	return ds_store_query_time(&next_due_plan,
+							   WAITING_GROUPS
+							   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
+							   "  FROM durable_steps.steps s"
+							   "  WHERE s.queue = g.queue AND s.priority = g.priority"
+							   "   AND s.status IN ('pending', 'retrying') AND s.kind = 'sql'"
+							   "  ORDER BY s.next_attempt_at LIMIT 1))"
+							   " FROM g LEFT JOIN durable_steps.queues q ON q.name = g.queue"
+							   /* a full or paused queue has nothing for an idle executor */
+							   " WHERE q.concurrency IS NULL OR q.concurrency >"
+							   "  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
+							   "    WHERE r.queue = g.queue AND r.status = 'running' AND r.kind = 'sql')",
+							   "next due step");
 }

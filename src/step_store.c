@@ -293,6 +293,29 @@ ds_prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
 	return *slot;
 }
 
+TimestampTz
+ds_store_query_time(SPIPlanPtr *slot, const char *sql, const char *what)
+{
+	StoreSpi	spi;
+	TimestampTz answer = 0;
+	bool		isnull;
+	int			rc;
+
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(slot, sql, 0, NULL), NULL, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "%s query failed: %s", what, SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+	{
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			answer = DatumGetTimestampTz(d);
+	}
+	ds_store_spi_end(&spi);
+	return answer;
+}
+
 static const char *const step_status_names[] = {
 	[STEP_PENDING] = "pending",
 	[STEP_RUNNING] = "running",

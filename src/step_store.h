@@ -248,6 +248,11 @@ extern void ds_store_spi_end(StoreSpi *s);
 
 /* The saved plan in *slot, prepared (and kept for the backend's life) on first use. */
 extern SPIPlanPtr ds_prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);
+/*
+ * The one timestamptz (a min(...)) that the kept parameterless statement `sql` answers, run as
+ * the tables' owner; 0 when it is NULL. `what` names the statement in its error.
+ */
+extern TimestampTz ds_store_query_time(SPIPlanPtr *slot, const char *sql, const char *what);
 
 /* Can the current user see and act on steps owned by `owner`? */
 extern bool ds_store_may_access(Oid owner);
