@@ -20,6 +20,7 @@
 #include "commands/extension.h"
 #include "storage/proc.h"
 #include "utils/fmgroids.h"
+#include "utils/fmgrprotos.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
@@ -176,4 +177,21 @@ ds_turn_release(void)
 		MemoryContextReset(turn.cxt);
 	memset(&turn.suspension, 0, sizeof(turn.suspension));
 	turn.run_id = NULL;
+}
+
+char *
+ds_jsonb_field_text(Jsonb *j, const char *key, char *absent)
+{
+	LOCAL_FCINFO(call, 2);
+	Datum		d;
+
+	if (j == NULL)
+		return absent;
+	InitFunctionCallInfoData(*call, NULL, 2, InvalidOid, NULL, NULL);
+	call->args[0].value = PointerGetDatum(j);
+	call->args[0].isnull = false;
+	call->args[1].value = CStringGetTextDatum(key);
+	call->args[1].isnull = false;
+	d = jsonb_object_field_text(call);
+	return call->isnull ? absent : TextDatumGetCString(d);
 }

@@ -5,6 +5,7 @@
 #define DS_RUN_CONTEXT_H
 
 #include "compat.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 /* The step id of a turn's own context entry: step ids are never empty, so it names no step. */
@@ -74,5 +75,8 @@ extern void ds_turn_suspend_for_work(const TurnSuspension *work) pg_attribute_no
 
 /* After the turn's transaction ended: forget the turn (its suspension and work). */
 extern void ds_turn_release(void);
+
+/* Text field `key` of a jsonb object (NULL: none); `absent` when it is missing or null. */
+extern char *ds_jsonb_field_text(Jsonb *j, const char *key, char *absent);
 
 #endif							/* DS_RUN_CONTEXT_H */

@@ -685,7 +685,6 @@ ds_cancel_step(PG_FUNCTION_ARGS)
 	char	   *run_id = identity_arg(fcinfo, 0, "run_id");
 	char	   *step_id = identity_arg(fcinfo, 1, "step_id");
 	StepRecord	rec;
-	TimestampTz now;
 
 	PreventCommandIfReadOnly("ds_cancel_step()");
 	PreventCommandIfParallelMode("ds_cancel_step()");
@@ -701,15 +700,7 @@ ds_cancel_step(PG_FUNCTION_ARGS)
 				 errmsg("step %s/%s is %s and cannot be cancelled", run_id, step_id,
 						ds_step_status_name(rec.status)),
 				 errdetail("Only steps that have not finished can be cancelled.")));
-	now = GetCurrentTimestamp();
-	rec.status = STEP_CANCELLED;
-	rec.next_attempt_at = 0;
-	rec.lease_expires_at = 0;
-	rec.claimed_by = 0;
-	rec.updated_at = now;
-	rec.finished_at = now;
-	ds_store_update_step(&rec);
-	ds_notify_step_stopped(&rec);
+	ds_cancel_waiting_step(&rec);
 	/* a run waiting for this step (an HTTP step's response, a retry) meets it cancelled: DS102 */
 	ds_run_wake_for_step(run_id);
 	PG_RETURN_DATUM(step_result_datum(fcinfo, &rec, false));

@@ -443,29 +443,11 @@ until_jsonb(TimestampTz until)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(s.data)));
 }
 
-/* Text field `key` of a jsonb object; NULL when absent. */
-static char *
-jsonb_field_text(Jsonb *j, const char *key)
-{
-	LOCAL_FCINFO(call, 2);
-	Datum		d;
-
-	if (j == NULL)
-		return NULL;
-	InitFunctionCallInfoData(*call, NULL, 2, InvalidOid, NULL, NULL);
-	call->args[0].value = PointerGetDatum(j);
-	call->args[0].isnull = false;
-	call->args[1].value = CStringGetTextDatum(key);
-	call->args[1].isnull = false;
-	d = jsonb_object_field_text(call);
-	return call->isnull ? NULL : TextDatumGetCString(d);
-}
-
 /* The time in the result of a sleep step. */
 static TimestampTz
 sleep_until(const StepRecord *rec)
 {
-	char	   *t = jsonb_field_text(rec->result, "until");
+	char	   *t = ds_jsonb_field_text(rec->result, "until", NULL);
 
 	if (t == NULL)
 		elog(ERROR, "sleep step %s/%s has no wake-up time", rec->run_id, rec->step_id);
@@ -597,7 +579,7 @@ ds_await_event(PG_FUNCTION_ARGS)
 	}
 	if (read_wait_step(run_id, step_id, "event", &rec))
 	{
-		char	   *waited_for = jsonb_field_text(rec.request, "event");
+		char	   *waited_for = ds_jsonb_field_text(rec.request, "event", NULL);
 
 		if (waited_for == NULL || strcmp(waited_for, name) != 0)
 			ereport(ERROR,

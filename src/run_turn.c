@@ -489,22 +489,6 @@ end_turn(ClaimedRun *run, const RunOutcome *o, bool may_continue)
 	return false;
 }
 
-/* Text field `key` of a jsonb object; NULL when absent or null. */
-static char *
-field_text(Jsonb *j, const char *key)
-{
-	LOCAL_FCINFO(call, 2);
-	Datum		d;
-
-	InitFunctionCallInfoData(*call, NULL, 2, InvalidOid, NULL, NULL);
-	call->args[0].value = PointerGetDatum(j);
-	call->args[0].isnull = false;
-	call->args[1].value = CStringGetTextDatum(key);
-	call->args[1].isnull = false;
-	d = jsonb_object_field_text(call);
-	return call->isnull ? NULL : TextDatumGetCString(d);
-}
-
 /*
  * The turn ended at a step whose attempt is due: run it now, in this transaction, isolated as
  * the role the workflow called it as (like a worker attempt), through ds_run_step -- which
@@ -591,8 +575,8 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 		o->error_detail = outcome.detail;
 		return;
 	}
-	status = field_text(outcome.result, "status");
-	next_at = field_text(outcome.result, "next_attempt_at");
+	status = ds_jsonb_field_text(outcome.result, "status", NULL);
+	next_at = ds_jsonb_field_text(outcome.result, "next_attempt_at", NULL);
 	o->status = "waiting";
 	o->wake_at = GetCurrentTimestamp();
 	if (status == NULL)
@@ -617,8 +601,8 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 		o->status = "blocked";
 		o->wake_at = 0;
 		o->wait_reason = psprintf("step %s is blocked: %s", susp->step_id,
-								  field_text(outcome.result, "remediation") ?
-								  field_text(outcome.result, "remediation") : "it needs corrected input");
+								  ds_jsonb_field_text(outcome.result, "remediation",
+													  "it needs corrected input"));
 	}
 	else if ((strcmp(status, "retrying") == 0 || strcmp(status, "pending") == 0) && next_at)
 	{
@@ -627,10 +611,8 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 															 ObjectIdGetDatum(InvalidOid),
 															 Int32GetDatum(-1)));
 		o->wait_reason = psprintf("retry of step %s (last error %s: %s)", susp->step_id,
-								  field_text(outcome.result, "error_code") ?
-								  field_text(outcome.result, "error_code") : "?",
-								  field_text(outcome.result, "error_message") ?
-								  field_text(outcome.result, "error_message") : "");
+								  ds_jsonb_field_text(outcome.result, "error_code", "?"),
+								  ds_jsonb_field_text(outcome.result, "error_message", ""));
 	}
 	else
 		/* succeeded, or failed for good: the next turn replays it */

@@ -562,7 +562,6 @@ static void
 cancel_held_step(const char *run_id, const char *step_id)
 {
 	StepRecord	rec;
-	TimestampTz now;
 
 	if (!ds_store_lock_step(run_id, step_id, &rec))
 		return;
@@ -571,16 +570,8 @@ cancel_held_step(const char *run_id, const char *step_id)
 	if (rec.status != STEP_PENDING && rec.status != STEP_RETRYING && rec.status != STEP_BLOCKED &&
 		rec.status != STEP_UNCERTAIN)
 		return;
-	now = GetCurrentTimestamp();
-	rec.status = STEP_CANCELLED;
 	rec.error_class = "cancelled";
-	rec.next_attempt_at = 0;
-	rec.lease_expires_at = 0;
-	rec.claimed_by = 0;
-	rec.updated_at = now;
-	rec.finished_at = now;
-	ds_store_update_step(&rec);
-	ds_notify_step_stopped(&rec);
+	ds_cancel_waiting_step(&rec);
 }
 
 /*

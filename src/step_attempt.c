@@ -144,6 +144,21 @@ ds_apply_attempt_outcome(StepRecord *rec, int attempt, const AttemptOutcome *out
 		ds_notify_step_stopped(rec);
 }
 
+void
+ds_cancel_waiting_step(StepRecord *rec)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	rec->status = STEP_CANCELLED;
+	rec->next_attempt_at = 0;
+	rec->lease_expires_at = 0;
+	rec->claimed_by = 0;
+	rec->updated_at = now;
+	rec->finished_at = now;
+	ds_store_update_step(rec);
+	ds_notify_step_stopped(rec);
+}
+
 /* The state rules of the file header. */
 static void
 apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)

@@ -49,5 +49,10 @@ extern void ds_record_lost_attempt(StepRecord *rec);
  * "attempt"}, sent when the current transaction commits.
  */
 extern void ds_notify_step_stopped(const StepRecord *rec);
+/*
+ * Cancel a step that is not running (its lock held by this transaction): no attempt will run.
+ * Written and its channel NOTIFYed; the error fields are left as they are.
+ */
+extern void ds_cancel_waiting_step(StepRecord *rec);
 
 #endif							/* DS_STEP_ATTEMPT_H */
