@@ -28,6 +28,16 @@ static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr mark_running_plan = NULL;
 static SPIPlanPtr next_due_plan = NULL;
 
+/* HTTP claims in the order they are sent: earliest due first. */
+static int
+compare_due_times(const void *a, const void *b)
+{
+	TimestampTz x = ((const ClaimedStep *) a)->rec.next_attempt_at;
+	TimestampTz y = ((const ClaimedStep *) b)->rec.next_attempt_at;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
 int
 ds_claim_due_http_steps(int limit, MemoryContext cxt, ClaimedStep **claims)
 {
@@ -78,21 +88,11 @@ ds_claim_due_http_steps(int limit, MemoryContext cxt, ClaimedStep **claims)
 		ds_store_spi_end(&spi);
 		return 0;
 	}
-	n_claimed = (int) ds_mark_steps_running(tids, n_locked, &mark_running_plan, "next_attempt_at");
+	n_claimed = ds_mark_steps_running(tids, n_locked, &mark_running_plan, cxt, claims,
+									  compare_due_times);
 	/* the rows are locked by this transaction: every locked one is claimed */
 	if (n_claimed != n_locked)
 		elog(ERROR, "claimed %d of %d locked HTTP steps", n_claimed, n_locked);
-	*claims = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * n_claimed);
-	for (int i = 0; i < n_claimed; i++)
-	{
-		ClaimedStep *claim = &(*claims)[i];
-
-		ds_store_record_from_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 0, cxt,
-								   &claim->rec);
-		claim->run_id = claim->rec.run_id;
-		claim->step_id = claim->rec.step_id;
-		claim->attempt = claim->rec.attempts;
-	}
 	ds_store_spi_end(&spi);
 	return n_claimed;
 }

@@ -259,12 +259,66 @@ take_due_steps(const DueQueue *queue, int limit, TimestampTz now, char **run_ids
 	}
 }
 
-uint64
-ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, const char *order_by)
+/* Take up to this claim's share of queue q's due steps (its size, its concurrency's room). */
+static void
+claim_from_queue(const ClaimSizer *sizer, const DueQueue *q, int limit, TimestampTz now,
+				 char **run_ids, char **step_ids, ItemPointerData *tids, int *n, int *skipped)
+{
+	int			capacity = ds_claim_size(sizer, q->name, limit);
+
+	if (q->concurrency > 0)
+		capacity = queue_capacity(q->name, capacity);
+	if (capacity > 0)
+		take_due_steps(q, capacity, now, run_ids, step_ids, tids, n, skipped);
+}
+
+/*
+ * Wait for the claim lock of `queue`, which another executor holds while it claims: a claim's
+ * transaction lasts milliseconds. A claim that waits longer (its UPDATE waits for a row lock an
+ * operator's transaction holds) is not waited for: the caller then reads the range anyway,
+ * passing the rows it loses (take_due_steps).
+ */
+#define CLAIM_TURN_WAIT_MS 50
+#define CLAIM_TURN_POLL_US 200
+
+static void
+wait_for_claim_turn(const char *queue)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CLAIM_TURN_WAIT_MS);
+
+	while (!ds_queue_claim_lock_try(queue))
+	{
+		if (GetCurrentTimestamp() >= until)
+			return;
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(CLAIM_TURN_POLL_US);
+	}
+}
+
+/* Claims in the order executors run them: priority, then owner (one transaction each), then due time. */
+static int
+compare_step_claims(const void *a, const void *b)
+{
+	const StepRecord *x = &((const ClaimedStep *) a)->rec;
+	const StepRecord *y = &((const ClaimedStep *) b)->rec;
+
+	if (x->priority != y->priority)
+		return x->priority < y->priority ? -1 : 1;
+	if (x->owner != y->owner)
+		return x->owner < y->owner ? -1 : 1;
+	if (x->next_attempt_at != y->next_attempt_at)
+		return x->next_attempt_at < y->next_attempt_at ? -1 : 1;
+	return 0;
+}
+
+int
+ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, MemoryContext cxt,
+					  ClaimedStep **claims, int (*order) (const void *, const void *))
 {
 	Oid			types[5] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID};
 	Datum		args[5];
 	int			rc;
+	int			n_claimed;
 
 	args[0] = PointerGetDatum(construct_array(tids, n, TIDOID, sizeof(ItemPointerData), false,
 											  TYPALIGN_SHORT));
@@ -278,8 +332,7 @@ ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, const char *order_by
 	ds_replay_cache_internal_update(true);
 	if (*plan == NULL)
 		(void) ds_prepare_kept(plan,
-							   psprintf("WITH claimed AS ("
-										" UPDATE durable_steps.steps s SET status = 'running',"
+							   psprintf("UPDATE durable_steps.steps s SET status = 'running',"
 										"  attempts = s.attempts + 1, updated_at = $2,"
 										"  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
 										"  claimed_by = $3"
@@ -289,15 +342,28 @@ ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, const char *order_by
 										 * (a re-arm with a later run_at) is checked again here
 										 */
 										"  AND s.next_attempt_at <= $2"
-										" RETURNING s.*, s.ctid AS row_tid) "
-										"SELECT %s, row_tid FROM claimed ORDER BY %s",
-										ds_step_column_list(), order_by),
+										" RETURNING %s, s.ctid",
+										ds_step_column_list()),
 							   5, types);
 	rc = SPI_execute_plan(*plan, args, NULL, false, 0);
 	ds_replay_cache_internal_update(false);
-	if (rc != SPI_OK_SELECT)
+	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
-	return SPI_processed;
+	n_claimed = (int) SPI_processed;
+	*claims = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_claimed, 1));
+	for (int i = 0; i < n_claimed; i++)
+	{
+		ClaimedStep *claim = &(*claims)[i];
+
+		ds_store_record_from_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 0, cxt,
+								   &claim->rec);
+		claim->run_id = claim->rec.run_id;
+		claim->step_id = claim->rec.step_id;
+		claim->attempt = claim->rec.attempts;
+	}
+	/* sorted here rather than by the statement, which would copy every row once more to sort it */
+	qsort(*claims, n_claimed, sizeof(ClaimedStep), order);
+	return n_claimed;
 }
 
 int
@@ -314,6 +380,7 @@ ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
 	DueQueue   *queues;
 	int			n_queues;
 	int			first = 0;
+	DueQueue   *busy = NULL;
 	TimestampTz now;
 
 	*skipped = 0;
@@ -334,40 +401,41 @@ ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
 	for (int k = 0; k < n_queues && n_locked == 0; k++)
 	{
 		DueQueue   *q = &queues[(first + k) % n_queues];
-		int			capacity = ds_claim_size(sizer, q->name, limit);
 
 		if (q->concurrency == 0)
 			continue;			/* paused */
-		if (q->concurrency > 0)
-			capacity = queue_capacity(q->name, capacity);
-		if (capacity <= 0)
+		/* another executor is claiming from it: serve another queue first */
+		if (!ds_queue_claim_lock_try(q->name))
+		{
+			if (busy == NULL)
+				busy = q;
 			continue;
-		take_due_steps(q, capacity, now, run_ids, step_ids, row_tids, &n_locked, skipped);
-		for (int i = 0; i < n_locked; i++)
-			tids[i] = PointerGetDatum(&row_tids[i]);
+		}
+		claim_from_queue(sizer, q, limit, now, run_ids, step_ids, row_tids, &n_locked, skipped);
 		if (n_locked > 0)
 		{
 			strlcpy(served->name, q->name, sizeof(served->name));
 			served->limited = q->concurrency > 0;
 		}
 	}
+	/* every queue with due steps was being claimed from: wait for the first one's turn */
+	if (n_locked == 0 && busy != NULL)
+	{
+		wait_for_claim_turn(busy->name);
+		claim_from_queue(sizer, busy, limit, now, run_ids, step_ids, row_tids, &n_locked, skipped);
+		if (n_locked > 0)
+		{
+			strlcpy(served->name, busy->name, sizeof(served->name));
+			served->limited = busy->concurrency > 0;
+		}
+	}
+	for (int i = 0; i < n_locked; i++)
+		tids[i] = PointerGetDatum(&row_tids[i]);
 	if (n_locked > 0)
 	{
 		/* the steps are ours (their step locks); their rows are where they were read, or moved */
-		n_claimed = (int) ds_mark_steps_running(tids, n_locked, &mark_running_plan,
-												"priority, owner::pg_catalog.oid, next_attempt_at");
-		*claims = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_claimed, 1));
-		for (int i = 0; i < n_claimed; i++)
-		{
-			HeapTuple	t = SPI_tuptable->vals[i];
-			TupleDesc	td = SPI_tuptable->tupdesc;
-			ClaimedStep *claim = &(*claims)[i];
-
-			ds_store_record_from_tuple(t, td, 0, cxt, &claim->rec);
-			claim->run_id = claim->rec.run_id;
-			claim->step_id = claim->rec.step_id;
-			claim->attempt = claim->rec.attempts;
-		}
+		n_claimed = ds_mark_steps_running(tids, n_locked, &mark_running_plan, cxt, claims,
+										  compare_step_claims);
 		if (n_claimed < n_locked)
 		{
 			/*

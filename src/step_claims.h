@@ -48,11 +48,12 @@ extern int	ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *af
  * Mark the steps at row places tids[0..n-1] (Datums pointing at ItemPointerData; the caller
  * holds their step locks) running: attempt counted, claim time, this process as claimant,
  * lease. A row that is no longer there, waiting and due is left alone (the executors read
- * the rows without row locks). The attempt is durable as started once the transaction commits. The claimed
- * rows (ds_step_column_list(), then row_tid) are left in SPI_tuptable, ordered by `order_by`;
- * returns how many. *plan keeps the statement (one per order_by).
+ * the rows without row locks). The attempt is durable as started once the transaction commits.
+ * Returns how many were claimed, and the claims, allocated in cxt and sorted by `order`, in
+ * *claims. *plan keeps the statement.
  */
-extern uint64 ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, const char *order_by);
+extern int	ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, MemoryContext cxt,
+								  ClaimedStep **claims, int (*order) (const void *, const void *));
 
 /*
  * In the current transaction, find steps left running by an executor that is gone (their

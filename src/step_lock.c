@@ -141,6 +141,26 @@ ds_run_id_lock(const char *run_id, bool exclusive)
 	(void) LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, false);
 }
 
+/*
+ * The claim lock of a queue, to the end of the transaction ('DQ' in objsubid). Executors read a
+ * queue's due steps without row locks (step_claims.c): two that read the same range at once see
+ * the same rows, and the one that loses them reads again, past them. Taking turns to claim from
+ * a queue keeps them from reading the same rows at all: the second reads after the first's claim
+ * committed, when its rows have left the range. Never waits: the caller decides how to wait.
+ */
+#define DS_QUEUE_CLAIM_LOCKTAG_FIELD4 0x4451
+
+bool
+ds_queue_claim_lock_try(const char *queue)
+{
+	LOCKTAG		tag;
+	uint64		hash = hash_bytes_extended((const unsigned char *) queue, (int) strlen(queue), 0);
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 DS_QUEUE_CLAIM_LOCKTAG_FIELD4);
+	return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
 void
 ds_step_lock_release_all_session(void)
 {

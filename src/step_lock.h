@@ -40,4 +40,10 @@ extern void ds_step_lock_release_all_session(void);
  */
 extern void ds_run_id_lock(const char *run_id, bool exclusive);
 
+/*
+ * Try to take the claim lock of queue `queue` to the end of the transaction, without waiting:
+ * executors take turns to read a queue's due steps (step_claims.c).
+ */
+extern bool ds_queue_claim_lock_try(const char *queue);
+
 #endif							/* DS_STEP_LOCK_H */

@@ -225,18 +225,18 @@ void
 ds_store_record_from_tuple(HeapTuple t, TupleDesc td, int offset, MemoryContext cxt,
 						   StepRecord *out)
 {
-	bool		isnull;
+	/* one pass over the tuple: reading its columns one by one walks it again for each */
+	Datum	   *values = palloc(sizeof(Datum) * td->natts);
+	bool	   *nulls = palloc(sizeof(bool) * td->natts);
 
+	Assert(td->natts >= offset + N_STEP_COLUMNS + 1);
+	heap_deform_tuple(t, td, values, nulls);
 	memset(out, 0, sizeof(*out));
 	for (int i = 0; i < N_STEP_COLUMNS; i++)
-	{
-		Datum		d = SPI_getbinval(t, td, offset + 1 + i, &isnull);
-
-		ds_step_set_field(out, (StepColumn) i, d, isnull, cxt);
-	}
-	ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(t, td, offset + N_STEP_COLUMNS + 1,
-																&isnull)),
-					&out->tid);
+		ds_step_set_field(out, (StepColumn) i, values[offset + i], nulls[offset + i], cxt);
+	ItemPointerCopy((ItemPointer) DatumGetPointer(values[offset + N_STEP_COLUMNS]), &out->tid);
+	pfree(values);
+	pfree(nulls);
 }
 
 /*
