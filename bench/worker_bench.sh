@@ -30,9 +30,11 @@
 #   BENCH_PORT      [5460]     port (the second argument wins); names the socket file only
 #   DRAIN_STEPS     [100000]   steps / jobs per drain
 #   DRAIN_COLD_STEPS [30000]   steps of the cold drain (0: none; its cost per step grows with it)
-#   DRAIN_COLD_BATCH [100]     durable_steps.batch_size of the cold drain
+#   DRAIN_COLD_BATCH [default] durable_steps.batch_size of the cold drain
 #   DS_WORKERS      [2]        durable_steps.max_workers for drain and latency
-#   DS_BATCH_SIZES  [100 250 500 1000]  durable_steps.batch_size values tried in the drain
+#   DS_BATCH_SIZES  [default]  durable_steps.batch_size values tried in the drain; "default"
+#                              leaves the setting at the extension's default (1000): the
+#                              issue's target is met with the default settings
 #   DS_HISTORY      [100000]   finished steps (with their attempts) present before each
 #                              durable_steps run, as retention keeps them in a running system
 #   DS_POLL_INTERVAL [1h]      durable_steps.poll_interval while steps are drained and during
@@ -45,7 +47,7 @@
 #   DRAIN_POLL_MS   [100]      how often the end of a drain is checked
 #   DRAIN_TIMEOUT   [1800]     seconds before a drain is declared stuck
 #   LAT_SAMPLES     [1000]     latency samples;  LAT_GAP_MS [10] idle time after each sample
-#   LAT_BATCH_SIZE  [100]      durable_steps.batch_size during the latency run
+#   LAT_BATCH_SIZE  [default]  durable_steps.batch_size during the latency run
 #   MEM_STEPS       [1000000]  steps through the single executor;  MEM_FIRST [10000] the first
 #                   chunk (the baseline);  MEM_CHUNK [100000] later chunks
 #   MEM_BATCH_SIZE  [500]      durable_steps.batch_size during the memory run
@@ -66,9 +68,9 @@ WHAT="${1:-all}"
 PORT="${2:-${BENCH_PORT:-5460}}"
 DRAIN_STEPS="${DRAIN_STEPS:-100000}"
 DRAIN_COLD_STEPS="${DRAIN_COLD_STEPS:-30000}"
-DRAIN_COLD_BATCH="${DRAIN_COLD_BATCH:-100}"
+DRAIN_COLD_BATCH="${DRAIN_COLD_BATCH:-default}"
 DS_WORKERS="${DS_WORKERS:-2}"
-DS_BATCH_SIZES="${DS_BATCH_SIZES:-100 250 500 1000}"
+DS_BATCH_SIZES="${DS_BATCH_SIZES:-default}"
 DS_HISTORY="${DS_HISTORY:-100000}"
 DS_POLL="${DS_POLL_INTERVAL:-1h}"
 GW_CONFIGS="${GW_CONFIGS:-2:1000:0 2:5000:0 4:5000:0 10:1000:0 10:5000:0}"
@@ -77,7 +79,7 @@ DRAIN_POLL_MS="${DRAIN_POLL_MS:-100}"
 DRAIN_TIMEOUT="${DRAIN_TIMEOUT:-1800}"
 LAT_SAMPLES="${LAT_SAMPLES:-1000}"
 LAT_GAP_MS="${LAT_GAP_MS:-10}"
-LAT_BATCH_SIZE="${LAT_BATCH_SIZE:-100}"
+LAT_BATCH_SIZE="${LAT_BATCH_SIZE:-default}"
 MEM_STEPS="${MEM_STEPS:-1000000}"
 MEM_FIRST="${MEM_FIRST:-10000}"
 MEM_CHUNK="${MEM_CHUNK:-100000}"
@@ -107,7 +109,7 @@ drain | latency | memory | all) ;;
 *) die "usage: $0 [drain|latency|memory|all] [port]" ;;
 esac
 for v in PORT DRAIN_STEPS DRAIN_COLD_STEPS DS_WORKERS DS_HISTORY DRAIN_ROUNDS DRAIN_POLL_MS \
-	DRAIN_TIMEOUT LAT_SAMPLES LAT_GAP_MS LAT_BATCH_SIZE MEM_STEPS MEM_FIRST MEM_CHUNK MEM_BATCH_SIZE \
+	DRAIN_TIMEOUT LAT_SAMPLES LAT_GAP_MS MEM_STEPS MEM_FIRST MEM_CHUNK MEM_BATCH_SIZE \
 	PROFILE STRICT WALDUMP; do
 	[[ "${!v}" =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, not '${!v}'"
 done
@@ -117,8 +119,9 @@ done
 ((LAT_SAMPLES > 0 && MEM_FIRST > 0 && MEM_CHUNK > 0 && MEM_STEPS >= MEM_FIRST)) ||
 	die "LAT_SAMPLES, MEM_FIRST, MEM_CHUNK must be > 0 and MEM_STEPS >= MEM_FIRST"
 for b in $DS_BATCH_SIZES $DRAIN_COLD_BATCH $LAT_BATCH_SIZE $MEM_BATCH_SIZE; do
+	[[ "$b" == default ]] && continue
 	if ! [[ "$b" =~ ^[0-9]+$ ]] || ((b < 1 || b > 10000)); then
-		die "batch sizes must be 1..10000, not '$b'"
+		die "batch sizes must be 1..10000 or default, not '$b'"
 	fi
 done
 for c in $GW_CONFIGS; do
@@ -242,9 +245,13 @@ set_workers() { # max_workers: a postmaster setting, so a restart when it change
 # sighup settings. An executor reloads first thing when the signal wakes it, but the sleep that
 # follows is still the old poll_interval (it is read before the reload), so a second signal
 # makes sure the new one is in force.
-set_sighup() { # name value [name value ...]
+set_sighup() { # name value [name value ...]; the value "default" resets the setting
 	while (($#)); do
-		q "ALTER SYSTEM SET $1 = '$2'" >/dev/null
+		if [[ "$2" == default ]]; then
+			q "ALTER SYSTEM RESET $1" >/dev/null
+		else
+			q "ALTER SYSTEM SET $1 = '$2'" >/dev/null
+		fi
 		shift 2
 	done
 	q "SELECT pg_reload_conf()" >/dev/null
