@@ -276,12 +276,12 @@ claim_from_queue(const ClaimSizer *sizer, const DueQueue *q, int limit, Timestam
  * Wait for the claim lock of `queue`, which another executor holds while it claims: a claim's
  * transaction lasts milliseconds. A claim that waits longer (its UPDATE waits for a row lock an
  * operator's transaction holds) is not waited for: the caller then reads the range anyway,
- * passing the rows it loses (take_due_steps).
+ * passing the rows it loses (take_due_steps). Returns whether the lock was taken.
  */
 #define CLAIM_TURN_WAIT_MS 50
 #define CLAIM_TURN_POLL_US 200
 
-static void
+static bool
 wait_for_claim_turn(const char *queue)
 {
 	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CLAIM_TURN_WAIT_MS);
@@ -289,10 +289,11 @@ wait_for_claim_turn(const char *queue)
 	while (!ds_queue_claim_lock_try(queue))
 	{
 		if (GetCurrentTimestamp() >= until)
-			return;
+			return false;
 		CHECK_FOR_INTERRUPTS();
 		pg_usleep(CLAIM_TURN_POLL_US);
 	}
+	return true;
 }
 
 /* Claims in the order executors run them: priority, then owner (one transaction each), then due time. */
@@ -417,12 +418,17 @@ ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
 			strlcpy(served->name, q->name, sizeof(served->name));
 			served->limited = q->concurrency > 0;
 		}
+		else
+			ds_queue_claim_lock_release(q->name);	/* a claim holds one queue's lock at most */
 	}
 	/* every queue with due steps was being claimed from: wait for the first one's turn */
 	if (n_locked == 0 && busy != NULL)
 	{
-		wait_for_claim_turn(busy->name);
+		bool		turn = wait_for_claim_turn(busy->name);
+
 		claim_from_queue(sizer, busy, limit, now, run_ids, step_ids, row_tids, &n_locked, skipped);
+		if (turn && n_locked == 0)
+			ds_queue_claim_lock_release(busy->name);
 		if (n_locked > 0)
 		{
 			strlcpy(served->name, busy->name, sizeof(served->name));

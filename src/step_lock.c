@@ -150,15 +150,32 @@ ds_run_id_lock(const char *run_id, bool exclusive)
  */
 #define DS_QUEUE_CLAIM_LOCKTAG_FIELD4 0x4451
 
+/* The claim lock tag of `queue`. */
+static void
+queue_claim_locktag(LOCKTAG *tag, const char *queue)
+{
+	uint64		hash = hash_bytes_extended((const unsigned char *) queue, (int) strlen(queue), 0);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 DS_QUEUE_CLAIM_LOCKTAG_FIELD4);
+}
+
 bool
 ds_queue_claim_lock_try(const char *queue)
 {
 	LOCKTAG		tag;
-	uint64		hash = hash_bytes_extended((const unsigned char *) queue, (int) strlen(queue), 0);
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
-						 DS_QUEUE_CLAIM_LOCKTAG_FIELD4);
+	queue_claim_locktag(&tag, queue);
 	return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+void
+ds_queue_claim_lock_release(const char *queue)
+{
+	LOCKTAG		tag;
+
+	queue_claim_locktag(&tag, queue);
+	LockRelease(&tag, ExclusiveLock, false);
 }
 
 void

@@ -45,5 +45,7 @@ extern void ds_run_id_lock(const char *run_id, bool exclusive);
  * executors take turns to read a queue's due steps (step_claims.c).
  */
 extern bool ds_queue_claim_lock_try(const char *queue);
+/* Let go of it before the end of the transaction: nothing was claimed from the queue. */
+extern void ds_queue_claim_lock_release(const char *queue);
 
 #endif							/* DS_STEP_LOCK_H */

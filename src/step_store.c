@@ -264,6 +264,13 @@ ds_store_spi_begin(StoreSpi *s)
 	 */
 	(void) set_config_option("plan_cache_mode", "force_generic_plan", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
+	/*
+	 * A plan left with a sequential scan costs more than jit_above_cost once enable_seqscan is
+	 * off, and JIT compiles it again at every execution (tens of milliseconds) for statements
+	 * that read a few rows: never worth it here.
+	 */
+	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 }
