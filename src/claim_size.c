@@ -25,6 +25,7 @@
 #include "compat.h"
 
 #include "access/twophase.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
 
@@ -119,4 +120,53 @@ ds_claim_size_ran(ClaimSizer *sizer, const char *queue, int n, TimestampTz start
 	}
 	entry->usecs_per_item = pace;
 	entry->last_claim = now;
+}
+
+/* The announcement key of `queue` in this database: never 0. */
+static uint32
+claim_key(const char *queue)
+{
+	uint32		key = hash_bytes_uint32_extended(MyDatabaseId,
+												 hash_bytes((const unsigned char *) queue,
+															(int) strlen(queue)));
+
+	return key == 0 ? 1 : key;
+}
+
+void
+ds_claim_announce(const char *queue, int n)
+{
+	WorkerShared *shared = ds_worker_shared();
+
+	if (shared != NULL && ds_executor_slot >= 0)
+		pg_atomic_write_u64(&shared->claiming[ds_executor_slot],
+							((uint64) claim_key(queue) << 32) | (uint32) Max(n, 0));
+}
+
+void
+ds_claim_announce_end(void)
+{
+	WorkerShared *shared = ds_worker_shared();
+
+	if (shared != NULL && ds_executor_slot >= 0)
+		pg_atomic_write_u64(&shared->claiming[ds_executor_slot], 0);
+}
+
+int
+ds_claims_in_progress(const char *queue)
+{
+	WorkerShared *shared = ds_worker_shared();
+	uint32		key = claim_key(queue);
+	int64		n = 0;
+
+	if (shared == NULL)
+		return 0;
+	for (int i = 0; i < DS_MAX_WORKERS; i++)
+	{
+		uint64		c = pg_atomic_read_u64(&shared->claiming[i]);
+
+		if (i != ds_executor_slot && c != 0 && (uint32) (c >> 32) == key)
+			n += (uint32) c;
+	}
+	return (int) Min(n, PG_INT32_MAX);
 }

@@ -37,4 +37,16 @@ extern void ds_claim_size_ran(ClaimSizer *sizer, const char *queue, int n, Times
 /* The most locks this executor's claims may hold at once: its share of the lock table. */
 extern int	ds_claim_lock_share(void);
 
+/*
+ * Executors claiming from the same queue at once (README, "The background worker"): the one that
+ * holds the queue's claim lock (step_lock.c) takes its first due steps, and says how many
+ * (ds_claim_announce); one that comes meanwhile reads past them (ds_claims_in_progress) instead
+ * of waiting for its turn, and says how many it takes in its own turn. An announcement lasts
+ * until the claim commits (ds_claim_announce_end).
+ */
+extern void ds_claim_announce(const char *queue, int n);
+extern void ds_claim_announce_end(void);
+/* Steps other executors of this database are claiming from `queue` now; 0 when none. */
+extern int	ds_claims_in_progress(const char *queue);
+
 #endif							/* DS_CLAIM_SIZE_H */

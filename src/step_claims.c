@@ -155,18 +155,19 @@ queue_capacity(const char *queue, int limit)
  * that two executors reading at once see the same rows: the one that loses a step lock reads
  * the range again, passing the rows it lost (ctid <> ALL), a few times at most (the winner's
  * claim commits within milliseconds, and the rows then leave the range). A row read here may
- * change before it is claimed: ds_mark_steps_running checks again that it is due. Appends to the
- * arrays from *n on; counts the steps others held in *skipped.
+ * change before it is claimed: ds_mark_steps_running checks again that it is due. The first
+ * `offset` steps of the first range read are passed: other executors are claiming them now.
+ * Appends to the arrays from *n on; counts the steps others held in *skipped.
  */
 #define CLAIM_READS_PER_PRIORITY 4
 
 static void
-take_due_steps(const DueQueue *queue, int limit, TimestampTz now, char **run_ids, char **step_ids,
-			   ItemPointerData *tids, int *n, int *skipped)
+take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now, char **run_ids,
+			   char **step_ids, ItemPointerData *tids, int *n, int *skipped)
 {
 	Oid			level_types[2] = {TEXTOID, INT4OID};
-	Oid			due_types[5] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID};
-	Datum		args[5];
+	Oid			due_types[6] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID, INT4OID};
+	Datum		args[6];
 	int32		from = PG_INT32_MIN;
 	int			taken = 0;
 	bool		isnull;
@@ -205,6 +206,8 @@ take_due_steps(const DueQueue *queue, int limit, TimestampTz now, char **run_ids
 		args[3] = TimestampTzGetDatum(now);
 		/* rows passed over in another priority's range are not in this one */
 		n_passed = 0;
+		/* the steps other executors are claiming now are the first of the first range */
+		args[5] = Int32GetDatum(from == PG_INT32_MIN ? offset : 0);
 		for (int read = 0; read < CLAIM_READS_PER_PRIORITY && taken < limit; read++)
 		{
 			int			lost = 0;
@@ -220,7 +223,8 @@ take_due_steps(const DueQueue *queue, int limit, TimestampTz now, char **run_ids
 											" AND status IN ('pending', 'retrying')"
 											" AND next_attempt_at <= $4 AND kind = 'sql'"
 											" AND ctid <> ALL ($5)"
-											" ORDER BY next_attempt_at LIMIT $3", 5, due_types),
+											" ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
+											6, due_types),
 								  args, NULL, false, 0);
 			if (rc != SPI_OK_SELECT)
 				elog(ERROR, "due step query failed: %s", SPI_result_code_string(rc));
@@ -259,21 +263,34 @@ take_due_steps(const DueQueue *queue, int limit, TimestampTz now, char **run_ids
 	}
 }
 
-/* Take up to this claim's share of queue q's due steps (its size, its concurrency's room). */
+/*
+ * Take up to this claim's share of queue q's due steps (its size, its concurrency's room),
+ * passing the first `offset` due steps, which other executors are claiming.
+ */
 static void
-claim_from_queue(const ClaimSizer *sizer, const DueQueue *q, int limit, TimestampTz now,
-				 char **run_ids, char **step_ids, ItemPointerData *tids, int *n, int *skipped)
+claim_from_queue(const ClaimSizer *sizer, const DueQueue *q, int limit, int offset,
+				 TimestampTz now, char **run_ids, char **step_ids, ItemPointerData *tids, int *n,
+				 int *skipped)
 {
 	int			capacity = ds_claim_size(sizer, q->name, limit);
 
 	if (q->concurrency > 0)
 		capacity = queue_capacity(q->name, capacity);
-	if (capacity > 0)
-		take_due_steps(q, capacity, now, run_ids, step_ids, tids, n, skipped);
+	if (capacity <= 0)
+		return;
+	/* while it reads, others that come read past as many steps as it may take */
+	ds_claim_announce(q->name, capacity);
+	take_due_steps(q, capacity, offset, now, run_ids, step_ids, tids, n, skipped);
+	/*
+	 * then past those it took: a claim whose UPDATE waits for a row lock (an operator's open
+	 * transaction) may keep its turn for long, and must not hide more steps than it holds
+	 */
+	ds_claim_announce(q->name, *n);
 }
 
 /*
- * Wait for the claim lock of `queue`, which another executor holds while it claims: a claim's
+ * Wait for the claim lock of `queue`, which another executor holds while it claims without
+ * having said yet how many steps it takes (so that they cannot be read past): a claim's
  * transaction lasts milliseconds. A claim that waits longer (its UPDATE waits for a row lock an
  * operator's transaction holds) is not waited for: the caller then reads the range anyway,
  * passing the rows it loses (take_due_steps). Returns whether the lock was taken.
@@ -402,23 +419,32 @@ ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
 	for (int k = 0; k < n_queues && n_locked == 0; k++)
 	{
 		DueQueue   *q = &queues[(first + k) % n_queues];
+		bool		turn;
+		int			offset = 0;
 
 		if (q->concurrency == 0)
 			continue;			/* paused */
-		/* another executor is claiming from it: serve another queue first */
-		if (!ds_queue_claim_lock_try(q->name))
+		turn = ds_queue_claim_lock_try(q->name);
+		if (!turn)
 		{
-			if (busy == NULL)
-				busy = q;
-			continue;
+			/* another executor is claiming from it: read past the steps it takes */
+			offset = ds_claims_in_progress(q->name);
+			/* it has not said how many yet: serve another queue first */
+			if (offset == 0)
+			{
+				if (busy == NULL)
+					busy = q;
+				continue;
+			}
 		}
-		claim_from_queue(sizer, q, limit, now, run_ids, step_ids, row_tids, &n_locked, skipped);
+		claim_from_queue(sizer, q, limit, offset, now, run_ids, step_ids, row_tids, &n_locked,
+						 skipped);
 		if (n_locked > 0)
 		{
 			strlcpy(served->name, q->name, sizeof(served->name));
 			served->limited = q->concurrency > 0;
 		}
-		else
+		else if (turn)
 			ds_queue_claim_lock_release(q->name);	/* a claim holds one queue's lock at most */
 	}
 	/* every queue with due steps was being claimed from: wait for the first one's turn */
@@ -426,7 +452,8 @@ ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
 	{
 		bool		turn = wait_for_claim_turn(busy->name);
 
-		claim_from_queue(sizer, busy, limit, now, run_ids, step_ids, row_tids, &n_locked, skipped);
+		claim_from_queue(sizer, busy, limit, 0, now, run_ids, step_ids, row_tids, &n_locked,
+						 skipped);
 		if (turn && n_locked == 0)
 			ds_queue_claim_lock_release(busy->name);
 		if (n_locked > 0)

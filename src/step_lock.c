@@ -145,8 +145,9 @@ ds_run_id_lock(const char *run_id, bool exclusive)
  * The claim lock of a queue, to the end of the transaction ('DQ' in objsubid). Executors read a
  * queue's due steps without row locks (step_claims.c): two that read the same range at once see
  * the same rows, and the one that loses them reads again, past them. Taking turns to claim from
- * a queue keeps them from reading the same rows at all: the second reads after the first's claim
- * committed, when its rows have left the range. Never waits: the caller decides how to wait.
+ * a queue keeps them from reading the same rows at all: the second reads past the steps the
+ * first says it takes (claim_size.c), or after the first's claim committed, when its rows have
+ * left the range. Never waits: the caller decides how to wait.
  */
 #define DS_QUEUE_CLAIM_LOCKTAG_FIELD4 0x4451
 

@@ -111,6 +111,7 @@ release_slot(int code, Datum arg)
 		pg_atomic_write_u32(&shared->executor_db[my_slot], InvalidOid);
 		pg_atomic_write_u32(&shared->executor_pid[my_slot], 0);
 		pg_atomic_write_u64(&shared->cancel_request[my_slot], 0);
+		pg_atomic_write_u64(&shared->claiming[my_slot], 0);
 	}
 }
 
@@ -391,6 +392,8 @@ claim_and_run_batch(int *skipped)
 	claimed = ds_claim_due_steps(&step_claims, batch_size, last_queue, &served, pass_cxt, &claims,
 								 skipped);
 	commit_transaction();
+	/* the claimed rows have left the due range: no other claim need read past them */
+	ds_claim_announce_end();
 	if (claimed > 0)
 	{
 		/* the next claim starts from the queue after this one: no queue waits on another */

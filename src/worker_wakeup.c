@@ -59,6 +59,7 @@ worker_shmem_startup(void)
 		{
 			pg_atomic_init_u32(&shared->executor_pid[i], 0);
 			pg_atomic_init_u64(&shared->cancel_request[i], 0);
+			pg_atomic_init_u64(&shared->claiming[i], 0);
 			pg_atomic_init_u32(&shared->executor_db[i], InvalidOid);
 			pg_atomic_init_u32(&shared->executor_state[i], EXECUTOR_STARTING);
 		}

@@ -37,6 +37,11 @@ typedef struct WorkerShared
 	pg_atomic_uint64 cancel_request[DS_MAX_WORKERS];
 	/* database of each running executor, InvalidOid when the slot is idle */
 	pg_atomic_uint32 executor_db[DS_MAX_WORKERS];
+	/*
+	 * The claim each executor is taking now (claim_size.c): the key of its database and queue in
+	 * the high 32 bits, the number of steps it takes in the low ones; 0 when it is not claiming
+	 */
+	pg_atomic_uint64 claiming[DS_MAX_WORKERS];
 	/* ExecutorState of each slot, as its last executor left it */
 	pg_atomic_uint32 executor_state[DS_MAX_WORKERS];
 	/* the launcher's latch, NULL while no launcher runs */

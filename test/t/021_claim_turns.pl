@@ -1,8 +1,10 @@
 # Executors take turns to claim from a queue (README, "The background worker"): the executor that
-# claims holds the queue's claim lock until its claim commits, and another one waits for its turn
-# instead of reading the same rows. A claim can be stuck -- its UPDATE waits for a row lock an
-# operator's open transaction holds -- and keep its turn for as long as that transaction lasts:
-# the other executor then waits a little only, and goes on serving the queue.
+# claims holds the queue's claim lock until its claim commits and says how many steps it takes;
+# another one reads past those (or waits for its turn, a little) instead of reading the same rows.
+# A claim can be stuck -- its UPDATE waits for a row lock an operator's open transaction holds --
+# and keep its turn for as long as that transaction lasts: the other executor goes on serving the
+# queue meanwhile, every step of it but the stuck one (the stuck claim hides no more steps than it
+# holds).
 use strict;
 use warnings;
 
