@@ -461,13 +461,20 @@ turn_interrupted(ClaimedRun *run, const AttemptOutcome *outcome, const char *ste
 	return false;
 }
 
-/* ds_cancel_run stopped the turn: the run is cancelled (end_turn cancels its unfinished steps). */
+/*
+ * ds_cancel_run stopped the turn, and waits for the run's row to cancel the run and its steps in
+ * its own transaction: a call that rolls back leaves the run going on. Until then the run waits,
+ * out of the executors' reach for a little while (the call is already waiting for the row).
+ */
+#define STOPPED_TURN_RESUME_USECS (1 * USECS_PER_SEC)
+
 static void
-cancelled_outcome(RunOutcome *o)
+stopped_outcome(RunOutcome *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->status = "cancelled";
-	o->wait_reason = "cancelled by ds_cancel_run()";
+	o->status = "waiting";
+	o->wake_at = GetCurrentTimestamp() + STOPPED_TURN_RESUME_USECS;
+	o->wait_reason = "turn stopped by ds_cancel_run()";
 }
 
 /*
@@ -556,7 +563,7 @@ run_step_work(const ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 	o->current_step = susp->step_id;
 	if (outcome.cls == ATTEMPT_CANCELLED)
 	{
-		cancelled_outcome(o);
+		stopped_outcome(o);
 		return;
 	}
 	if (outcome.cls != ATTEMPT_COMPLETED && outcome.sqlerrcode == ERRCODE_QUERY_CANCELED)
@@ -692,7 +699,7 @@ ds_run_turn(ClaimedRun *run, bool may_continue, char **awaited)
 	}
 	if (outcome.cls == ATTEMPT_CANCELLED)
 	{
-		cancelled_outcome(&o);
+		stopped_outcome(&o);
 		return end_turn(run, &o, false);
 	}
 	if (susp.suspended)

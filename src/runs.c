@@ -536,7 +536,7 @@ hold_run_and_steps(const char *run_id, RunState *run)
 					 errmsg("run %s kept adding steps while it was being cancelled", run_id),
 					 errhint("Call ds_cancel_run() again.")));
 		held = hold_unfinished_steps(run_id, held);
-		/* not before: a stopped turn records the run cancelled, while attempts may still start */
+		/* not before: a stopped turn lets the run go, while attempts may still start */
 		stop_turn(run_id);
 		BeginInternalSubTransaction(NULL);
 		MemoryContextSwitchTo(oldcxt);
@@ -581,7 +581,9 @@ cancel_held_step(const char *run_id, const char *step_id)
  * none is claimed, re-armed or resolved again. A turn running now is stopped first (its executor
  * looks for the request every 100 ms): the turn rolls back, so a step it was running takes no
  * effect; an attempt of the run's step a worker runs is stopped and recorded cancelled; an HTTP
- * request in flight is waited for, and its step then cancelled unless it succeeded.
+ * request in flight is waited for, and its step then cancelled unless it succeeded. The run and
+ * its steps are cancelled by this call's transaction alone: stopped turns and attempts leave
+ * them waiting, so that a rollback of the call cancels nothing.
  */
 Datum
 ds_cancel_run(PG_FUNCTION_ARGS)
@@ -606,7 +608,7 @@ ds_cancel_run(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
 				 errmsg("run %s is %s and cannot be cancelled", run_id, run.status),
 				 errdetail("Only runs that have not finished can be cancelled.")));
-	/* a turn stopped by this call recorded the run cancelled itself: its steps are still ours */
+	/* a run cancelled meanwhile by another call: its steps are still ours to make sure of */
 	if (strcmp(run.status, "cancelled") != 0)
 		(void) run_statement(&cancel_plan,
 							 "UPDATE durable_steps.runs SET status = 'cancelled',"

@@ -10,6 +10,8 @@
  *   correctable                      -> blocked   (remediation stored)
  *   permanent                        -> failed    (error_class 'permanent')
  *   uncertain (HTTP steps only)      -> uncertain (a person settles it: ds_resolve_step)
+ *   cancelled (a worker attempt that -> retrying  (the cancelling call, waiting for the step's
+ *     ds_cancel_step/_run stopped)                 lock, then cancels it in its transaction)
  *
  * Then, before the outcome is written: the step's outcome hook (step_hooks.c) for a success or
  * a failure for good, which may make the step blocked; in the worker, a log line for a step
@@ -159,6 +161,12 @@ ds_cancel_waiting_step(StepRecord *rec)
 	ds_notify_step_stopped(rec);
 }
 
+/*
+ * How long a step whose worker attempt was stopped by a cancel request waits before an executor
+ * may claim it again, should the cancelling call roll back.
+ */
+#define CANCELLED_ATTEMPT_RESUME_USECS (1 * USECS_PER_SEC)
+
 /* The state rules of the file header. */
 static void
 apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
@@ -215,9 +223,19 @@ apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 			rec->finished_at = 0;
 			break;
 		case ATTEMPT_CANCELLED:
-			/* never retried */
-			rec->status = STEP_CANCELLED;
+			/*
+			 * ds_cancel_step() or ds_cancel_run() stopped this worker attempt, and waits for the
+			 * step's lock to cancel the step in its own transaction: a call that rolls back
+			 * leaves the step going on, as it found it. Meanwhile the step waits, out of the
+			 * executors' reach for a little while (the call is already waiting for its lock),
+			 * and the stopped attempt does not use the step's attempt budget.
+			 */
+			rec->status = STEP_RETRYING;
 			rec->error_class = "cancelled";
+			rec->attempt_base++;
+			rec->next_attempt_at = outcome->finished_at + CANCELLED_ATTEMPT_RESUME_USECS;
+			rec->finished_at = 0;
+			ds_worker_wake_kind_at_commit(rec->kind);
 			break;
 		case ATTEMPT_UNCERTAIN:
 			/* never retried by itself: a person finds out what happened (README, "HTTP steps") */

@@ -1,5 +1,6 @@
 # ds_cancel_step on a step the worker is running (README, "Cancelling a step"): the attempt is
-# stopped within a moment, recorded as cancelled, never retried, and the executor goes on.
+# stopped within a moment, recorded as cancelled, never retried, and the executor goes on; a call
+# that rolls back cancels nothing.
 use strict;
 use warnings;
 
@@ -69,6 +70,25 @@ is($node->safe_psql('postgres', q{SET ROLE app;
 SELECT status FROM ds_cancel_step('c', 'outer')}), 'cancelled', 'nested: the outer step is cancelled');
 is($node->safe_psql('postgres', "SELECT count(*) FROM ds_steps WHERE step_id = 'inner'"), '0',
 	'nested: the inner step rolled back with the outer attempt');
+
+# a ds_cancel_step that rolls back leaves the step going on: the executor stops the attempt, but
+# the step is cancelled by the call's own transaction; the stopped attempt uses no attempt budget
+$node->safe_psql('postgres', q{SET ROLE app;
+SELECT status FROM ds_run_step('c', 'kept',
+  $k$SELECT CASE WHEN ds_attempt_number() = 1 THEN pg_sleep(600)::text ELSE 'done' END$k$,
+  defer => true, policy => '{"max_attempts": 1}')});
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'durable_steps worker' "
+		  . "AND query LIKE '%c/kept attempt 1' AND wait_event = 'PgSleep'"),
+	'rolled back: the worker is running the hanging attempt');
+is($node->safe_psql('postgres', q{SET ROLE app; BEGIN;
+SELECT status || '|' || attempt FROM ds_cancel_step('c', 'kept');
+ROLLBACK}), 'cancelled|1', 'rolled back: ds_cancel_step said cancelled inside its transaction');
+ok(poll_until($node, 'postgres', "SELECT status FROM ds_steps WHERE step_id = 'kept'", 'succeeded'),
+	'rolled back: the step went on, and succeeded');
+is($node->safe_psql('postgres', q{SELECT string_agg(attempt || ':' || class, ',' ORDER BY attempt)
+FROM ds_attempts WHERE step_id = 'kept'}), '1:cancelled,2:completed',
+	'rolled back: the stopped attempt, then one more within max_attempts 1');
 
 $node->stop;
 done_testing();

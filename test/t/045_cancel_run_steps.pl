@@ -3,7 +3,8 @@
 # request in flight is waited for and its step then cancelled, not retried; an attempt of the
 # run's SQL step that an executor claimed as a plain step is stopped and its step cancelled. The
 # fault trials (scripts/faults) found the last one: such an attempt ran, and took its effect,
-# after the cancellation.
+# after the cancellation. And a ds_cancel_run that rolls back cancels nothing: a turn it stopped
+# lets the run go on.
 
 use strict;
 use warnings;
@@ -105,5 +106,28 @@ is($node->safe_psql('postgres', "SELECT string_agg(attempt::text, ',') FROM ledg
 	'', 'and no attempt of it took effect');
 is($node->safe_psql('postgres', "SELECT status FROM ds_runs WHERE run_id = '$s'"), 'cancelled',
 	'the run is cancelled');
+
+# --- a ds_cancel_run that rolls back cancels nothing: a turn it stopped lets the run go on
+$node->safe_psql(
+	'postgres', q{
+CREATE TABLE go (ok boolean);
+GRANT SELECT ON go TO app;
+CREATE FUNCTION sleepy(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM go) THEN
+        PERFORM pg_sleep(60);
+    END IF;
+    RETURN '"done"';
+END $$;
+});
+my $k = start_run('sleepy', 'kept', '{}');
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'durable_steps worker' "
+		  . "AND wait_event = 'PgSleep'"),
+	'rolled back: the run\'s turn is running');
+is($node->safe_psql('postgres', qq{BEGIN; SET LOCAL ROLE app; SELECT ds_cancel_run('$k'); ROLLBACK;
+INSERT INTO go VALUES (true)}), 'cancelled', 'rolled back: ds_cancel_run answered cancelled');
+ok(poll_until($node, 'postgres', "SELECT status FROM ds_runs WHERE run_id = '$k'", 'succeeded'),
+	'rolled back: the run went on, and succeeded');
 
 done_testing();
