@@ -124,8 +124,9 @@ CREATE TABLE durable_steps.steps (
     created_at      timestamptz NOT NULL,
     -- where it stands: written by every claim and outcome. Last in the row, so that an update
     -- on the same page logs these bytes only (PostgreSQL logs the changed middle of a row).
-    -- attempts used before the last manual re-arm: the attempt budget counts from here, while
-    -- attempt numbers keep growing so that an attempt key is never issued twice
+    -- attempts used before the last manual re-arm, and worker attempts a cancelling call stopped
+    -- (a call that rolled back leaves the step going on): the attempt budget counts from here,
+    -- while attempt numbers keep growing so that an attempt key is never issued twice
     attempt_base    integer NOT NULL DEFAULT 0,
     attempts        integer NOT NULL DEFAULT 0,
     -- pending | running | retrying | succeeded | failed | blocked | uncertain | cancelled
