@@ -130,14 +130,21 @@ ds_step_lock_pin(const char *run_id, const char *step_id)
  */
 #define DS_RUN_ID_LOCKTAG_FIELD4 0x4452
 
+/* The lock tag of one name (a run_id, a queue) in the tag space `field4` of this database. */
+static void
+name_locktag(LOCKTAG *tag, const char *name, uint16 field4)
+{
+	uint64		hash = hash_bytes_extended((const unsigned char *) name, (int) strlen(name), 0);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash, field4);
+}
+
 void
 ds_run_id_lock(const char *run_id, bool exclusive)
 {
 	LOCKTAG		tag;
-	uint64		hash = hash_bytes_extended((const unsigned char *) run_id, (int) strlen(run_id), 0);
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
-						 DS_RUN_ID_LOCKTAG_FIELD4);
+	name_locktag(&tag, run_id, DS_RUN_ID_LOCKTAG_FIELD4);
 	(void) LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, false);
 }
 
@@ -151,22 +158,12 @@ ds_run_id_lock(const char *run_id, bool exclusive)
  */
 #define DS_QUEUE_CLAIM_LOCKTAG_FIELD4 0x4451
 
-/* The claim lock tag of `queue`. */
-static void
-queue_claim_locktag(LOCKTAG *tag, const char *queue)
-{
-	uint64		hash = hash_bytes_extended((const unsigned char *) queue, (int) strlen(queue), 0);
-
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
-						 DS_QUEUE_CLAIM_LOCKTAG_FIELD4);
-}
-
 bool
 ds_queue_claim_lock_try(const char *queue)
 {
 	LOCKTAG		tag;
 
-	queue_claim_locktag(&tag, queue);
+	name_locktag(&tag, queue, DS_QUEUE_CLAIM_LOCKTAG_FIELD4);
 	return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
@@ -175,7 +172,7 @@ ds_queue_claim_lock_release(const char *queue)
 {
 	LOCKTAG		tag;
 
-	queue_claim_locktag(&tag, queue);
+	name_locktag(&tag, queue, DS_QUEUE_CLAIM_LOCKTAG_FIELD4);
 	LockRelease(&tag, ExclusiveLock, false);
 }
 

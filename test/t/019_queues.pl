@@ -59,9 +59,7 @@ SELECT coalesce(max(n), 0) FROM (
 
 is($node->safe_psql('postgres', 'SHOW durable_steps.max_workers'), '2',
 	'more than one executor by default');
-ok(poll_until($node, 'postgres',
-		"SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'"),
-	'both executors are up');
+ok(executors_running($node, 2), 'both executors are up');
 
 # --- a slow queue with concurrency 1 does not delay 200 due steps of queue default ---
 $node->safe_psql('postgres', q{

@@ -21,9 +21,7 @@ $node->safe_psql('postgres', q{
 CREATE EXTENSION durable_steps;
 CREATE TABLE done (step text);
 });
-ok(poll_until($node, 'postgres',
-		"SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'"),
-	'two executors run');
+ok(executors_running($node, 2), 'two executors run');
 
 # the lock table's size as lock.c computes it, and a quarter of it shared by the two executors
 my $share = $node->safe_psql('postgres', q{

@@ -22,9 +22,7 @@ $node->safe_psql('postgres', q{
 CREATE EXTENSION durable_steps;
 CREATE TABLE done (step text);
 });
-ok(poll_until($node, 'postgres',
-		"SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'"),
-	'two executors run');
+ok(executors_running($node, 2), 'two executors run');
 
 # 'DQ' in objsubid: the claim lock of a queue (step_lock.c)
 my $claim_lock = 0x4451;

@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(worker_node retry_node settled_and_sound log_since log_offset count_matches poll_until executor_pid
+our @EXPORT = qw(worker_node executors_running retry_node settled_and_sound log_since log_offset count_matches poll_until executor_pid
   wait_executor_loops $crash_re create_retry_fixtures settle attempts ran_in_worker gap
   started_within);
 
@@ -38,6 +38,14 @@ sub worker_node
 	$node->append_conf('postgresql.conf', $preload . ($conf // ''));
 	$node->start;
 	return $node;
+}
+
+# Waits until $n executors of $node run; true when they do.
+sub executors_running
+{
+	my ($node, $n) = @_;
+	return poll_until($node, 'postgres',
+		"SELECT count(*) = $n FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'");
 }
 
 # Everything the node has logged since byte $offset of its log file.
