@@ -460,7 +460,7 @@ drain_durable() { # batch_size history_rows steps label
 		WHERE run_id = 'drain'")"
 	[[ "$check" == "0 $n" ]] || die "durable_steps: after the drain (not succeeded, all) = $check"
 	check="$(q "SELECT count(*) FILTER (WHERE class = 'completed' AND executor = 'worker'), count(*)
-		FROM durable_steps.attempts WHERE run_id = 'drain'")"
+		FROM ds_attempts WHERE run_id = 'drain'")"
 	[[ "$check" == "$n $n" ]] || die "durable_steps: attempts (completed by the worker, all) = $check"
 	drain_row durable_steps "$label" "$n"
 }
@@ -624,14 +624,14 @@ END
 \$do\$;
 EOF
 	no_crash "the latency run"
-	check="$(q "SELECT count(*) FROM durable_steps.attempts a JOIN lat_client c
+	check="$(q "SELECT count(*) FROM ds_attempts a JOIN lat_client c
 		ON a.run_id = 'lat' AND a.step_id = 's' || c.i AND a.attempt = 2
 		WHERE a.executor = 'worker' AND a.class = 'completed'")"
 	((check == n)) || die "latency: only $check of $n second attempts completed by the worker"
 	psql_db -At -F ',' -c "SELECT c.i, a1.finished_at, c.t_commit, a2.claimed_at, a2.started_at, a2.finished_at, a2.backend_pid
 		FROM lat_client c
-		JOIN durable_steps.attempts a1 ON a1.run_id = 'lat' AND a1.step_id = 's' || c.i AND a1.attempt = 1
-		JOIN durable_steps.attempts a2 ON a2.run_id = 'lat' AND a2.step_id = 's' || c.i AND a2.attempt = 2
+		JOIN ds_attempts a1 ON a1.run_id = 'lat' AND a1.step_id = 's' || c.i AND a1.attempt = 1
+		JOIN ds_attempts a2 ON a2.run_id = 'lat' AND a2.step_id = 's' || c.i AND a2.attempt = 2
 		ORDER BY c.i" >"$WORK/out/latency.csv"
 	echo
 	printf '%-44s %8s %8s %8s %8s %8s\n' "interval (ms)" p50 p90 p99 max n
@@ -641,8 +641,8 @@ EOF
 			       extract(epoch FROM a2.claimed_at - c.t_commit) * 1000 AS claim_c,
 			       extract(epoch FROM a2.started_at - c.t_commit) * 1000 AS start_c
 			FROM lat_client c
-			JOIN durable_steps.attempts a1 ON a1.run_id = 'lat' AND a1.step_id = 's' || c.i AND a1.attempt = 1
-			JOIN durable_steps.attempts a2 ON a2.run_id = 'lat' AND a2.step_id = 's' || c.i AND a2.attempt = 2),
+			JOIN ds_attempts a1 ON a1.run_id = 'lat' AND a1.step_id = 's' || c.i AND a1.attempt = 1
+			JOIN ds_attempts a2 ON a2.run_id = 'lat' AND a2.step_id = 's' || c.i AND a2.attempt = 2),
 		m(ord, name, v) AS (
 			SELECT 1, 'claimed_at - attempt 1 finished_at', claim_f FROM s UNION ALL
 			SELECT 2, 'started_at - attempt 1 finished_at', start_f FROM s UNION ALL
@@ -717,7 +717,7 @@ run_memory() {
 			no_crash "the memory run"
 			sleep 0.5
 		done
-		check="$(q "SELECT count(*) FROM durable_steps.attempts WHERE run_id = 'mem' AND class = 'completed'")"
+		check="$(q "SELECT count(*) FROM ds_attempts WHERE run_id = 'mem' AND class = 'completed'")"
 		((check == chunk)) || die "memory: $check completed attempts in a chunk of $chunk"
 		done_n=$((done_n + chunk))
 		pid_now="$(worker_pids 1)"

@@ -88,6 +88,13 @@ typedef struct StepRecord
 	TimestampTz updated_at;
 	TimestampTz finished_at;	/* 0 = NULL */
 	int			claimed_by;		/* pid of the executor that claimed the running attempt; 0 = NULL */
+	/*
+	 * A worker's attempt that succeeded, recorded in the step row rather than in the attempts
+	 * table (ds_store_finish_claimed_attempt): its claim and its start; 0 = NULL, as for every
+	 * other step.
+	 */
+	TimestampTz attempt_claimed_at;
+	TimestampTz attempt_started_at;
 	/* where this transaction last read or wrote the row; invalid when unknown (not a column) */
 	ItemPointerData tid;
 } StepRecord;
@@ -101,7 +108,8 @@ extern void ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt
 										   const AttemptOutcome *outcome);
 /*
  * The outcome of an attempt a worker claimed at `claimed_at` (the step row was then committed as
- * running): the step updated, the attempt's one row added.
+ * running): the step updated, and the attempt's one row added, unless the attempt succeeded
+ * (the step row then records it).
  */
 extern void ds_store_finish_claimed_attempt(StepRecord *rec, int attempt, TimestampTz claimed_at,
 										 const AttemptOutcome *outcome);
@@ -160,6 +168,8 @@ typedef enum StepColumn
 	STEP_COL_NEXT_ATTEMPT_AT,
 	STEP_COL_LEASE_EXPIRES_AT,
 	STEP_COL_CLAIMED_BY,
+	STEP_COL_ATTEMPT_CLAIMED_AT,
+	STEP_COL_ATTEMPT_STARTED_AT,
 	STEP_COL_CREATED_AT,
 	STEP_COL_UPDATED_AT,
 	STEP_COL_FINISHED_AT

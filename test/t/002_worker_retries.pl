@@ -43,10 +43,19 @@ SELECT s.next_attempt_at = a.finished_at + interval '1 s'
 		"$t: three attempts: the caller's, then two by the worker");
 	is(ran_in_worker($node, 'w1', 'flaky', 2, 3), 't',
 		"$t: attempts 2 and 3 ran in a durable_steps worker process");
+	# the succeeded attempt is recorded in the step's row, the failed ones in attempts rows
 	is( $node->safe_psql(
-			'postgres',
-			"SELECT claimed_by IS NULL FROM durable_steps.steps WHERE run_id = 'w1' AND step_id = 'flaky'"),
-		't', "$t: the finished step names no claiming executor");
+			'postgres', q{
+SELECT (SELECT string_agg(attempt::text, ',' ORDER BY attempt) FROM durable_steps.attempts
+         WHERE run_id = 'w1' AND step_id = 'flaky') || '|' ||
+       (s.claimed_by = a.backend_pid) || '|' || (s.attempt_claimed_at = a.claimed_at) || '|' ||
+       (a.claimed_at <= a.started_at AND a.started_at <= a.finished_at) || '|' ||
+       (s.finished_at = a.finished_at) || '|' || (a.role = s.owner) || '|' ||
+       (a.attempt_key = 'w1:flaky:3') || '|' || (a.error_code IS NULL)
+  FROM durable_steps.steps s JOIN ds_attempts a USING (run_id, step_id)
+ WHERE run_id = 'w1' AND step_id = 'flaky' AND a.attempt = 3}),
+		'1,2|true|true|true|true|true|true|true',
+		"$t: attempt 3, which succeeded, is its step row's record (backend, claim, start, end, role, key), not an attempts row");
 	is( $node->safe_psql(
 			'postgres', q{
 SELECT (SELECT count(*) FROM effects WHERE tag = 'w1') || '|' ||

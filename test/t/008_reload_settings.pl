@@ -48,7 +48,7 @@ CREATE EXTENSION durable_steps;
 		return $node->safe_psql(
 			'postgres', q{
 SELECT string_agg(step_id || ':' || status || ':' ||
-                  (SELECT count(*) FROM durable_steps.attempts a
+                  (SELECT count(*) FROM ds_attempts a
                     WHERE a.run_id = s.run_id AND a.step_id = s.step_id), ',' ORDER BY step_id)
   FROM durable_steps.steps s WHERE run_id = 'ret'});
 	};

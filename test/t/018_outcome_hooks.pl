@@ -154,6 +154,11 @@ is(q1("SET ROLE app; SELECT status || ' ' || attempt FROM ds_retry_step('hk', 'r
 	'succeeded 1', 'retry-hook-2: ds_retry_step ran the hook, the step is succeeded at attempt 1');
 is(q1("SELECT (SELECT count(*) FROM effects WHERE step = 'retry-hook-2') || ' ' || (SELECT count(*) FROM answers WHERE step = 'retry-hook-2')"),
 	'1 1', 'retry-hook-2: the body ran once, the hook wrote its row');
+# its success was blocked by the hook, so its attempt has its own row: the step row, succeeded
+# later, does not record it a second time
+is(q1("SELECT string_agg(attempt || ' ' || class || ' ' || executor, ',') FROM ds_attempts WHERE step_id = 'retry-hook-2'")
+	  . ' ' . q1("SELECT count(*) FROM durable_steps.attempts WHERE step_id = 'retry-hook-2'"),
+	'1 completed worker 1', 'retry-hook-2: one attempt shown, from its attempts row');
 
 # Logging: the worker's failed and blocked outcomes, with identity and SQLSTATE, never the input
 my $log = log_since($node, $log_start);

@@ -51,7 +51,7 @@ ok(poll_until($node, 'postgres',
 		"SELECT count(*) = 20 FROM ds_steps WHERE step_id LIKE 'after%' AND status = 'succeeded'"),
 	'the other executor ran the queue\'s later steps while the stuck claim held the turn');
 is($node->safe_psql('postgres', q{
-SELECT string_agg(DISTINCT a.backend_pid::text, ',') FROM durable_steps.attempts a
+SELECT string_agg(DISTINCT a.backend_pid::text, ',') FROM ds_attempts a
 WHERE a.step_id LIKE 'after%'}), $node->safe_psql('postgres', qq{
 SELECT pid FROM pg_stat_activity WHERE backend_type = 'durable_steps worker' AND pid <> $stuck}),
 	'... the executor that was not stuck');
