@@ -454,8 +454,8 @@ drain_durable() { # batch_size history_rows steps label
 	check="$(q "SELECT count(*) FROM durable_steps.steps WHERE status = 'pending'")"
 	((check == n)) || die "durable_steps: an executor ran steps before the drain started ($check of $n pending)"
 	measure_drain "durable_steps batch_size=$b history=$hist" "$n" \
-		"NOT EXISTS (SELECT 1 FROM durable_steps.steps WHERE status IN ('pending', 'retrying'))
-		 AND NOT EXISTS (SELECT 1 FROM durable_steps.steps WHERE status = 'running')" ds_trigger
+		"NOT EXISTS (SELECT 1 FROM durable_steps.steps WHERE next_attempt_at IS NOT NULL
+		   AND status IN ('pending', 'retrying', 'running'))" ds_trigger
 	check="$(q "SELECT count(*) FILTER (WHERE status <> 'succeeded'), count(*) FROM durable_steps.steps
 		WHERE run_id = 'drain'")"
 	[[ "$check" == "0 $n" ]] || die "durable_steps: after the drain (not succeeded, all) = $check"

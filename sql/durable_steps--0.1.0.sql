@@ -145,6 +145,10 @@ CREATE TABLE durable_steps.steps (
     -- step: a succeeded step never changes state again, so nothing moves the record later.
     attempt_claimed_at timestamptz,
     attempt_started_at timestamptz,
+    -- the queue of a running step claimed from a queue with a concurrency limit, counted against
+    -- it (steps_limited_running_idx); NULL otherwise. A claim from a queue without a limit leaves
+    -- it alone, as it leaves every indexed column, so that it is a HOT update (README, "Queues").
+    running_queue   text COLLATE "C",
     updated_at      timestamptz NOT NULL,
     finished_at     timestamptz,
     result          jsonb,
@@ -167,12 +171,17 @@ WITH (fillfactor = 33);
 -- (queue, priority) group is a range of this index, due steps first, so a claim reads the due
 -- steps of a group and stops at its first step not yet due; the queues and priorities with
 -- waiting steps are found by skipping from group to group (src/step_claims.c).
+-- It holds the steps that wait (pending, retrying) and those running: a claim changes no column
+-- of any index, not even of a predicate, and so is a HOT update, which writes no index entry.
+-- That was a sixth of an executor's CPU (README, "Benchmarks"). A claim keeps next_attempt_at;
+-- every other state sets it NULL. Statements on waiting steps name both conditions.
 CREATE INDEX steps_due_idx ON durable_steps.steps (queue, priority, next_attempt_at)
-    WHERE status IN ('pending', 'retrying');
--- Attempts claimed by a worker: counted per queue against its concurrency, and looked at by
--- crash accounting. Every claim adds an entry: the queue alone keeps it small.
-CREATE INDEX steps_running_idx ON durable_steps.steps (queue)
-    WHERE status = 'running';
+    WHERE next_attempt_at IS NOT NULL;
+-- Running steps of queues with a limit, counted against it (src/step_claims.c). A running step
+-- of a queue without a limit is in no index of its own: lost attempts are looked for when a
+-- worker process ends (src/worker.c).
+CREATE INDEX steps_limited_running_idx ON durable_steps.steps (running_queue)
+    WHERE running_queue IS NOT NULL;
 -- Retention purges finished steps by age (src/retention.c): those finished before the cutoff,
 -- which were created before it too. BRIN, because every succeeded step would otherwise pay for one
 -- more btree entry on the hot path; creation times follow the table's order closely. On
@@ -437,7 +446,7 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
             SELECT run_id, step_id, attempts, NULL, NULL, NULL, NULL, updated_at, updated_at,
                    NULL, 'worker', claimed_by, owner
               FROM durable_steps.steps
-             WHERE status OPERATOR(pg_catalog.=) 'running'
+             WHERE status OPERATOR(pg_catalog.=) 'running' AND next_attempt_at IS NOT NULL
             UNION ALL
             -- a worker's attempt that succeeded: its step's row records it too
             SELECT run_id, step_id, attempts, 'completed', NULL, NULL, NULL, attempt_claimed_at,
@@ -468,6 +477,7 @@ CREATE VIEW @extschema@.ds_queues WITH (security_barrier) AS
                             AND s.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS scheduled
                    FROM durable_steps.steps s
                   WHERE s.status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,running}'::text[])
+                    AND s.next_attempt_at IS NOT NULL
                     AND (pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
                          OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE'))
                   GROUP BY s.queue) c

@@ -59,7 +59,7 @@ ds_claim_due_http_steps(int limit, MemoryContext cxt, ClaimedStep **claims)
 	rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
 										  "SELECT run_id, step_id, ctid FROM durable_steps.steps"
 										  " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
-										  " AND status IN ('pending', 'retrying')"
+										  " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
 										  " AND next_attempt_at <= $2 AND kind = 'http'"
 										  " ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
 										  2, due_types),
@@ -88,7 +88,7 @@ ds_claim_due_http_steps(int limit, MemoryContext cxt, ClaimedStep **claims)
 		ds_store_spi_end(&spi);
 		return 0;
 	}
-	n_claimed = ds_mark_steps_running(tids, n_locked, &mark_running_plan, cxt, claims,
+	n_claimed = ds_mark_steps_running(tids, n_locked, false, &mark_running_plan, cxt, claims,
 									  compare_due_times);
 	/* the rows are locked by this transaction: every locked one is claimed */
 	if (n_claimed != n_locked)
@@ -103,6 +103,7 @@ ds_next_http_due_time(void)
 	return ds_store_query_time(&next_due_plan,
 							   "SELECT min(next_attempt_at) FROM durable_steps.steps"
 							   " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
-							   " AND status IN ('pending', 'retrying') AND kind = 'http'",
+							   " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							   " AND kind = 'http'",
 							   "next due HTTP step");
 }

@@ -135,6 +135,8 @@ static CURLM *multi = NULL;
 static dlist_head inflight = DLIST_STATIC_INIT(inflight);
 static dlist_head finished = DLIST_STATIC_INIT(finished);
 static int	n_inflight = 0;
+/* an outcome of this cycle could not be recorded: its step is left running (record_transfer) */
+static bool unrecorded_transfers = false;
 static int	n_finished = 0;
 static MemoryContext record_cxt = NULL;
 
@@ -555,6 +557,7 @@ record_transfer(HttpTransfer *t)
 				(errmsg("durable_steps: could not record attempt %d of HTTP step %s/%s: %s",
 						t->rec.attempts, t->rec.run_id, t->rec.step_id, edata->message)));
 		recorded = false;
+		unrecorded_transfers = true;
 	}
 	PG_END_TRY();
 	return recorded;
@@ -634,6 +637,10 @@ cycle(int claim_slots)
 	}
 	n_finished = 0;
 	MemoryContextReset(record_cxt);
+	/* their locks are let go: the executors record the attempts not recorded here as lost */
+	if (unrecorded_transfers)
+		ds_attempts_may_be_lost();
+	unrecorded_transfers = false;
 	if (n_claimed > 0)
 		start_batch(claimed, n_claimed);
 	return n_claimed;

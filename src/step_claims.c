@@ -42,11 +42,12 @@ static SPIPlanPtr next_due_plan = NULL;
 #define WAITING_GROUPS \
 	"WITH RECURSIVE g(queue, priority) AS (" \
 	" (SELECT queue, priority FROM durable_steps.steps" \
-	"   WHERE status IN ('pending', 'retrying') ORDER BY queue, priority LIMIT 1)" \
+	"   WHERE next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')" \
+	"   ORDER BY queue, priority LIMIT 1)" \
 	" UNION ALL" \
 	" SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL" \
 	"  (SELECT s.queue, s.priority FROM durable_steps.steps s" \
-	"    WHERE s.status IN ('pending', 'retrying')" \
+	"    WHERE s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')" \
 	"      AND (s.queue, s.priority) > (g.queue, g.priority)" \
 	"    ORDER BY s.queue, s.priority LIMIT 1) n) "
 
@@ -78,7 +79,7 @@ due_queues(TimestampTz now, DueQueue **out)
 									" LEFT JOIN durable_steps.queues q ON q.name = g.queue"
 									" WHERE EXISTS (SELECT FROM durable_steps.steps s"
 									"  WHERE s.queue = g.queue AND s.priority = g.priority"
-									"   AND s.status IN ('pending', 'retrying')"
+									"   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
 									"   AND s.next_attempt_at <= $1 AND s.kind = 'sql')"
 									" ORDER BY g.queue, g.priority",
 									1, types),
@@ -101,7 +102,7 @@ due_queues(TimestampTz now, DueQueue **out)
 
 /*
  * How many steps of a limited queue this claim may take: its concurrency less the steps of it
- * claimed and not yet recorded (status running), at most `limit`. The queue's row stays locked
+ * claimed and not yet recorded (running_queue names it), at most `limit`. The queue's row stays locked
  * until the claim commits, so executors claiming from the same queue take turns and each counts
  * the claims committed before it; an executor that finds the row locked passes the queue by (0)
  * and serves another. Runs under READ COMMITTED (see worker.c): the count's snapshot is taken
@@ -136,7 +137,7 @@ queue_capacity(const char *queue, int limit)
 		return 0;
 	rc = SPI_execute_plan(ds_prepare_kept(&running_count_plan,
 									"SELECT pg_catalog.count(*) FROM durable_steps.steps"
-									" WHERE queue = $1 AND status = 'running' AND kind = 'sql'", 1, types),
+									" WHERE running_queue = $1", 1, types),
 						  args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "running step count failed: %s", SPI_result_code_string(rc));
@@ -190,7 +191,8 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now, ch
 			args[1] = Int32GetDatum(from);
 			rc = SPI_execute_plan(ds_prepare_kept(&level_plan,
 											"SELECT priority FROM durable_steps.steps"
-											" WHERE queue = $1 AND status IN ('pending', 'retrying')"
+											" WHERE queue = $1 AND next_attempt_at IS NOT NULL"
+											" AND status IN ('pending', 'retrying')"
 											" AND priority >= $2 AND kind = 'sql' ORDER BY priority LIMIT 1",
 											2, level_types),
 								  args, NULL, false, 0);
@@ -220,7 +222,7 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now, ch
 			rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
 											"SELECT run_id, step_id, ctid FROM durable_steps.steps"
 											" WHERE queue = $1 AND priority = $2"
-											" AND status IN ('pending', 'retrying')"
+											" AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
 											" AND next_attempt_at <= $4 AND kind = 'sql'"
 											" AND ctid <> ALL ($5)"
 											" ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
@@ -330,11 +332,11 @@ compare_step_claims(const void *a, const void *b)
 }
 
 int
-ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, MemoryContext cxt,
+ds_mark_steps_running(Datum *tids, int n, bool limited, SPIPlanPtr *plan, MemoryContext cxt,
 					  ClaimedStep **claims, int (*order) (const void *, const void *))
 {
-	Oid			types[5] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID};
-	Datum		args[5];
+	Oid			types[6] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, BOOLOID};
+	Datum		args[6];
 	int			rc;
 	int			n_claimed;
 
@@ -346,15 +348,23 @@ ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, MemoryContext cxt,
 	args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_max_worker_attempt_usecs()));
 	/* and a step without a timeout of its own has durable_steps.default_timeout */
 	args[4] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
+	args[5] = BoolGetDatum(limited);
 	/* claims never touch a succeeded row: no backend need forget its replays */
 	ds_replay_cache_internal_update(true);
 	if (*plan == NULL)
 		(void) ds_prepare_kept(plan,
+							   /*
+								* No column of an index changes (next_attempt_at stays; see
+								* steps_due_idx), but running_queue for a limited queue: a HOT
+								* update, which writes no index entry and stays on its page.
+								*/
 							   psprintf("UPDATE durable_steps.steps s SET status = 'running',"
 										"  attempts = s.attempts + 1, updated_at = $2,"
 										"  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
-										"  claimed_by = $3"
-										" WHERE s.ctid = ANY ($1) AND s.status IN ('pending', 'retrying')"
+										"  claimed_by = $3,"
+										"  running_queue = CASE WHEN $6 THEN s.queue END"
+										" WHERE s.ctid = ANY ($1) AND s.next_attempt_at IS NOT NULL"
+										"  AND s.status IN ('pending', 'retrying')"
 										/*
 										 * read without a row lock: a row changed since then
 										 * (a re-arm with a later run_at) is checked again here
@@ -362,7 +372,7 @@ ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, MemoryContext cxt,
 										"  AND s.next_attempt_at <= $2"
 										" RETURNING %s, s.ctid",
 										ds_step_column_list()),
-							   5, types);
+							   6, types);
 	rc = SPI_execute_plan(*plan, args, NULL, false, 0);
 	ds_replay_cache_internal_update(false);
 	if (rc != SPI_OK_UPDATE_RETURNING)
@@ -467,8 +477,8 @@ ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
 	if (n_locked > 0)
 	{
 		/* the steps are ours (their step locks); their rows are where they were read, or moved */
-		n_claimed = ds_mark_steps_running(tids, n_locked, &mark_running_plan, cxt, claims,
-										  compare_step_claims);
+		n_claimed = ds_mark_steps_running(tids, n_locked, served->limited, &mark_running_plan,
+										  cxt, claims, compare_step_claims);
 		if (n_claimed < n_locked)
 		{
 			/*
@@ -502,8 +512,9 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 	args[0] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(ds_prepare_kept(&running_plan,
 									"SELECT run_id, step_id FROM durable_steps.steps "
-									"WHERE status = 'running' ORDER BY lease_expires_at "
-									"LIMIT $1 FOR UPDATE SKIP LOCKED", 1, types),
+									"WHERE next_attempt_at IS NOT NULL AND status = 'running' "
+									"ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+									1, types),
 						  args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "running step query failed: %s", SPI_result_code_string(rc));
@@ -551,12 +562,13 @@ ds_next_due_time(void)
 							   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
 							   "  FROM durable_steps.steps s"
 							   "  WHERE s.queue = g.queue AND s.priority = g.priority"
-							   "   AND s.status IN ('pending', 'retrying') AND s.kind = 'sql'"
+							   "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
+							   "   AND s.kind = 'sql'"
 							   "  ORDER BY s.next_attempt_at LIMIT 1))"
 							   " FROM g LEFT JOIN durable_steps.queues q ON q.name = g.queue"
 							   /* a full or paused queue has nothing for an idle executor */
 							   " WHERE q.concurrency IS NULL OR q.concurrency >"
 							   "  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
-							   "    WHERE r.queue = g.queue AND r.status = 'running' AND r.kind = 'sql')",
+							   "    WHERE r.running_queue = g.queue)",
 							   "next due step");
 }

@@ -47,18 +47,22 @@ extern int	ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *af
 /*
  * Mark the steps at row places tids[0..n-1] (Datums pointing at ItemPointerData; the caller
  * holds their step locks) running: attempt counted, claim time, this process as claimant,
- * lease. A row that is no longer there, waiting and due is left alone (the executors read
- * the rows without row locks). The attempt is durable as started once the transaction commits.
+ * lease, and, when they come from a queue with a concurrency limit (`limited`), counted against
+ * it. A row that is no longer there, waiting and due is left alone (the executors read the rows
+ * without row locks). The attempt is durable as started once the transaction commits.
  * Returns how many were claimed, and the claims, allocated in cxt and sorted by `order`, in
  * *claims. *plan keeps the statement.
  */
-extern int	ds_mark_steps_running(Datum *tids, int n, SPIPlanPtr *plan, MemoryContext cxt,
-								  ClaimedStep **claims, int (*order) (const void *, const void *));
+extern int	ds_mark_steps_running(Datum *tids, int n, bool limited, SPIPlanPtr *plan,
+								  MemoryContext cxt, ClaimedStep **claims,
+								  int (*order) (const void *, const void *));
 
 /*
  * In the current transaction, find steps left running by an executor that is gone (their
  * session lock is free), and record their attempts as lost (DS007, retryable by the policy).
- * Returns the steps recovered; their session locks are held: release them after commit.
+ * Returns the steps recovered; their session locks are held: release them after commit. It
+ * reads every waiting and running step: run it when a worker process has ended
+ * (ds_lost_attempts_epoch), not on every pass.
  */
 extern int	ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered);
 

@@ -77,6 +77,7 @@ const StepColumnDesc ds_step_columns[N_STEP_COLUMNS] = {
 	[STEP_COL_CLAIMED_BY] = STEP_FIELD("claimed_by", FIELD_INT4_ZERO_NULL, claimed_by),
 	[STEP_COL_ATTEMPT_CLAIMED_AT] = STEP_FIELD("attempt_claimed_at", FIELD_TIMESTAMPTZ, attempt_claimed_at),
 	[STEP_COL_ATTEMPT_STARTED_AT] = STEP_FIELD("attempt_started_at", FIELD_TIMESTAMPTZ, attempt_started_at),
+	[STEP_COL_RUNNING_QUEUE] = STEP_FIELD("running_queue", FIELD_TEXT, running_queue),
 	[STEP_COL_CREATED_AT] = STEP_FIELD("created_at", FIELD_TIMESTAMPTZ, created_at),
 	[STEP_COL_UPDATED_AT] = STEP_FIELD("updated_at", FIELD_TIMESTAMPTZ, updated_at),
 	[STEP_COL_FINISHED_AT] = STEP_FIELD("finished_at", FIELD_TIMESTAMPTZ, finished_at),
@@ -484,6 +485,9 @@ ds_store_update_step(StepRecord *rec)
 	const StoreRelations *r = ds_store_relations();
 	static const RegProcedure key_eq[N_STEP_KEY_COLUMNS] = {F_TEXTEQ, F_TEXTEQ};
 
+	/* a step that is not running counts against no queue's limit (step_claims.c) */
+	if (rec->status != STEP_RUNNING)
+		rec->running_queue = NULL;
 	step_to_values(rec, v, isnull);
 	if (!ds_direct_update_row(r->steps, r->steps_pkey, N_STEP_KEY_COLUMNS, v, key_eq, &rec->tid,
 							  r->step_attnums + N_STEP_KEY_COLUMNS,

@@ -95,6 +95,8 @@ typedef struct StepRecord
 	 */
 	TimestampTz attempt_claimed_at;
 	TimestampTz attempt_started_at;
+	/* a running step's queue when it has a concurrency limit, counted against it; NULL otherwise */
+	char	   *running_queue;
 	/* where this transaction last read or wrote the row; invalid when unknown (not a column) */
 	ItemPointerData tid;
 } StepRecord;
@@ -170,6 +172,7 @@ typedef enum StepColumn
 	STEP_COL_CLAIMED_BY,
 	STEP_COL_ATTEMPT_CLAIMED_AT,
 	STEP_COL_ATTEMPT_STARTED_AT,
+	STEP_COL_RUNNING_QUEUE,
 	STEP_COL_CREATED_AT,
 	STEP_COL_UPDATED_AT,
 	STEP_COL_FINISHED_AT

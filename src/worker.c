@@ -113,6 +113,8 @@ release_slot(int code, Datum arg)
 		pg_atomic_write_u64(&shared->cancel_request[my_slot], 0);
 		pg_atomic_write_u64(&shared->claiming[my_slot], 0);
 	}
+	/* the attempts this executor had claimed and not recorded are for the others to record */
+	ds_attempts_may_be_lost();
 }
 
 /*
@@ -234,9 +236,12 @@ release_session_locks(ClaimedStep *steps, int n)
 		ds_step_lock_release_session(steps[i].run_id, steps[i].step_id);
 }
 
-/* Record the attempts of executors that are gone, in batches, each batch one transaction. */
+/*
+ * Record the attempts of worker processes that are gone, in batches, each batch one
+ * transaction.
+ */
 static void
-recover_pass(void)
+recover_lost_attempts(void)
 {
 	ClaimedStep *recovered;
 	int			n;
@@ -252,6 +257,15 @@ recover_pass(void)
 		release_session_locks(recovered, n);
 		MemoryContextReset(pass_cxt);
 	} while (n >= recover_size);
+}
+
+/* Record the turns of executors that are gone, in batches, each batch one transaction. */
+static void
+recover_lost_turns(void)
+{
+	int			n;
+	int			recover_size = Min(batch_size, ds_claim_lock_share());
+
 	do
 	{
 		char	  **run_ids;
@@ -363,14 +377,36 @@ reload_settings_if_asked(void)
 	ds_retention_purge_done_reset();
 }
 
-/* Record the attempts of executors that are gone, at most once a poll interval. */
+/*
+ * Record the attempts of worker processes that are gone when one has ended (the epoch of lost
+ * attempts moved), and at least once a minute: a running step is in no index of its own (its
+ * claim is a HOT update, sql/durable_steps--0.1.0.sql), so looking for lost attempts reads every
+ * waiting and running step, too much for every poll interval. A process that ends, however it
+ * ends, or that could not record an outcome, moves the epoch (ds_attempts_may_be_lost); a crash
+ * restarts the server with a new one. The minute, counted when the executor wakes, is a
+ * backstop for a lost attempt no process said anything about. Lost turns have an index
+ * (runs_running_idx): once a poll interval.
+ */
+#define LOST_ATTEMPTS_BACKSTOP_MS (60 * 1000)
+
 static void
-recover_if_due(TimestampTz *last_recovery)
+recover_if_due(TimestampTz *last_recovery, TimestampTz *last_turn_recovery, uint64 *seen_epoch)
 {
-	if (!TimestampDifferenceExceeds(*last_recovery, GetCurrentTimestamp(), poll_interval_ms))
-		return;
-	recover_pass();
-	*last_recovery = GetCurrentTimestamp();
+	uint64		epoch = ds_lost_attempts_epoch();
+
+	if (epoch != *seen_epoch ||
+		TimestampDifferenceExceeds(*last_recovery, GetCurrentTimestamp(), LOST_ATTEMPTS_BACKSTOP_MS))
+	{
+		/* read before the pass: a process that ends during it moves the epoch again */
+		*seen_epoch = epoch;
+		recover_lost_attempts();
+		*last_recovery = GetCurrentTimestamp();
+	}
+	if (TimestampDifferenceExceeds(*last_turn_recovery, GetCurrentTimestamp(), poll_interval_ms))
+	{
+		recover_lost_turns();
+		*last_turn_recovery = GetCurrentTimestamp();
+	}
 }
 
 /*
@@ -667,6 +703,9 @@ void
 ds_executor_main(Datum arg)
 {
 	TimestampTz last_recovery = 0;
+	TimestampTz last_turn_recovery = 0;
+	/* the epoch is at least 1: an executor that starts looks for lost attempts at once */
+	uint64		seen_epoch = 0;
 
 	my_slot = DatumGetInt32(arg);
 	start_executor();
@@ -681,7 +720,7 @@ ds_executor_main(Datum arg)
 		{
 			bool		worked;
 
-			recover_if_due(&last_recovery);
+			recover_if_due(&last_recovery, &last_turn_recovery, &seen_epoch);
 			worked = claim_and_run_batch(&skipped);
 			if (claim_and_run_turns() || worked)
 				continue;

@@ -67,6 +67,8 @@ worker_shmem_startup(void)
 			pg_atomic_init_u32(&shared->serve_request[i], InvalidOid);
 		for (int i = 0; i < DS_MAX_HTTP_WORKERS; i++)
 			pg_atomic_init_u32(&shared->http_db[i], InvalidOid);
+		/* after a crash, the attempts that were running are lost: executors look at once */
+		pg_atomic_init_u64(&shared->lost_epoch, 1);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -162,7 +164,32 @@ wake_http_worker(void)
 	ask_launcher_to_serve();
 }
 
-/* Exit callback of the HTTP worker: its slot is free again. */
+void
+ds_attempts_may_be_lost(void)
+{
+	if (shared == NULL)
+		return;
+	pg_atomic_fetch_add_u64(&shared->lost_epoch, 1);
+	for (int i = 0; i < DS_MAX_WORKERS; i++)
+	{
+		Latch	   *latch = shared->executor_latch[i];
+
+		/* a latch of an exited executor belongs to a PGPROC: a spurious wake-up is harmless */
+		if (latch != NULL)
+			SetLatch(latch);
+	}
+}
+
+uint64
+ds_lost_attempts_epoch(void)
+{
+	return shared == NULL ? 0 : pg_atomic_read_u64(&shared->lost_epoch);
+}
+
+/*
+ * Exit callback of the HTTP worker: its slot is free again, and the requests it had in flight
+ * (its session locks are gone by now) are for the executors to record as lost.
+ */
 static void
 release_http_slot(int code, Datum arg)
 {
@@ -170,6 +197,7 @@ release_http_slot(int code, Datum arg)
 
 	shared->http_latch[slot] = NULL;
 	pg_atomic_write_u32(&shared->http_db[slot], InvalidOid);
+	ds_attempts_may_be_lost();
 }
 
 bool

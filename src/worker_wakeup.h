@@ -51,6 +51,12 @@ typedef struct WorkerShared
 	/* database of each running HTTP worker, InvalidOid when the slot is free; and its latch */
 	pg_atomic_uint32 http_db[DS_MAX_HTTP_WORKERS];
 	Latch	   *http_latch[DS_MAX_HTTP_WORKERS];
+	/*
+	 * Bumped whenever an attempt may have been left running with nobody to finish it: a worker
+	 * process ended, or could not record an outcome; 1 when the server starts. Executors look
+	 * for lost attempts when it moves (ds_lost_attempts_epoch).
+	 */
+	pg_atomic_uint64 lost_epoch;
 } WorkerShared;
 
 /* The key of attempt `attempt` of step (run_id, step_id) in cancel requests; never 0. */
@@ -61,6 +67,15 @@ extern uint64 ds_attempt_cancel_key(const char *run_id, const char *step_id, int
  * cluster has that pid.
  */
 extern bool ds_request_cancel(int pid, uint64 key);
+
+/*
+ * An attempt may have been left running by a process that cannot finish it (it is ending, or
+ * failed to record the outcome and let go of the step's lock): bump the epoch of lost attempts
+ * and wake every executor, which then looks for them (worker.c).
+ */
+extern void ds_attempts_may_be_lost(void);
+/* The epoch of lost attempts: it moves when ds_attempts_may_be_lost() is called. */
+extern uint64 ds_lost_attempts_epoch(void);
 
 /* In an executor: has the attempt `key` been asked to stop? (Safe in a signal handler.) */
 extern bool ds_cancel_requested(uint64 key);

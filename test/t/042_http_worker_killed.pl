@@ -50,4 +50,38 @@ is(settle_http($node, 'kill', 'unkeyed'), 'uncertain', 'unkeyed: uncertain after
 is(history($node, 'kill', 'unkeyed'), '1|uncertain|DS007|worker', 'unkeyed: attempt 1 lost, uncertain');
 is($p->requests('unkeyed'), 1, 'unkeyed: not sent again');
 
+# The HTTP worker terminated (it exits; no crash restart, so the executors go on) while a request
+# is in flight, with an hour's poll interval: the worker says on its way out that attempts may be
+# lost, which wakes the executors to record it at once (README, "The background worker", step 1).
+my $before_reload = $node->safe_psql('postgres', 'SELECT now()');
+$node->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.poll_interval = '1h'");
+$node->reload;
+ok(poll_until($node, 'postgres', qq{
+SELECT bool_and(state_change > '$before_reload') FROM pg_stat_activity
+ WHERE backend_type = 'durable_steps worker'}), 'the executors reloaded: they look again in an hour');
+my @executors = split /,/, $node->safe_psql('postgres',
+	"SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'");
+$node->safe_psql('postgres', qq{SET ROLE app;
+SELECT ds_http_step('term', 'keyed', '{"method": "POST", "expect": "json", "url": "@{[$p->url('term-keyed', 'fault=delay&secs=60')]}"}',
+                    timeout => '2 min', policy => '{"initial_delay": "10 ms"}');
+});
+ok(poll_until($node, 'postgres',
+		"SELECT status = 'running' FROM ds_steps WHERE run_id = 'term' AND step_id = 'keyed'"),
+	'terminated: the attempt is running');
+for (1 .. 100)
+{
+	last if $p->requests('term-keyed') == 1;
+	Time::HiRes::usleep(100_000);
+}
+is($p->charges('term-keyed'), 1, 'terminated: the provider charged and holds the response');
+$pid = http_worker_pid($node);
+is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"), 't', 'the HTTP worker is terminated');
+is(settle_http($node, 'term', 'keyed'), 'succeeded', 'terminated: the step succeeded');
+is(history($node, 'term', 'keyed'), '1|retryable|DS007|worker 2|completed||worker',
+	'terminated: attempt 1 recorded as lost by an executor, attempt 2 completed');
+is($p->charges('term-keyed'), 1, 'terminated: charged once');
+is($node->safe_psql('postgres',
+		"SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'"),
+	join(',', @executors), 'terminated: the same executors, none restarted');
+
 done_testing();

@@ -1,0 +1,124 @@
+# A claim writes no index entry (README, "The background worker", steps 1 and 2): a step of a
+# queue without a limit is claimed by a HOT update, a step of a limited queue is counted against
+# its limit through running_queue, and an attempt lost while running (a running step is in no
+# index of its own) is found when its executor ends, without waiting for the poll interval.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Session;
+use DurableSteps::Test;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = worker_node('hot_claims',
+	"durable_steps.database = 'postgres'\ndurable_steps.max_workers = 2\n");
+$node->safe_psql('postgres', q{
+CREATE EXTENSION durable_steps;
+CREATE TABLE done (step text);
+});
+ok(executors_running($node, 2), 'two executors run');
+
+# the steps table's updates and HOT updates, as the cumulative statistics have them (each
+# safe_psql is a new session: a fresh statistics snapshot)
+sub updates
+{
+	return split /\|/, $node->safe_psql('postgres', q{
+SELECT n_tup_upd || '|' || n_tup_hot_upd FROM pg_stat_user_tables
+ WHERE relid = 'durable_steps.steps'::regclass});
+}
+
+############################################################################################
+# 1. 200 steps of the default queue: each is claimed (an update) and recorded (another). Every
+#    claim is HOT; a success sets next_attempt_at NULL (it leaves steps_due_idx) and is not.
+my ($upd0, $hot0) = updates();
+$node->safe_psql('postgres', q{
+SELECT count(*) FROM generate_series(1, 200) i,
+  LATERAL ds_run_step('hot', 's' || i, 'INSERT INTO done VALUES ($1->>''i'')',
+                      jsonb_build_object('i', i), defer => true) s});
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 200 FROM ds_steps WHERE run_id = 'hot' AND status = 'succeeded'"),
+	'the worker ran the 200 steps');
+# executors report their statistics at most once a second, after a commit; each commits
+# something (its look for lost turns) while the test waits
+my ($upd, $hot);
+ok(poll_until($node, 'postgres', qq{
+SELECT n_tup_upd - $upd0 >= 400 FROM pg_stat_user_tables
+ WHERE relid = 'durable_steps.steps'::regclass}),
+	'the statistics count the updates');
+($upd, $hot) = updates();
+is(($upd - $upd0) . ' ' . ($hot - $hot0), '400 200',
+	'400 updates, the 200 claims HOT ones: a claim writes no index entry');
+is($node->safe_psql('postgres', "SELECT count(*) FROM done"), '200', 'each step ran once');
+
+############################################################################################
+# 2. A step of a limited queue, held running by a lock the test holds: its row names the queue
+#    in running_queue (counted by the limit), a running step of the default queue does not, and
+#    neither does either step once recorded.
+$node->safe_psql('postgres', "SELECT ds_set_queue('limited', 3)");
+my $holder = DurableSteps::Session->new($node, 'postgres');
+$holder->query_ok('SELECT pg_advisory_lock(4242);');
+$node->safe_psql('postgres', q{
+SELECT ds_run_step('held', 'in-limited', 'SELECT pg_advisory_xact_lock_shared(4242)',
+                   defer => true, queue => 'limited');
+SELECT ds_run_step('held', 'in-default', 'SELECT pg_advisory_xact_lock_shared(4242)',
+                   defer => true)});
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 2 FROM ds_steps WHERE run_id = 'held' AND status = 'running'"),
+	'both held steps are running');
+is($node->safe_psql('postgres', q{
+SELECT string_agg(step_id || ':' || coalesce(running_queue, '-') || ':' || (next_attempt_at IS NOT NULL),
+                  ' ' ORDER BY step_id)
+  FROM durable_steps.steps WHERE run_id = 'held'}),
+	'in-default:-:true in-limited:limited:true',
+	'running: the limited queue\'s step is counted against it, both keep their due time');
+is($node->safe_psql('postgres', "SELECT running FROM ds_queues WHERE queue = 'limited'"), '1',
+	'ds_queues counts the limited queue\'s running step');
+$holder->query_ok('SELECT pg_advisory_unlock(4242);');
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 2 FROM ds_steps WHERE run_id = 'held' AND status = 'succeeded'"),
+	'both held steps succeed once the lock is free');
+is($node->safe_psql('postgres', q{
+SELECT count(*) FROM durable_steps.steps
+ WHERE run_id = 'held' AND (running_queue IS NOT NULL OR next_attempt_at IS NOT NULL)}),
+	'0', 'recorded: counted against no queue, out of the index of waiting steps');
+
+############################################################################################
+# 3. An executor that ends while it runs a step: another executor (or its successor) records
+#    the attempt as lost at once, although the poll interval is now an hour, and the step is
+#    retried and succeeds.
+my $before_reload = $node->safe_psql('postgres', 'SELECT now()');
+$node->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.poll_interval = '1h'");
+$node->reload;
+# the reload wakes each executor, which applies it and goes round its loop (a transaction)
+ok(poll_until($node, 'postgres', qq{
+SELECT bool_and(state_change > '$before_reload') FROM pg_stat_activity
+ WHERE backend_type = 'durable_steps worker'}), 'both executors reloaded their settings');
+$holder->query_ok('SELECT pg_advisory_lock(4343);');
+$node->safe_psql('postgres', q{
+SELECT ds_run_step('lost', 'killed', 'SELECT CASE WHEN ds_attempt_number() = 1
+                                             THEN pg_advisory_xact_lock_shared(4343) END',
+                   defer => true, policy => '{"max_attempts": 3, "initial_delay": "10 ms"}')});
+ok(poll_until($node, 'postgres',
+		"SELECT status = 'running' FROM ds_steps WHERE run_id = 'lost' AND step_id = 'killed'"),
+	'the step is running, held by the lock');
+my $pid = $node->safe_psql('postgres',
+	"SELECT claimed_by FROM durable_steps.steps WHERE run_id = 'lost' AND step_id = 'killed'");
+is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"), 't',
+	'its executor is terminated');
+ok(poll_until($node, 'postgres',
+		"SELECT status = 'succeeded' FROM ds_steps WHERE run_id = 'lost' AND step_id = 'killed'"),
+	'the step succeeds, well within the hour of the poll interval');
+is($node->safe_psql('postgres', q{
+SELECT string_agg(attempt || ' ' || class || ' ' || coalesce(error_code, '-') || ' ' || coalesce(error_message, '-'),
+                  ', ' ORDER BY attempt)
+  FROM ds_attempts WHERE run_id = 'lost' AND step_id = 'killed'}),
+	'1 retryable DS007 invocation_lost, 2 completed - -',
+	'attempt 1 is recorded as lost, attempt 2 succeeded');
+$holder->query_ok('SELECT pg_advisory_unlock(4343);');
+$holder->quit;
+
+$node->stop;
+done_testing();
