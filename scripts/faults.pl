@@ -799,8 +799,9 @@ sub rearm_main
 
 # Cancels each of its steps with ds_cancel_step, as the owner, $st->{cancel_at} seconds after the
 # clients started: whatever the step is doing then (not created yet, running in a caller or in the
-# worker, waiting to retry, finished). Writes "cancel run step status" when the call answered,
-# "done run step" when the step had already succeeded or failed (DS103), "err ..." otherwise.
+# worker, waiting to retry, finished). Writes "cancel run step status calls" when the call
+# answered (calls: how many it took, counting those whose connection was lost), "done run step"
+# when the step had already succeeded or failed (DS103), "err ..." otherwise.
 sub cancel_main
 {
 	my ($steps, $outfile, $start, $deadline) = @_;
@@ -810,9 +811,11 @@ sub cancel_main
 	for my $st (sort { $a->{cancel_at} <=> $b->{cancel_at} } @$steps)
 	{
 		my $wait = $start + $st->{cancel_at} - time();
+		my $calls = 0;
 		usleep($wait * 1e6) if $wait > 0;
 		while (1)
 		{
+			$calls++;
 			if (time() > $deadline)
 			{
 				print $fh "err\t$st->{run}\t$st->{step}\tTIMEOUT\tnot cancelled before the deadline\n";
@@ -829,7 +832,7 @@ sub cancel_main
 			my ($rc, $out, $err) = psql($st->{role},
 				$wait_sql . sprintf("SELECT 'ack', status FROM ds_cancel_step(%s, %s);\n", lit($st->{run}), lit($st->{step})),
 				timeout => 60);
-			if ($out =~ /^ack$US(\w+)/m) { print $fh "cancel\t$st->{run}\t$st->{step}\t$1\n"; last }
+			if ($out =~ /^ack$US(\w+)/m) { print $fh "cancel\t$st->{run}\t$st->{step}\t$1\t$calls\n"; last }
 			if ($err =~ /ERROR:\s+DS103:/) { print $fh "done\t$st->{run}\t$st->{step}\n"; last }
 			# not created yet (its client has not called), or the server is restarting: a call
 			# whose connection was lost may or may not have committed, and repeating it is safe
@@ -1247,21 +1250,28 @@ sub check_http_step
 # A cancelled step: every attempt before the cancellation ended as its script says (or was lost),
 # none of them ended the step, and only the last may be the running attempt that ds_cancel_step
 # stopped (cancelled, 57014, by the worker, rolled back: the ledger checks see no effect of it).
+# An earlier attempt may have been stopped too by a call that then did not commit (its
+# connection was lost to a fault, and the client called again): the step went on (README,
+# "Cancelling a step"). So a step has at most as many stopped attempts as its cancellation took
+# calls, and only the last may be stopped when it took one. $calls: how many it took.
 sub check_cancelled_step
 {
-	my ($st, $row, $atts) = @_;
+	my ($st, $row, $atts, $calls) = @_;
 	my @v;
 	my $id = "$st->{run}/$st->{step}";
 	my ($status, $attempt, $max) = @$row[ 2 .. 4 ];
 	my @plan = @{ $st->{plan} };
 	my $lost = 0;
+	my $stopped = 0;
 	for my $n (1 .. $attempt)
 	{
 		my $rec = $atts->{$n} or next;		# a hole is reported by the attempt-number check
 		my ($cls, $code, $msg, $executor) = @$rec[ 3 .. 6 ];
 		if ($cls eq 'cancelled')
 		{
-			push @v, "step $id: cancelled attempt $n is not its last ($attempt)" if $n != $attempt;
+			$stopped++;
+			push @v, "step $id: cancelled attempt $n is not its last ($attempt), and its cancellation took one call"
+			  if $n != $attempt && ($calls // 1) <= 1;
 			push @v, "step $id attempt $n: stopped attempt recorded as $cls/$code/$msg by $executor"
 			  unless $code eq '57014' && $executor eq 'worker' && $msg =~ /ds_cancel_step/;
 			next;
@@ -1291,6 +1301,8 @@ sub check_cancelled_step
 		  if $n == $attempt && ($outcome eq 'permanent' || $outcome eq 'completed');
 	}
 	push @v, "step $id: attempt $attempt exceeds max_attempts $max" if $attempt > $max;
+	push @v, "step $id: $stopped attempts stopped by a cancellation that took " . ($calls // 1) . " call(s)"
+	  if $stopped > ($calls // 1);
 	return (\@v, $lost);
 }
 
@@ -1694,7 +1706,7 @@ sub run_trial
 		close $fh;
 	}
 
-	my (%cancel_ack, @cancel_errs);
+	my (%cancel_ack, %cancel_calls, @cancel_errs);
 	for my $g (0 .. $#cancel_groups)
 	{
 		open my $fh, '<', "$dir/cancel$g" or die "$dir/cancel$g: $!";
@@ -1703,6 +1715,7 @@ sub run_trial
 			chomp;
 			my @f = split /\t/;
 			$cancel_ack{"$f[1]/$f[2]"} = $f[3] if $f[0] eq 'cancel';
+			$cancel_calls{"$f[1]/$f[2]"} = $f[4] if $f[0] eq 'cancel';
 			$cancel_ack{"$f[1]/$f[2]"} = 'done' if $f[0] eq 'done';
 			push @cancel_errs, "@f[1..$#f]" if $f[0] eq 'err';
 			$reconnects += $f[1] if $f[0] eq 'stat';
@@ -1932,7 +1945,7 @@ sub run_trial
 			  if @$hv && @nums;
 		}
 		my ($pv, $lost) = $st->{http} ? ([], 0)
-		  : $status eq 'cancelled' ? check_cancelled_step($st, $row, $at) : check_step($st, $row, $at);
+		  : $status eq 'cancelled' ? check_cancelled_step($st, $row, $at, $cancel_calls{"$st->{run}/$st->{step}"}) : check_step($st, $row, $at);
 		$lost_n += $lost;
 		if (@$pv)
 		{
