@@ -261,22 +261,26 @@ set_sighup() { # name value [name value ...]; the value "default" resets the set
 }
 
 # Empty the extension's tables, then give them the finished history a running system has
-# (retention keeps finished steps and their attempts for 7 days by default).
+# (retention keeps finished steps and their attempts for 7 days by default): steps that
+# succeeded at their first attempt in the worker, which their own rows record (README, "Plans
+# and writes"), and, for a tenth of them, a first attempt that failed, in the attempts table.
 reset_durable() { # history_rows
 	q "TRUNCATE durable_steps.steps, durable_steps.attempts, durable_steps.runs" >/dev/null
 	if (($1 > 0)); then
 		psql_db -c "INSERT INTO durable_steps.steps (run_id, step_id, kind, sql, fingerprint,
 				max_attempts, $NOOP_POLICY_COLUMNS, attempt_base, attempts, on_timeout, owner, search_path, status, result,
-				created_at, updated_at, finished_at)
-			SELECT 'history', 's' || i, 'sql', 'SELECT 1', 'noop', 5, $NOOP_POLICY_VALUES, 0, 1, 'retry',
-				'postgres'::regrole, '\"\$user\", public', 'succeeded', '1'::jsonb,
-				now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
+				claimed_by, attempt_claimed_at, attempt_started_at, created_at, updated_at, finished_at)
+			SELECT 'history', 's' || i, 'sql', 'SELECT 1', 'noop', 5, $NOOP_POLICY_VALUES, 0,
+				CASE WHEN i % 10 = 0 THEN 2 ELSE 1 END, 'retry',
+				'postgres'::regrole, '\"\$user\", public', 'succeeded', '1'::jsonb, 1,
+				now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour',
+				now() - interval '1 hour', now() - interval '1 hour'
 			FROM generate_series(1, $1) i" \
-			-c "INSERT INTO durable_steps.attempts (run_id, step_id, attempt, class, executor, backend_pid,
-				role, claimed_at, started_at, finished_at)
-			SELECT 'history', 's' || i, 1, 'completed', 'worker', 1, 'postgres'::regrole,
+			-c "INSERT INTO durable_steps.attempts (run_id, step_id, attempt, class, error_code, executor,
+				backend_pid, role, claimed_at, started_at, finished_at)
+			SELECT 'history', 's' || i, 1, 'retryable', 'P0001', 'worker', 1, 'postgres'::regrole,
 				now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
-			FROM generate_series(1, $1) i"
+			FROM generate_series(10, $1, 10) i"
 	fi
 	psql_db -c "VACUUM ANALYZE durable_steps.steps" -c "VACUUM ANALYZE durable_steps.attempts"
 }

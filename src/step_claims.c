@@ -498,8 +498,6 @@ ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
 int
 ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 {
-	Oid			types[1] = {INT4OID};
-	Datum		args[1];
 	int			n = 0;
 	int			rc;
 	uint64		n_running;
@@ -509,13 +507,16 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 
 	*recovered = NULL;
 	ds_store_spi_begin(&spi);
-	args[0] = Int32GetDatum(limit);
+	/*
+	 * Every running step, not the first `limit` of them: those of live executors, which may be
+	 * many, would otherwise hide the lost ones behind them. No row lock: the step lock tells
+	 * which are lost, and ds_store_lock_step locks the row of each before it is recorded.
+	 */
 	rc = SPI_execute_plan(ds_prepare_kept(&running_plan,
-									"SELECT run_id, step_id FROM durable_steps.steps "
-									"WHERE next_attempt_at IS NOT NULL AND status = 'running' "
-									"ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-									1, types),
-						  args, NULL, false, 0);
+									"SELECT run_id, step_id FROM durable_steps.steps"
+									" WHERE next_attempt_at IS NOT NULL AND status = 'running'",
+									0, NULL),
+						  NULL, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "running step query failed: %s", SPI_result_code_string(rc));
 	n_running = SPI_processed;
@@ -531,16 +532,16 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 	}
 	ds_store_spi_end(&spi);
 
-	*recovered = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_running, 1));
-	for (uint64 i = 0; i < n_running; i++)
+	*recovered = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(Min(n_running, (uint64) limit), 1));
+	for (uint64 i = 0; i < n_running && n < limit; i++)
 	{
 		StepRecord	rec;
 
 		/* a free lock on a running step means its executor is gone: that is the lease ending */
 		if (!ds_step_lock_try_session(run_ids[i], step_ids[i]))
 			continue;
-		(*recovered)[n].run_id = MemoryContextStrdup(cxt, run_ids[i]);
-		(*recovered)[n].step_id = MemoryContextStrdup(cxt, step_ids[i]);
+		(*recovered)[n].run_id = run_ids[i];
+		(*recovered)[n].step_id = step_ids[i];
 		n++;
 		if (!ds_store_lock_step(run_ids[i], step_ids[i], &rec) ||
 			rec.status != STEP_RUNNING)

@@ -59,10 +59,10 @@ extern int	ds_mark_steps_running(Datum *tids, int n, bool limited, SPIPlanPtr *p
 
 /*
  * In the current transaction, find steps left running by an executor that is gone (their
- * session lock is free), and record their attempts as lost (DS007, retryable by the policy).
- * Returns the steps recovered; their session locks are held: release them after commit. It
- * reads every waiting and running step: run it when a worker process has ended
- * (ds_lost_attempts_epoch), not on every pass.
+ * session lock is free), and record the attempts of at most `limit` of them as lost (DS007,
+ * retryable by the policy): call again while it returns `limit`. Returns the steps recovered;
+ * their session locks are held: release them after commit. It reads every waiting and running
+ * step: run it when a worker process has ended (ds_lost_attempts_epoch), not on every pass.
  */
 extern int	ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered);
 

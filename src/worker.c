@@ -383,9 +383,10 @@ reload_settings_if_asked(void)
  * claim is a HOT update, sql/durable_steps--0.1.0.sql), so looking for lost attempts reads every
  * waiting and running step, too much for every poll interval. A process that ends, however it
  * ends, or that could not record an outcome, moves the epoch (ds_attempts_may_be_lost); a crash
- * restarts the server with a new one. The minute, counted when the executor wakes, is a
- * backstop for a lost attempt no process said anything about. Lost turns have an index
- * (runs_running_idx): once a poll interval.
+ * restarts the server with a new one. The minute (an executor sleeps no longer than that) is a
+ * backstop for a lost attempt no process said anything about, such as a running step restored
+ * from a dump. Lost turns have an index (runs_running_idx): once a poll interval, and when the
+ * epoch moved.
  */
 #define LOST_ATTEMPTS_BACKSTOP_MS (60 * 1000)
 
@@ -393,8 +394,9 @@ static void
 recover_if_due(TimestampTz *last_recovery, TimestampTz *last_turn_recovery, uint64 *seen_epoch)
 {
 	uint64		epoch = ds_lost_attempts_epoch();
+	bool		moved = epoch != *seen_epoch;
 
-	if (epoch != *seen_epoch ||
+	if (moved ||
 		TimestampDifferenceExceeds(*last_recovery, GetCurrentTimestamp(), LOST_ATTEMPTS_BACKSTOP_MS))
 	{
 		/* read before the pass: a process that ends during it moves the epoch again */
@@ -402,7 +404,8 @@ recover_if_due(TimestampTz *last_recovery, TimestampTz *last_turn_recovery, uint
 		recover_lost_attempts();
 		*last_recovery = GetCurrentTimestamp();
 	}
-	if (TimestampDifferenceExceeds(*last_turn_recovery, GetCurrentTimestamp(), poll_interval_ms))
+	if (moved ||
+		TimestampDifferenceExceeds(*last_turn_recovery, GetCurrentTimestamp(), poll_interval_ms))
 	{
 		recover_lost_turns();
 		*last_turn_recovery = GetCurrentTimestamp();
@@ -727,6 +730,8 @@ ds_executor_main(Datum arg)
 			purge_if_due();
 			sleep_ms = time_until_next_due(skipped);
 		}
+		/* the backstop of the look for lost attempts (recover_if_due) */
+		sleep_ms = Min(sleep_ms, LOST_ATTEMPTS_BACKSTOP_MS);
 		if (sleep_ms > 0)
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 sleep_ms, PG_WAIT_EXTENSION);

@@ -1,7 +1,8 @@
 # A claim writes no index entry (README, "The background worker", steps 1 and 2): a step of a
 # queue without a limit is claimed by a HOT update, a step of a limited queue is counted against
 # its limit through running_queue, and an attempt lost while running (a running step is in no
-# index of its own) is found when its executor ends, without waiting for the poll interval.
+# index of its own) is found when its executor ends, without waiting for the poll interval, and
+# even behind a batch of live executors' running steps.
 use strict;
 use warnings;
 
@@ -13,13 +14,14 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+# four executors: section 4 keeps two of them busy
 my $node = worker_node('hot_claims',
-	"durable_steps.database = 'postgres'\ndurable_steps.max_workers = 2\n");
+	"durable_steps.database = 'postgres'\ndurable_steps.max_workers = 4\n");
 $node->safe_psql('postgres', q{
 CREATE EXTENSION durable_steps;
 CREATE TABLE done (step text);
 });
-ok(executors_running($node, 2), 'two executors run');
+ok(executors_running($node, 4), 'four executors run');
 
 # the steps table's updates and HOT updates, as the cumulative statistics have them (each
 # safe_psql is a new session: a fresh statistics snapshot)
@@ -118,6 +120,58 @@ SELECT string_agg(attempt || ' ' || class || ' ' || coalesce(error_code, '-') ||
 	'1 retryable DS007 invocation_lost, 2 completed - -',
 	'attempt 1 is recorded as lost, attempt 2 succeeded');
 $holder->query_ok('SELECT pg_advisory_unlock(4343);');
+
+############################################################################################
+# 4. A lost attempt behind a batch of live ones: with batch_size 5, an executor runs five steps
+#    (held by a lock the test holds, leases of an hour) claimed before the step whose executor
+#    is then terminated. The look for lost attempts reads every running step, not the first
+#    five by lease (all live): the lost one is recorded while the five still run.
+$before_reload = $node->safe_psql('postgres', 'SELECT now()');
+$node->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.batch_size = 5");
+# idle executors look for due steps every second again: a commit wakes only one of them
+$node->safe_psql('postgres', "ALTER SYSTEM RESET durable_steps.poll_interval");
+$node->reload;
+ok(poll_until($node, 'postgres', qq{
+SELECT bool_and(state_change > '$before_reload') FROM pg_stat_activity
+ WHERE backend_type = 'durable_steps worker'}), 'behind: the executors reloaded their settings');
+$holder->query_ok('SELECT pg_advisory_lock(4444);');
+$holder->query_ok('SELECT pg_advisory_lock(4545);');
+$node->safe_psql('postgres', q{
+SELECT count(*) FROM generate_series(1, 5) i,
+  LATERAL ds_run_step('behind', 'live' || i, 'SELECT pg_advisory_xact_lock_shared(4444)',
+                      defer => true, timeout => '1 h') s});
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 5 FROM ds_steps WHERE run_id = 'behind' AND status = 'running'"),
+	'behind: five live steps are running');
+$node->safe_psql('postgres', q{
+SELECT ds_run_step('behind', 'victim', 'SELECT CASE WHEN ds_attempt_number() = 1
+                                              THEN pg_advisory_xact_lock_shared(4545) END',
+                   defer => true, timeout => '1 h', policy => '{"initial_delay": "10 ms"}')});
+ok(poll_until($node, 'postgres',
+		"SELECT status = 'running' FROM ds_steps WHERE run_id = 'behind' AND step_id = 'victim'"),
+	'behind: the victim is running');
+is($node->safe_psql('postgres', q{
+SELECT bool_and(l.lease_expires_at < v.lease_expires_at)
+  FROM durable_steps.steps l, durable_steps.steps v
+ WHERE l.run_id = 'behind' AND l.step_id LIKE 'live%' AND v.run_id = 'behind' AND v.step_id = 'victim'}),
+	't', 'behind: the live steps\' leases end before the victim\'s');
+$pid = $node->safe_psql('postgres',
+	"SELECT claimed_by FROM durable_steps.steps WHERE run_id = 'behind' AND step_id = 'victim'");
+is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"), 't',
+	'behind: the victim\'s executor is terminated');
+ok(poll_until($node, 'postgres',
+		"SELECT status = 'succeeded' FROM ds_steps WHERE run_id = 'behind' AND step_id = 'victim'"),
+	'behind: the victim\'s lost attempt is recorded and it succeeds, the live steps still running');
+is($node->safe_psql('postgres', q{
+SELECT (SELECT count(*) FROM ds_steps WHERE run_id = 'behind' AND step_id LIKE 'live%' AND status = 'running')
+       || ' ' || (SELECT string_agg(attempt || ' ' || coalesce(error_code, '-'), ', ' ORDER BY attempt)
+                    FROM ds_attempts WHERE run_id = 'behind' AND step_id = 'victim')}),
+	'5 1 DS007, 2 -', 'behind: the five still run; the victim\'s attempt 1 was lost, attempt 2 succeeded');
+$holder->query_ok('SELECT pg_advisory_unlock(4444);');
+$holder->query_ok('SELECT pg_advisory_unlock(4545);');
+ok(poll_until($node, 'postgres',
+		"SELECT count(*) = 5 FROM ds_steps WHERE run_id = 'behind' AND step_id LIKE 'live%' AND status = 'succeeded'"),
+	'behind: the live steps succeed once let go');
 $holder->quit;
 
 $node->stop;
