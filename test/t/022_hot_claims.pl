@@ -106,12 +106,19 @@ SELECT ds_run_step('lost', 'killed', 'SELECT CASE WHEN ds_attempt_number() = 1
 ok(poll_until($node, 'postgres',
 		"SELECT status = 'running' FROM ds_steps WHERE run_id = 'lost' AND step_id = 'killed'"),
 	'the step is running, held by the lock');
-my $pid = $node->safe_psql('postgres',
-	"SELECT claimed_by FROM durable_steps.steps WHERE run_id = 'lost' AND step_id = 'killed'");
-is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"), 't',
-	'its executor is terminated');
-ok(poll_until($node, 'postgres',
-		"SELECT status = 'succeeded' FROM ds_steps WHERE run_id = 'lost' AND step_id = 'killed'"),
+# Terminate the executor running step $run/$step, then wait for the step to succeed (its lost
+# attempt recorded, the next one run).
+sub terminate_claimant_then_settle
+{
+	my ($run, $step, $what, $settled) = @_;
+	my $pid = $node->safe_psql('postgres',
+		"SELECT claimed_by FROM durable_steps.steps WHERE run_id = '$run' AND step_id = '$step'");
+	is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"), 't', $what);
+	ok(poll_until($node, 'postgres',
+			"SELECT status = 'succeeded' FROM ds_steps WHERE run_id = '$run' AND step_id = '$step'"),
+		$settled);
+}
+terminate_claimant_then_settle('lost', 'killed', 'its executor is terminated',
 	'the step succeeds, well within the hour of the poll interval');
 is($node->safe_psql('postgres', q{
 SELECT string_agg(attempt || ' ' || class || ' ' || coalesce(error_code, '-') || ' ' || coalesce(error_message, '-'),
@@ -155,12 +162,7 @@ SELECT bool_and(l.lease_expires_at < v.lease_expires_at)
   FROM durable_steps.steps l, durable_steps.steps v
  WHERE l.run_id = 'behind' AND l.step_id LIKE 'live%' AND v.run_id = 'behind' AND v.step_id = 'victim'}),
 	't', 'behind: the live steps\' leases end before the victim\'s');
-$pid = $node->safe_psql('postgres',
-	"SELECT claimed_by FROM durable_steps.steps WHERE run_id = 'behind' AND step_id = 'victim'");
-is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"), 't',
-	'behind: the victim\'s executor is terminated');
-ok(poll_until($node, 'postgres',
-		"SELECT status = 'succeeded' FROM ds_steps WHERE run_id = 'behind' AND step_id = 'victim'"),
+terminate_claimant_then_settle('behind', 'victim', 'behind: the victim\'s executor is terminated',
 	'behind: the victim\'s lost attempt is recorded and it succeeds, the live steps still running');
 is($node->safe_psql('postgres', q{
 SELECT (SELECT count(*) FROM ds_steps WHERE run_id = 'behind' AND step_id LIKE 'live%' AND status = 'running')
