@@ -1474,13 +1474,10 @@ DELETE FROM durable_steps.attempts a
  WHERE (run_id, step_id, attempt) IN (SELECT run_id, step_id, 1 FROM durable_steps.steps
                                         WHERE run_id LIKE '$prefix%' AND attempts >= 3
                                         ORDER BY run_id, step_id LIMIT 1);
--- a succeeded step recorded as exhausted: [end state], [success effect count] (one whose
--- attempt the caller ran: a worker's success recorded in the step row stays succeeded, a check
--- constraint of the table)
+-- a succeeded step recorded as exhausted: [end state], [success effect count]
 UPDATE durable_steps.steps SET status = 'failed', error_class = 'exhausted', error_code = 'P0001'
  WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
                               WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND attempts = 1 AND kind = 'sql'
-                                AND attempt_started_at IS NULL
                               ORDER BY run_id, step_id LIMIT 1);
 -- an outcome hook run twice: [outcome hook]
 INSERT INTO fh_hooks(run_id, step_id, hook, status, attempt, who)

@@ -157,14 +157,7 @@ CREATE TABLE durable_steps.steps (
     error_message   text,
     error_detail    text,
     remediation     text,
-    PRIMARY KEY (run_id, step_id),
-    -- What the worker's indexes and the ds_attempts view rely on, checked on every write (a hand
-    -- edit that breaks one is refused, 23514): a running step keeps its due time and stays in
-    -- steps_due_idx, where lost attempts are looked for; only a running step is counted against
-    -- a queue's limit; only a succeeded step records its last attempt in its row.
-    CONSTRAINT steps_running_has_due_time CHECK (status <> 'running' OR next_attempt_at IS NOT NULL),
-    CONSTRAINT steps_running_queue_only_running CHECK (running_queue IS NULL OR status = 'running'),
-    CONSTRAINT steps_attempt_in_row_only_succeeded CHECK (attempt_started_at IS NULL OR status = 'succeeded')
+    PRIMARY KEY (run_id, step_id)
 )
 -- A third of each page for the rows inserted there: a step's claim and its outcome each write a
 -- new version of its row, and on the row's own page that update logs only the changed bytes

@@ -65,6 +65,7 @@ static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr lock_plan = NULL;
 static SPIPlanPtr cancel_steps_plan = NULL;
 static SPIPlanPtr event_plan = NULL;
+static SPIPlanPtr emitted_events_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr next_wake_plan = NULL;
@@ -734,6 +735,32 @@ ds_run_turn(ClaimedRun *run, bool may_continue, char **awaited)
 	o.error_message = outcome.message;
 	o.error_detail = outcome.detail;
 	return end_turn(run, &o, false);
+}
+
+uint64
+ds_wake_runs_with_emitted_events(void)
+{
+	StoreSpi	spi;
+	uint64		woken;
+
+	ds_store_spi_begin(&spi);
+	/* through runs_event_idx: the runs that wait for an event */
+	if (SPI_execute_plan(ds_prepare_kept(&emitted_events_plan,
+										 "UPDATE durable_steps.runs r"
+										 " SET next_wake_at = pg_catalog.clock_timestamp()"
+										 " WHERE r.status OPERATOR(pg_catalog.=) 'waiting'"
+										 " AND r.wait_event IS NOT NULL"
+										 " AND (r.next_wake_at IS NULL"
+										 "  OR r.next_wake_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())"
+										 " AND EXISTS (SELECT FROM durable_steps.events e"
+										 "  WHERE e.owner OPERATOR(pg_catalog.=) r.owner"
+										 "  AND e.name OPERATOR(pg_catalog.=) r.wait_event)",
+										 0, NULL),
+						 NULL, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "looking for emitted events failed");
+	woken = SPI_processed;
+	ds_store_spi_end(&spi);
+	return woken;
 }
 
 void

@@ -404,6 +404,15 @@ recover_if_due(TimestampTz *last_recovery, TimestampTz *last_turn_recovery, uint
 		recover_lost_attempts();
 		*last_recovery = GetCurrentTimestamp();
 	}
+	/*
+	 * A run whose turn committed its wait for an event emitted meanwhile, and whose executor
+	 * ended before it looked once more (look_for_awaited_events), is woken here.
+	 */
+	if (moved && begin_work("durable_steps: looking for emitted events"))
+	{
+		(void) ds_wake_runs_with_emitted_events();
+		commit_transaction();
+	}
 	if (moved ||
 		TimestampDifferenceExceeds(*last_turn_recovery, GetCurrentTimestamp(), poll_interval_ms))
 	{

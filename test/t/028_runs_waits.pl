@@ -223,6 +223,24 @@ is( $node->safe_psql('postgres',
 		    AND output::text::int = 2 * (input->>'i')::int}),
 	'1000', "$t: each with its own output");
 
+$t = 'an emit whose wake-up was lost';
+# The emit commits while the turn that records the wait runs (it sees no waiting run to wake),
+# and the executor ends before it looks once more after its commit: written here by hand, the
+# event with no wake-up at all. An executor that ends makes the others look for such runs.
+$node->safe_psql('postgres', q{SELECT ds_start_run('waiter', '{"event": "lost-wake"}', 'ev-lost')});
+ok( poll_until($node, 'postgres',
+		q{SELECT status || '|' || wait_event FROM ds_runs WHERE run_id = 'ev-lost'}, 'waiting|lost-wake'),
+	"$t: the run waits");
+$node->safe_psql('postgres', q{
+INSERT INTO durable_steps.events (owner, name, payload)
+SELECT owner, 'lost-wake', '"found"' FROM durable_steps.runs WHERE run_id = 'ev-lost'});
+my $executor = $node->safe_psql('postgres',
+	"SELECT min(pid) FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'");
+is($node->safe_psql('postgres', "SELECT pg_terminate_backend($executor)"), 't', "$t: an executor ends");
+ok(poll_until($node, 'postgres', q{SELECT status || '|' || output FROM ds_runs WHERE run_id = 'ev-lost'},
+		'succeeded|"found"'),
+	"$t: the run is woken, finds its event and succeeds");
+
 unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed');
 $node->stop;
 done_testing();
