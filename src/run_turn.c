@@ -737,11 +737,10 @@ ds_run_turn(ClaimedRun *run, bool may_continue, char **awaited)
 	return end_turn(run, &o, false);
 }
 
-uint64
+void
 ds_wake_runs_with_emitted_events(void)
 {
 	StoreSpi	spi;
-	uint64		woken;
 
 	ds_store_spi_begin(&spi);
 	/* through runs_event_idx: the runs that wait for an event */
@@ -758,9 +757,7 @@ ds_wake_runs_with_emitted_events(void)
 										 0, NULL),
 						 NULL, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "looking for emitted events failed");
-	woken = SPI_processed;
 	ds_store_spi_end(&spi);
-	return woken;
 }
 
 void

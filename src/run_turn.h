@@ -53,9 +53,9 @@ extern void ds_wake_if_event_emitted(const char *run_id, const char *event);
 /*
  * Wake every run that waits for an event already emitted: the look an executor takes after a
  * turn's commit (ds_wake_if_event_emitted) is lost with the executor if it ends between the two.
- * Run when a worker process has ended (ds_lost_attempts_epoch). Returns how many were woken.
+ * Run when a worker process has ended (ds_lost_attempts_epoch).
  */
-extern uint64 ds_wake_runs_with_emitted_events(void);
+extern void ds_wake_runs_with_emitted_events(void);
 
 /*
  * In the current transaction, find runs left running by an executor that is gone and make them

@@ -410,7 +410,7 @@ recover_if_due(TimestampTz *last_recovery, TimestampTz *last_turn_recovery, uint
 	 */
 	if (moved && begin_work("durable_steps: looking for emitted events"))
 	{
-		(void) ds_wake_runs_with_emitted_events();
+		ds_wake_runs_with_emitted_events();
 		commit_transaction();
 	}
 	if (moved ||

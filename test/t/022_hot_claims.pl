@@ -91,13 +91,8 @@ SELECT count(*) FROM durable_steps.steps
 # 3. An executor that ends while it runs a step: another executor (or its successor) records
 #    the attempt as lost at once, although the poll interval is now an hour, and the step is
 #    retried and succeeds.
-my $before_reload = $node->safe_psql('postgres', 'SELECT now()');
-$node->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.poll_interval = '1h'");
-$node->reload;
-# the reload wakes each executor, which applies it and goes round its loop (a transaction)
-ok(poll_until($node, 'postgres', qq{
-SELECT bool_and(state_change > '$before_reload') FROM pg_stat_activity
- WHERE backend_type = 'durable_steps worker'}), 'both executors reloaded their settings');
+ok(reload_executors($node, "ALTER SYSTEM SET durable_steps.poll_interval = '1h'"),
+	'both executors reloaded their settings');
 $holder->query_ok('SELECT pg_advisory_lock(4343);');
 $node->safe_psql('postgres', q{
 SELECT ds_run_step('lost', 'killed', 'SELECT CASE WHEN ds_attempt_number() = 1
@@ -133,14 +128,10 @@ $holder->query_ok('SELECT pg_advisory_unlock(4343);');
 #    (held by a lock the test holds, leases of an hour) claimed before the step whose executor
 #    is then terminated. The look for lost attempts reads every running step, not the first
 #    five by lease (all live): the lost one is recorded while the five still run.
-$before_reload = $node->safe_psql('postgres', 'SELECT now()');
-$node->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.batch_size = 5");
 # idle executors look for due steps every second again: a commit wakes only one of them
-$node->safe_psql('postgres', "ALTER SYSTEM RESET durable_steps.poll_interval");
-$node->reload;
-ok(poll_until($node, 'postgres', qq{
-SELECT bool_and(state_change > '$before_reload') FROM pg_stat_activity
- WHERE backend_type = 'durable_steps worker'}), 'behind: the executors reloaded their settings');
+ok(reload_executors($node, "ALTER SYSTEM SET durable_steps.batch_size = 5",
+		"ALTER SYSTEM RESET durable_steps.poll_interval"),
+	'behind: the executors reloaded their settings');
 $holder->query_ok('SELECT pg_advisory_lock(4444);');
 $holder->query_ok('SELECT pg_advisory_lock(4545);');
 $node->safe_psql('postgres', q{

@@ -53,12 +53,8 @@ is($p->requests('unkeyed'), 1, 'unkeyed: not sent again');
 # The HTTP worker terminated (it exits; no crash restart, so the executors go on) while a request
 # is in flight, with an hour's poll interval: the worker says on its way out that attempts may be
 # lost, which wakes the executors to record it at once (README, "The background worker", step 1).
-my $before_reload = $node->safe_psql('postgres', 'SELECT now()');
-$node->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.poll_interval = '1h'");
-$node->reload;
-ok(poll_until($node, 'postgres', qq{
-SELECT bool_and(state_change > '$before_reload') FROM pg_stat_activity
- WHERE backend_type = 'durable_steps worker'}), 'the executors reloaded: they look again in an hour');
+ok(reload_executors($node, "ALTER SYSTEM SET durable_steps.poll_interval = '1h'"),
+	'the executors reloaded: they look again in an hour');
 my @executors = split /,/, $node->safe_psql('postgres',
 	"SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'");
 $node->safe_psql('postgres', qq{SET ROLE app;

@@ -4,6 +4,7 @@
 #   poll_until($node, $db, $query [, $expected])           # poll, giving up on a crash
 #   log_offset($node), log_since($node, $offset), count_matches($text, $re)
 #   executor_pid($node), wait_executor_loops($node, $db, $pid, $ms)
+#   reload_executors($node, @alter_system)   # ALTER SYSTEM, reload, every executor applied it
 #   my $node = retry_node('name');   # a worker node with the extension and the retry fixtures
 #   create_retry_fixtures($node); settle, attempts, ran_in_worker, gap, started_within ($node, run, step, ...)
 package DurableSteps::Test;
@@ -19,7 +20,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(worker_node executors_running retry_node settled_and_sound log_since log_offset count_matches poll_until executor_pid
-  wait_executor_loops $crash_re create_retry_fixtures settle attempts ran_in_worker gap
+  wait_executor_loops reload_executors $crash_re create_retry_fixtures settle attempts ran_in_worker gap
   started_within);
 
 # The test framework turns restart_after_crash off; a crash restart is what some tests are about.
@@ -121,6 +122,20 @@ sub wait_executor_loops
 	return poll_until($node, $db,
 		"SELECT state_change > '$now'::timestamptz + interval '$ms ms' FROM pg_stat_activity WHERE pid = $pid"
 	);
+}
+
+# Runs the ALTER SYSTEM statements @alter, reloads, and waits until every executor of database
+# postgres went round its loop since: the reload wakes each one, which applies it in that pass
+# (a transaction, which moves pg_stat_activity.state_change). True when they all have.
+sub reload_executors
+{
+	my ($node, @alter) = @_;
+	my $before = $node->safe_psql('postgres', 'SELECT now()');
+	$node->safe_psql('postgres', $_) for @alter;
+	$node->reload;
+	return poll_until($node, 'postgres', qq{
+SELECT bool_and(state_change > '$before') FROM pg_stat_activity
+ WHERE backend_type = 'durable_steps worker'});
 }
 
 # A worker node serving database postgres, with the extension and the retry fixtures, once its
