@@ -14,14 +14,26 @@
 
 DS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
+# bison, flex and zlib1g-dev build the other PostgreSQL majors from their release sources
+# (scripts/pg-build).
 DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgresql-15-cron
-             libipc-run-perl make gcc python3 perl ca-certificates)
+             libipc-run-perl make gcc python3 perl ca-certificates bison flex zlib1g-dev)
 
-# Always PostgreSQL 15's own pg_config: /usr/bin/pg_config picks the newest installed version.
-# DS_PG_BINDIR may name another (relocated) copy of PostgreSQL 15, so that parallel builds do not
-# install over each other.
-DS_PG_BINDIR=${DS_PG_BINDIR:-/usr/lib/postgresql/15/bin}
-export PG_CONFIG="$DS_PG_BINDIR/pg_config"
+# The PostgreSQL to build and test against: PG_CONFIG when the caller names one (scripts/test
+# --pg N sets it for each major of the matrix; a user's own packages are picked the same way),
+# otherwise Debian's PostgreSQL 15 -- not /usr/bin/pg_config, which picks the newest installed
+# version. DS_PG_BINDIR is that PostgreSQL's bin directory.
+if [ -n "${PG_CONFIG:-}" ] && [ "$PG_CONFIG" != pg_config ]; then
+    if [ -x "$PG_CONFIG" ]; then
+        DS_PG_BINDIR=$("$PG_CONFIG" --bindir)
+    else
+        DS_PG_BINDIR=$(dirname "$PG_CONFIG")	# not installed yet: ds_install_packages may bring it
+    fi
+else
+    DS_PG_BINDIR=${DS_PG_BINDIR:-/usr/lib/postgresql/15/bin}
+    PG_CONFIG="$DS_PG_BINDIR/pg_config"
+fi
+export PG_CONFIG
 
 # One locale whatever the caller's environment: the temporary instances' initdb takes its encoding
 # from it (UTF8 under C.UTF-8, but SQL_ASCII under a bare C or unset locale, which changes how
@@ -83,7 +95,7 @@ ds_install_packages() {
         tail -n 40 "$log" >&2
         ds_die "apt-get failed (whole log: $log)"
     fi
-    [ -x "$PG_CONFIG" ] || ds_die "$PG_CONFIG not found after installing packages"
+    [ -x "$DS_PG_BINDIR/pg_config" ] || [ -x "$PG_CONFIG" ] || ds_die "$PG_CONFIG not found after installing packages"
 }
 
 # Create a fresh work directory holding a copy of the source tree in $DS_WORK, owned by DS_RUNNER.
@@ -132,7 +144,7 @@ ds_build_install() {
     local src=$1 jobs log=$DS_WORK/build.log
     jobs=$(nproc 2>/dev/null || echo 2)
     ds_log "building and installing durable_steps (make -j$jobs; log: $log)"
-    if ! { ds_as_runner_in "$src" make -j"$jobs" PG_CONFIG="$PG_CONFIG" \
+    if ! { ds_as_runner_in "$src" make -j"$jobs" WERROR=1 PG_CONFIG="$PG_CONFIG" \
             && (cd "$src" && ds_as_root make install PG_CONFIG="$PG_CONFIG"); } >"$log" 2>&1; then
         echo "----- $log -----" >&2
         cat "$log" >&2

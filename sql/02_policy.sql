@@ -95,3 +95,18 @@ SELECT policy FROM ds_steps WHERE run_id = 'policy-no-run' AND step_id = 'builti
 -- a merged policy that contradicts itself is refused before anything is claimed
 SELECT * FROM ds_run_step('policy-no-run', 'contradiction', 'SELECT 1', policy => '{"initial_delay": "1 h"}');
 SELECT count(*) FROM ds_steps WHERE run_id = 'policy-no-run' AND step_id = 'contradiction';
+
+-- PostgreSQL frees the parsed policy of a replaced, reset or rolled-back setting with its own
+-- allocator (guc_free from 16): none of these may fail
+BEGIN;
+SET LOCAL durable_steps.default_retry_policy = '{"max_attempts": 7}';
+SET LOCAL durable_steps.default_retry_policy = '{"max_attempts": 8}';
+SHOW durable_steps.default_retry_policy;
+ROLLBACK;
+SHOW durable_steps.default_retry_policy;
+SET durable_steps.default_retry_policy = '{"max_attempts": 9}';
+SELECT max_attempts FROM ds_run_step('policy-no-run', 'setting-9', 'SELECT 1');
+RESET durable_steps.default_retry_policy;
+SHOW durable_steps.default_retry_policy;
+SELECT max_attempts FROM ds_run_step('policy-no-run', 'setting-reset', 'SELECT 1');
+RESET ALL;

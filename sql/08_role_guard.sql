@@ -4,8 +4,10 @@ CREATE ROLE guard_dave;
 CREATE ROLE guard_erin;
 CREATE ROLE guard_done;
 CREATE ROLE guard_idle;
--- may drop roles, may not read durable_steps.steps
+-- may drop roles, may not read durable_steps.steps (from PostgreSQL 16 CREATEROLE drops only the
+-- roles it holds ADMIN OPTION on)
 CREATE ROLE guard_dba CREATEROLE;
+GRANT guard_dave, guard_erin, guard_done, guard_idle TO guard_dba WITH ADMIN OPTION;
 
 SET ROLE guard_dave;
 SELECT status FROM ds_run_step('guard', 'dave-retrying', $$SELECT ds_retry_after('later', '1 h')$$);

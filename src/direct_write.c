@@ -27,6 +27,7 @@
 #include "executor/tuptable.h"
 #include "nodes/makefuncs.h"
 #include "nodes/parsenodes.h"
+#include "parser/parse_relation.h"
 #include "utils/fmgrprotos.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -100,7 +101,7 @@ writer_open(DirectWrite *w, Oid relid)
 	rte->relid = relid;
 	rte->relkind = w->rel->rd_rel->relkind;
 	rte->rellockmode = RowExclusiveLock;
-	ExecInitRangeTable(w->estate, list_make1(rte));
+	ds_exec_init_range_table(w->estate, rte);
 	InitResultRelInfo(w->rri, w->rel, 1, NULL, 0);
 	ExecOpenIndices(w->rri, false);
 }
@@ -341,7 +342,7 @@ ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const
 		fetch_by_tid(w->rel, index, tid, nkeys, keys, key_eq, snapshot, oldslot);
 	if (!found)
 	{
-		scan = index_beginscan(w->rel, index, snapshot, nkeys, 0);
+		scan = ds_index_beginscan(w->rel, index, snapshot, nkeys, 0);
 		index_rescan(scan, skey, nkeys, NULL, 0);
 		found = index_getnext_slot(scan, ForwardScanDirection, oldslot);
 		index_endscan(scan);
@@ -362,7 +363,7 @@ ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const
 		}
 		ExecStoreVirtualTuple(newslot);
 
-		EvalPlanQualInit(&epqstate, w->estate, NULL, NIL, -1);
+		ds_eval_plan_qual_init(&epqstate, w->estate);
 		ExecSimpleRelationUpdate(w->rri, w->estate, &epqstate, oldslot, newslot);
 		EvalPlanQualEnd(&epqstate);
 		if (tid != NULL)

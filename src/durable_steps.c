@@ -18,7 +18,7 @@
 #include "worker.h"
 #include "worker_wakeup.h"
 
-PG_MODULE_MAGIC;
+DS_MODULE_MAGIC;
 
 void		_PG_init(void);
 

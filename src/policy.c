@@ -40,9 +40,7 @@ policy_builtin(RetryPolicy *p)
 }
 
 /* Raise the error of an invalid policy field. */
-pg_attribute_noreturn()
-/* Raise the error of an invalid policy field. */
-static void
+pg_noreturn static void
 policy_field_error(const char *field, const char *problem)
 {
 	ereport(ERROR,
@@ -386,7 +384,7 @@ check_default_retry_policy(char **newval, void **extra, GucSource source)
 	MemoryContext oldcxt = CurrentMemoryContext;
 	RetryPolicy parsed;
 	RetryPolicy *result;
-	bool		ok = true;
+	volatile bool ok = true;	/* set in PG_CATCH, read after it */
 
 	memset(&parsed, 0, sizeof(parsed));
 	if (*newval != NULL && (*newval)[0] != '\0')
@@ -419,7 +417,7 @@ check_default_retry_policy(char **newval, void **extra, GucSource source)
 	}
 	if (!ok)
 		return false;
-	result = (RetryPolicy *) malloc(sizeof(RetryPolicy));
+	result = (RetryPolicy *) ds_guc_extra_malloc(sizeof(RetryPolicy));
 	if (result == NULL)
 		return false;
 	*result = parsed;

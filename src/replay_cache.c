@@ -262,7 +262,7 @@ ds_replay_cache_remember(const ReplayTicket *ticket, const char *run_id, const c
 void
 ds_replay_cache_internal_update(bool on)
 {
-	internal_update_lxid = on ? MyProc->lxid : InvalidLocalTransactionId;
+	internal_update_lxid = on ? DS_MY_LXID : InvalidLocalTransactionId;
 }
 
 PG_FUNCTION_INFO_V1(ds_forget_replays);
@@ -281,7 +281,7 @@ ds_forget_replays(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "ds_forget_replays() must be called as a trigger");
 	if (shared != NULL &&
-		!(internal_update_lxid == MyProc->lxid && internal_update_lxid != InvalidLocalTransactionId &&
+		!(internal_update_lxid == DS_MY_LXID && internal_update_lxid != InvalidLocalTransactionId &&
 		  TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event)))
 		pg_atomic_fetch_add_u64(&shared->replay_generation, 1);
 	PG_RETURN_POINTER(NULL);

@@ -51,7 +51,7 @@ ds_extension_schema(void)
 	HeapTuple	tuple;
 	Oid			schema = InvalidOid;
 
-	if (OidIsValid(schema_cached) && schema_cached_lxid == MyProc->lxid &&
+	if (OidIsValid(schema_cached) && schema_cached_lxid == DS_MY_LXID &&
 		schema_cached_lxid != InvalidLocalTransactionId)
 		return schema_cached;
 	ext = get_extension_oid("durable_steps", false);
@@ -68,7 +68,7 @@ ds_extension_schema(void)
 	if (!OidIsValid(schema))
 		elog(ERROR, "extension durable_steps has no schema");
 	schema_cached = schema;
-	schema_cached_lxid = MyProc->lxid;
+	schema_cached_lxid = DS_MY_LXID;
 	return schema;
 }
 
@@ -93,8 +93,7 @@ ds_turn_end(TurnSuspension *out)
 }
 
 /* Raise the suspension the turn has recorded. */
-static void
-raise_suspension(void) pg_attribute_noreturn();
+pg_noreturn static void raise_suspension(void);
 
 static void
 raise_suspension(void)

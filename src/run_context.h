@@ -64,14 +64,14 @@ extern const char *ds_turn_require(const char *function, Oid *owner);
  * The turn must wait: remember why (in backend memory, which the turn's rollback does not
  * undo) and raise the suspension. Never returns.
  */
-extern void ds_turn_suspend(bool blocked, TimestampTz wake_at, const char *reason,
-							const char *step_id, const char *event) pg_attribute_noreturn();
+pg_noreturn extern void ds_turn_suspend(bool blocked, TimestampTz wake_at, const char *reason,
+										const char *step_id, const char *event);
 
 /*
  * The turn has work to do that must commit on its own (a step attempt, a wait to record): end it
  * here like a suspension, and leave the work in `work` (its strings are copied). Never returns.
  */
-extern void ds_turn_suspend_for_work(const TurnSuspension *work) pg_attribute_noreturn();
+pg_noreturn extern void ds_turn_suspend_for_work(const TurnSuspension *work);
 
 /* After the turn's transaction ended: forget the turn (its suspension and work). */
 extern void ds_turn_release(void);

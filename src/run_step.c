@@ -119,7 +119,7 @@ step_fingerprint(const char *sql, Jsonb *input, const char *on_success, const ch
 		b = hash_bytes_extended((const unsigned char *) hooks.data, hooks.len,
 								b ^ UINT64CONST(0x686f6f6b73000002));
 	}
-	return psprintf("%016" INT64_MODIFIER "x%016" INT64_MODIFIER "x", a, b);
+	return psprintf("%016" DS_UINT64_HEX "%016" DS_UINT64_HEX, a, b);
 }
 
 /* The ds_step_result of the step as `rec` holds it. */

@@ -233,8 +233,7 @@ check_new_step_args(FunctionCallInfo fcinfo)
 }
 
 /* The turn ends here: step `step_id`'s attempt is due, and the executor runs it after the turn. */
-static void
-suspend_for_attempt(const char *step_id, Datum *args, char *nulls) pg_attribute_noreturn();
+pg_noreturn static void suspend_for_attempt(const char *step_id, Datum *args, char *nulls);
 
 static void
 suspend_for_attempt(const char *step_id, Datum *args, char *nulls)

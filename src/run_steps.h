@@ -18,8 +18,8 @@ extern void ds_turn_record_wait(const char *run_id, TurnSuspension *work);
  * The step-failed error (DS102), thrown into the workflow at the call of step `step_id`, which
  * ended `status` (failed, cancelled) with that error.
  */
-extern void ds_turn_throw_step_failed(const char *run_id, const char *step_id, const char *status,
-									  const char *error_class, const char *code,
-									  const char *message) pg_attribute_noreturn();
+pg_noreturn extern void ds_turn_throw_step_failed(const char *run_id, const char *step_id,
+												  const char *status, const char *error_class,
+												  const char *code, const char *message);
 
 #endif							/* DS_RUN_STEPS_H */

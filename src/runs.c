@@ -112,7 +112,7 @@ resolve_workflow(const char *name)
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("%s cannot be a workflow", format_procedure(oid)),
 				 errdetail("A workflow is a function returning one value, or a procedure, taking (run_id text, input jsonb).")));
-	acl = pg_proc_aclcheck(oid, GetUserId(), ACL_EXECUTE);
+	acl = ds_proc_aclcheck(oid, GetUserId(), ACL_EXECUTE);
 	if (acl != ACLCHECK_OK)
 		aclcheck_error(acl, OBJECT_FUNCTION, format_procedure(oid));
 	return oid;

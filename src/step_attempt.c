@@ -119,7 +119,7 @@ ds_notify_step_stopped(const StepRecord *rec)
 static void
 log_worker_outcome(const StepRecord *rec)
 {
-	if (!IsBackgroundWorker ||
+	if (!DS_AM_BACKGROUND_WORKER ||
 		(rec->status != STEP_FAILED && rec->status != STEP_BLOCKED))
 		return;
 	ereport(log_outcomes_level,

@@ -100,7 +100,7 @@ ds_run_outcome_hook(const OutcomeHook *hook, ErrorData **error)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
-	bool		in_worker = IsBackgroundWorker;
+	bool		in_worker = DS_AM_BACKGROUND_WORKER;
 	volatile TimestampTz deadline = 0;
 	volatile bool ok = false;
 	Oid			save_userid;

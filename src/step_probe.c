@@ -59,7 +59,7 @@ probe_primary_key(Relation rel, Relation index, const char *const *keys, int nke
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber, InvalidOid,
 							   index->rd_indcollation[i], F_TEXTEQ,
 							   CStringGetTextDatum(keys[i]));
-	scan = index_beginscan(rel, index, snapshot, nkeys, 0);
+	scan = ds_index_beginscan(rel, index, snapshot, nkeys, 0);
 	index_rescan(scan, skey, nkeys, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (found)

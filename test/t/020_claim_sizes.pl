@@ -23,10 +23,18 @@ CREATE TABLE done (step text);
 });
 ok(executors_running($node, 2), 'two executors run');
 
-# the lock table's size as lock.c computes it, and a quarter of it shared by the two executors
+# the lock table's size as lock.c computes it -- max_locks_per_transaction times the backend
+# slots (MaxBackends, postinit.c) and the prepared transactions -- and a quarter of it shared by
+# the two executors. MaxBackends counts one special worker (the autovacuum launcher) up to 16,
+# two from 17 (the slotsync worker too), and from 18 the autovacuum worker slots instead of
+# autovacuum_max_workers.
 my $share = $node->safe_psql('postgres', q{
 SELECT current_setting('max_locks_per_transaction')::int
-       * (current_setting('max_connections')::int + current_setting('autovacuum_max_workers')::int + 1
+       * (current_setting('max_connections')::int
+          + CASE WHEN current_setting('server_version_num')::int >= 180000
+                 THEN current_setting('autovacuum_worker_slots', true)::int
+                 ELSE current_setting('autovacuum_max_workers')::int END
+          + CASE WHEN current_setting('server_version_num')::int >= 170000 THEN 2 ELSE 1 END
           + current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int
           + current_setting('max_prepared_transactions')::int) / 4 / 2});
 cmp_ok($share, '<', 1000, "the lock share ($share) is below batch_size");
