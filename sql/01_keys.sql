@@ -84,5 +84,19 @@ SELECT run_id, step_id, result
   FROM ds_run_step('a', 'b:c', $$SELECT ds_idempotency_key() || ' ' || ds_attempt_key()$$);
 SELECT run_id, step_id, idempotency_key, attempt_key FROM ds_attempts
  WHERE run_id IN ('a:b', 'a') ORDER BY run_id;
+-- keys are header-safe: a byte that is not a visible ASCII character, and '%', is written %XX,
+-- so no CR or LF reaches a header, and identities that a receiver would trim or fold to one
+-- (a trailing space, a control byte) keep distinct keys; ds_attempts shows the same keys
+SELECT result FROM ds_run_step(E'order-7\r\nX-Evil', ' injected-value', $$SELECT ds_idempotency_key()$$);
+SELECT result FROM ds_run_step(E'order-8\r\nA', 'x', $$SELECT ds_idempotency_key()$$);
+SELECT result FROM ds_run_step(E'order-8\r\nB', 'x', $$SELECT ds_idempotency_key()$$);
+SELECT result FROM ds_run_step('order-8 ', 'x', $$SELECT ds_idempotency_key()$$);
+SELECT result FROM ds_run_step('order-8', 'x', $$SELECT ds_idempotency_key()$$);
+SELECT result FROM ds_run_step('100%', 'x', $$SELECT ds_idempotency_key()$$);
+SELECT result FROM ds_run_step('100%25', 'x', $$SELECT ds_idempotency_key()$$);
+SELECT result FROM ds_run_step(E'caf\u00e9\t', 'x', $$SELECT ds_attempt_key()$$);
+SELECT idempotency_key, attempt_key FROM ds_attempts
+ WHERE run_id LIKE 'order-%' OR run_id LIKE '100%' OR run_id LIKE 'caf%'
+ ORDER BY idempotency_key COLLATE "C";
 RESET timezone;
 RESET datestyle;

@@ -391,6 +391,9 @@ CREATE FUNCTION @extschema@.ds_resolve_step(run_id text, step_id text, status te
         result jsonb DEFAULT NULL)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_resolve_step' LANGUAGE C VOLATILE;
+-- The header-safe key of a step, as ds_idempotency_key() hands it and HTTP steps send it.
+CREATE FUNCTION durable_steps.ds_step_key(run_id text, step_id text) RETURNS text
+    AS 'MODULE_PATHNAME', 'ds_step_key' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 -- The request with the values of secret headers masked, as the views show it to other roles.
 CREATE FUNCTION durable_steps.ds_http_mask_request(request jsonb) RETURNS jsonb
     AS 'MODULE_PATHNAME', 'ds_http_mask_request' LANGUAGE C STABLE STRICT;
@@ -435,8 +438,9 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
     SELECT a.run_id, a.step_id, a.attempt, a.class, a.error_code, a.error_message,
            a.error_detail, a.claimed_at, a.started_at, a.finished_at,
            a.finished_at OPERATOR(pg_catalog.-) a.started_at AS duration,
-           k.idempotency_key,
-           k.idempotency_key OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.attempt::text AS attempt_key,
+           -- NULL where no key was sent: an HTTP step without an idempotency header
+           CASE WHEN k.keyless THEN NULL ELSE k.step_key END AS idempotency_key,
+           k.step_key OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.attempt::text AS attempt_key,
            a.executor, a.backend_pid, a.role
       FROM (SELECT run_id, step_id, attempt, class, error_code, error_message, error_detail,
                    claimed_at, started_at, finished_at, executor, backend_pid, role
@@ -453,11 +457,14 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
                    attempt_started_at, finished_at, 'worker', claimed_by, owner
               FROM durable_steps.steps
              WHERE attempt_started_at IS NOT NULL) a,
-           -- the keys ds_idempotency_key() and ds_attempt_key() handed to the attempt
-           LATERAL (SELECT pg_catalog.replace(pg_catalog.replace(a.run_id, '\', '\\'), ':', '\:')
-                           OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||)
-                           pg_catalog.replace(pg_catalog.replace(a.step_id, '\', '\\'), ':', '\:')
-                           AS idempotency_key) k
+           -- the keys ds_idempotency_key() and ds_attempt_key() handed to the attempt, and the
+           -- one its HTTP request carried (README, "Keys")
+           LATERAL (SELECT durable_steps.ds_step_key(a.run_id, a.step_id) AS step_key,
+                           EXISTS (SELECT FROM durable_steps.steps ks
+                                    WHERE ks.run_id OPERATOR(pg_catalog.=) a.run_id
+                                      AND ks.step_id OPERATOR(pg_catalog.=) a.step_id
+                                      AND ks.kind OPERATOR(pg_catalog.=) 'http'
+                                      AND ks.idempotency_header IS NULL) AS keyless) k
      WHERE pg_catalog.pg_has_role(a.role::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
 

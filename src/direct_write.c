@@ -271,6 +271,7 @@ ds_direct_insert_row(Oid relid, const AttrNumber *attnums, int ncols, const Datu
 	}
 	for (int i = 0; i < ncols; i++)
 	{
+		Assert(attnums[i] >= 1 && attnums[i] <= tupdesc->natts);
 		slot->tts_values[attnums[i] - 1] = values[i];
 		slot->tts_isnull[attnums[i] - 1] = nulls[i];
 	}
@@ -358,6 +359,7 @@ ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const
 		memcpy(newslot->tts_isnull, oldslot->tts_isnull, sizeof(bool) * tupdesc->natts);
 		for (int i = 0; i < ncols; i++)
 		{
+			Assert(attnums[i] >= 1 && attnums[i] <= tupdesc->natts);
 			newslot->tts_values[attnums[i] - 1] = values[i];
 			newslot->tts_isnull[attnums[i] - 1] = nulls[i];
 		}

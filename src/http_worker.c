@@ -326,16 +326,14 @@ refuse_transfer(HttpTransfer *t, AttemptClass cls, int sqlerrcode, char *message
 	t->refusal.hint = hint;
 }
 
-/* The idempotency key of the step: <run_id>:<step_id>, escaped as ds_idempotency_key() does. */
+/* The idempotency key of the step, header-safe, as ds_idempotency_key() hands it (key.h). */
 static char *
 step_idempotency_key(const StepRecord *rec)
 {
 	StringInfoData buf;
 
 	initStringInfo(&buf);
-	ds_append_escaped_key_part(&buf, rec->run_id, strlen(rec->run_id));
-	appendStringInfoChar(&buf, ':');
-	ds_append_escaped_key_part(&buf, rec->step_id, strlen(rec->step_id));
+	ds_append_step_key(&buf, rec->run_id, rec->step_id);
 	return buf.data;
 }
 

@@ -25,6 +25,7 @@
 #include "key.h"
 
 PG_FUNCTION_INFO_V1(ds_key);
+PG_FUNCTION_INFO_V1(ds_step_key);
 
 void
 ds_append_escaped_key_part(StringInfo buf, const char *s, int len)
@@ -35,6 +36,50 @@ ds_append_escaped_key_part(StringInfo buf, const char *s, int len)
 			appendStringInfoChar(buf, '\\');
 		appendStringInfoChar(buf, s[i]);
 	}
+}
+
+/*
+ * Percent-encode what a header value cannot carry raw. Receivers trim, fold or reject spaces,
+ * control bytes and non-ASCII bytes, so those are all encoded, and '%' too, which keeps the
+ * encoding reversible and so injective.
+ */
+static void
+append_header_safe(StringInfo buf, const char *s, int len)
+{
+	for (int i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+
+		if (c > 0x20 && c < 0x7f && c != '%')
+			appendStringInfoChar(buf, (char) c);
+		else
+			appendStringInfo(buf, "%%%02X", c);
+	}
+}
+
+void
+ds_append_step_key(StringInfo buf, const char *run_id, const char *step_id)
+{
+	StringInfoData identity;
+
+	initStringInfo(&identity);
+	ds_append_escaped_key_part(&identity, run_id, strlen(run_id));
+	appendStringInfoChar(&identity, ':');
+	ds_append_escaped_key_part(&identity, step_id, strlen(step_id));
+	append_header_safe(buf, identity.data, identity.len);
+	pfree(identity.data);
+}
+
+/* durable_steps.ds_step_key(run_id, step_id): the key of ds_append_step_key, for the views. */
+Datum
+ds_step_key(PG_FUNCTION_ARGS)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	ds_append_step_key(&buf, text_to_cstring(PG_GETARG_TEXT_PP(0)),
+					   text_to_cstring(PG_GETARG_TEXT_PP(1)));
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(buf.data, buf.len));
 }
 
 /* Numerics compare equal regardless of scale (42 = 42.000), so the rendering drops the scale. */

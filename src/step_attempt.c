@@ -151,6 +151,9 @@ ds_cancel_waiting_step(StepRecord *rec)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
+	/* only a step that waits is cancelled: a finished or running one never is */
+	Assert(rec->status == STEP_PENDING || rec->status == STEP_RETRYING ||
+		   rec->status == STEP_BLOCKED || rec->status == STEP_UNCERTAIN);
 	rec->status = STEP_CANCELLED;
 	rec->next_attempt_at = 0;
 	rec->lease_expires_at = 0;
@@ -173,6 +176,8 @@ apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 {
 	int			last_allowed = rec->attempt_base + rec->max_attempts;
 
+	/* attempt numbers only grow: the worker counted its attempt at the claim, a caller's is next */
+	Assert(attempt > 0 && attempt >= rec->attempts);
 	rec->attempts = attempt;
 	rec->updated_at = outcome->finished_at;
 	rec->lease_expires_at = 0;
@@ -249,6 +254,9 @@ apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 			rec->error_class = "permanent";
 			break;
 	}
+	/* what the claims and retention rely on: only a retrying step is due, only a failed one done */
+	Assert((rec->status == STEP_RETRYING) == (rec->next_attempt_at != 0));
+	Assert((rec->status == STEP_FAILED) == (rec->finished_at != 0));
 }
 
 void

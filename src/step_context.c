@@ -110,15 +110,13 @@ current_context(const char *function)
 }
 
 /*
- * <run_id>:<step_id>, each part escaped as ds_key() escapes it: run ('a:b', 'c') and run
- * ('a', 'b:c') must not hand the same idempotency key to a provider.
+ * <run_id>:<step_id> as the HTTP worker sends it (key.h): run ('a:b', 'c') and run ('a', 'b:c')
+ * must not hand the same idempotency key to a provider, nor may a CR or LF reach a header.
  */
 static void
 append_identity(StringInfo buf, const StepContext *ctx)
 {
-	ds_append_escaped_key_part(buf, ctx->run_id, strlen(ctx->run_id));
-	appendStringInfoChar(buf, ':');
-	ds_append_escaped_key_part(buf, ctx->step_id, strlen(ctx->step_id));
+	ds_append_step_key(buf, ctx->run_id, ctx->step_id);
 }
 
 Datum

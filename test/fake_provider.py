@@ -24,7 +24,8 @@ A fault that charges strikes only the first request of its key (or of its tag wi
 later requests are answered normally (or from the stored response).
 
 GET /counts answers {"charges": {TAG: n}, "requests": {TAG: n}, "keys": {TAG: [keys seen]},
-"connections": n, "auth": {TAG: [Authorization values seen]}}.
+"connections": n, "auth": {TAG: [Authorization values seen]},
+"header_names": {TAG: [[header names of each request, lower case]]}}.
 """
 import email.utils
 import json
@@ -41,6 +42,7 @@ CHARGES = {}
 REQUESTS = {}
 KEYS = {}
 AUTH = {}
+HEADER_NAMES = {}
 STORED = {}     # idempotency key -> (status, headers, body)
 STRUCK = set()  # keys/tags a one-time fault has struck
 FAILS = {}      # tag -> failures answered so far
@@ -81,7 +83,8 @@ class Handler(BaseHTTPRequestHandler):
         if url.path == '/counts':
             with LOCK:
                 return self.answer(200, {'charges': CHARGES, 'requests': REQUESTS, 'keys': KEYS,
-                                         'connections': CONNECTIONS[0], 'auth': AUTH})
+                                         'connections': CONNECTIONS[0], 'auth': AUTH,
+                                         'header_names': HEADER_NAMES})
         if not url.path.startswith('/charge/'):
             return self.answer(404, {'error': 'no such path'})
         tag = url.path[len('/charge/'):]
@@ -92,6 +95,7 @@ class Handler(BaseHTTPRequestHandler):
             REQUESTS[tag] = REQUESTS.get(tag, 0) + 1
             KEYS.setdefault(tag, []).append(key)
             AUTH.setdefault(tag, []).append(self.headers.get('Authorization'))
+            HEADER_NAMES.setdefault(tag, []).append(sorted(k.lower() for k in self.headers.keys()))
             if key is not None and key in STORED:
                 status, headers, body = STORED[key]
                 replay = True

@@ -185,6 +185,31 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM ds_steps WHERE run_id = 'm
 	'20', '20 steps succeeded');
 cmp_ok($p->counts->{connections} - $before, '<=', 10, 'over at most 10 connections');
 
+# identities with CR, LF, spaces and '%': the key on the wire is header-safe and injective
+# (README, "Keys"): no header is injected, identities differing in a control byte or a trailing
+# space are charged apart, and ds_attempts shows the key each request carried
+my $inj = $p->url('inject');
+$node->safe_psql('postgres', qq{SET ROLE app;
+SELECT ds_http_step(E'order-7\\r\\nX-Evil', ' injected-value', '{"method": "POST", "url": "$inj"}');
+SELECT ds_http_step(E'order-8\\r\\nA', 'charge', '{"method": "POST", "url": "$inj"}');
+SELECT ds_http_step(E'order-8\\r\\nB', 'charge', '{"method": "POST", "url": "$inj"}');
+SELECT ds_http_step('order-8 ', 'charge', '{"method": "POST", "url": "$inj"}');
+SELECT ds_http_step('order-8', '100%', '{"method": "POST", "url": "$inj"}');
+SELECT ds_http_step('keyless', 'get', '{"url": "$inj"}', idempotency_header => NULL);});
+ok(poll_until($node, 'postgres',
+	"SELECT count(*) FILTER (WHERE status = 'succeeded') = 6 FROM ds_steps WHERE request->>'url' = '$inj'"),
+	'control bytes: the six steps succeeded');
+is(join(',', sort split /,/, $p->keys_seen('inject')),
+	'-,order-7%0D%0AX-Evil:%20injected-value,order-8%0D%0AA:charge,order-8%0D%0AB:charge,order-8%20:charge,order-8:100%25',
+	'control bytes: each key percent-encoded, the keyless GET with none');
+unlike($p->header_names_seen('inject'), qr/x-evil/, 'control bytes: no X-Evil header reached the receiver');
+is($p->charges('inject'), 6, 'control bytes: six requests, six charges (no step was answered with another\'s)');
+is($node->safe_psql('postgres', qq{
+SELECT string_agg(coalesce(a.idempotency_key, '-'), ',' ORDER BY a.idempotency_key COLLATE "C" NULLS FIRST)
+  FROM ds_attempts a JOIN ds_steps s USING (run_id, step_id) WHERE s.request->>'url' = '$inj'}),
+	'-,order-7%0D%0AX-Evil:%20injected-value,order-8%0D%0AA:charge,order-8%0D%0AB:charge,order-8%20:charge,order-8:100%25',
+	'control bytes: ds_attempts shows the keys sent, and none for the keyless step');
+
 # the secret never reached the server log
 unlike(slurp_file($node->logfile), qr/$secret/, 'the Authorization value is not in the server log');
 settled_and_sound($node, 'pay', 'charge', 1, 'charge');

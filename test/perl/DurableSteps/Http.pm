@@ -71,6 +71,15 @@ sub keys_seen
 	return join(',', map { $_ // '-' } @{ $self->counts->{keys}{$tag} // [] });
 }
 
+# The header names (lower case) of the provider's requests for $tag, all of them, sorted and
+# joined with ','.
+sub header_names_seen
+{
+	my ($self, $tag) = @_;
+	my %names = map { map { $_ => 1 } @$_ } @{ $self->counts->{header_names}{$tag} // [] };
+	return join(',', sort keys %names);
+}
+
 sub DESTROY
 {
 	my ($self) = @_;
