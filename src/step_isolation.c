@@ -16,8 +16,11 @@
  *     at commit;
  *   - deferrable constraints are checked at the end of each statement (SET CONSTRAINTS ALL
  *     IMMEDIATE), so that nothing of the body is left queued for the shared commit;
- *   - the worker never has a temporary schema, and the restricted operation cannot create one:
- *     no temporary object of any kind can shadow a name for a later attempt;
+ *   - the restricted operation refuses temporary tables, but not the temporary schema itself
+ *     nor functions, operators, types and the other objects that can be made in pg_temp: after
+ *     the body (and after a hook) everything in the session's temporary schema is dropped, as
+ *     DISCARD TEMP would, so no temporary object of any kind outlives the attempt to be called
+ *     by a later one, which may be another role's;
  *   - after the body, still as its owner, its cursors and portals are closed and the sequence
  *     values it saw forgotten, as DISCARD ALL would; its session-level advisory locks go with
  *     the shared transaction (worker.c, step_lock.c);
@@ -31,6 +34,7 @@
 #include "compat.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
@@ -110,9 +114,16 @@ ds_isolation_enter(Oid owner, int save_sec_context)
 void
 ds_isolation_reset_session(void)
 {
-	/* the worker itself keeps no portal or sequence value; it never has a temporary schema */
+	Oid			temp_namespace;
+	Oid			temp_toast_namespace;
+
+	/* the worker itself keeps no portal, sequence value or temporary object */
 	PortalHashTableDeleteAll();
 	ResetSequenceCaches();
+	/* a session that never made its temporary schema (the usual case) pays nothing here */
+	GetTempNamespaceState(&temp_namespace, &temp_toast_namespace);
+	if (OidIsValid(temp_namespace))
+		ResetTempTableNamespace();
 }
 
 void

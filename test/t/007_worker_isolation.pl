@@ -182,6 +182,50 @@ SELECT string_agg(DISTINCT backend_pid::text, ',') = string_agg(DISTINCT backend
   FROM ds_attempts WHERE step_id IN ('leave-state', 'look') AND executor = 'worker'}),
 	't', 'look: both attempts ran in the same executor');
 
+# 4a. Nor does a temporary object: the restricted operation refuses temporary tables, but a
+#     body can still make the session's temporary schema and put a function or an operator
+#     in it. Mallory's pg_temp.fmt() would run as alice, and copy her secrets, should
+#     alice's later body call it in the same executor.
+$node->safe_psql('postgres', q{
+SET ROLE mallory;
+CREATE TABLE mallory.loot (who text, seen text);
+GRANT INSERT ON mallory.loot TO PUBLIC;
+CREATE FUNCTION mallory.plant() RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    CREATE FUNCTION pg_temp.fmt(t text) RETURNS text LANGUAGE sql
+        AS 'INSERT INTO mallory.loot VALUES (current_user, $1) RETURNING $1';
+    CREATE OPERATOR pg_temp.=== (LEFTARG = text, RIGHTARG = text, FUNCTION = pg_catalog.texteq);
+    RETURN (SELECT count(*) FROM pg_proc WHERE proname = 'fmt'
+              AND pronamespace = pg_my_temp_schema())::text;
+END $$;
+});
+$node->safe_psql('postgres', q{
+SET ROLE alice;
+CREATE FUNCTION alice.use_temp() RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    left_over int;
+BEGIN
+    SELECT count(*) INTO left_over FROM pg_depend WHERE refobjid = pg_my_temp_schema();
+    BEGIN
+        PERFORM pg_temp.fmt('alice''s secret');
+        RETURN 'called mallory''s fmt; objects left: ' || left_over;
+    EXCEPTION WHEN undefined_function THEN
+        RETURN 'no fmt; objects left: ' || left_over;
+    END;
+END $$;
+});
+is(worker_step('mallory', 'plant-temp', 'SELECT mallory.plant()'), 'succeeded|1|',
+	'temp objects: mallory\'s attempt made a function and an operator in pg_temp');
+is(worker_step('alice', 'use-temp', 'SELECT alice.use_temp()'),
+	'succeeded|no fmt; objects left: 0|',
+	'temp objects: none of them outlived mallory\'s attempt, and alice\'s body finds no pg_temp.fmt');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM mallory.loot'), '0',
+	'temp objects: nothing of alice\'s reached mallory');
+is($node->safe_psql('postgres', q{
+SELECT count(DISTINCT backend_pid) FROM ds_attempts
+ WHERE step_id IN ('plant-temp', 'use-temp') AND executor = 'worker'}),
+	'1', 'temp objects: both attempts ran in the same executor');
+
 # 4b. Neither does a random() seed, and a plan made for one role never runs for another.
 is(worker_step('mallory', 'seed', 'SELECT setseed(0.5)'), 'succeeded||', 'seed: mallory seeded random()');
 my ($seeded) = reverse split /\n/, $node->safe_psql('postgres', 'SELECT setseed(0.5); SELECT random()');
