@@ -145,7 +145,7 @@ ds_http_step(PG_FUNCTION_ARGS)
 
 	now = GetCurrentTimestamp();
 	memset(&rec, 0, sizeof(rec));
-	run_policy = ds_new_step_run_policy(run_id);
+	run_policy = ds_new_step_run_policy(run_id, nowait);
 	ds_policy_resolve(run_policy, policy, &resolved);
 	rec.backoff = resolved;
 	rec.run_id = run_id;

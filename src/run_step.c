@@ -446,7 +446,7 @@ settle_lost_attempt(StepRecord *rec, const char *fingerprint)
  * whichever comes first: the second waits for the first to commit, then sees it.
  */
 Jsonb *
-ds_new_step_run_policy(const char *run_id)
+ds_new_step_run_policy(const char *run_id, bool nowait)
 {
 	const StepContext *ctx = ds_step_context_innermost();
 	Oid			run_owner;
@@ -456,7 +456,11 @@ ds_new_step_run_policy(const char *run_id)
 	if (ctx != NULL && strcmp(ctx->run_id, run_id) == 0 &&
 		strcmp(ctx->step_id, DS_TURN_STEP_ID) == 0)
 		return ds_probe_run_policy(run_id, GetActiveSnapshot(), &run_owner);
-	ds_run_id_lock(run_id, false);
+	if (!ds_run_id_lock(run_id, false, nowait))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_IN_PROGRESS),
+				 errmsg("run %s is being started in another transaction", run_id),
+				 errhint("Retry after a moment, or call without nowait to wait for it.")));
 	policy = ds_probe_run_policy(run_id, GetLatestSnapshot(), &run_owner);
 	if (OidIsValid(run_owner) && run_owner != GetUserId() &&
 		!has_privs_of_role(GetUserId(), run_owner))
@@ -474,7 +478,7 @@ new_step_record(const StepCall *call, StepRecord *rec)
 {
 	RetryPolicy resolved;
 	TimestampTz now = GetCurrentTimestamp();
-	Jsonb	   *run_policy = ds_new_step_run_policy(call->run_id);
+	Jsonb	   *run_policy = ds_new_step_run_policy(call->run_id, call->nowait);
 
 	memset(rec, 0, sizeof(*rec));
 	ds_policy_resolve(run_policy, call->policy, &resolved);

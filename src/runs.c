@@ -206,7 +206,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 	 * that step (run_step.c, ds_new_step_run_policy); the look for steps below then sees it.
 	 */
 	if (run_key)
-		ds_run_id_lock(run_id, true);
+		(void) ds_run_id_lock(run_id, true, false);
 	ds_store_spi_begin(&spi);
 	/* a concurrent start of the same key is waited for; then its run answers this one */
 	rc = SPI_execute_plan(ds_prepare_kept(&insert_plan,

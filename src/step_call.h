@@ -32,9 +32,10 @@ extern void ds_step_check_owner(const StepRecord *rec);
 /*
  * A new step is about to be stored under run_id `run_id`: if that is a run's, raises 42501 unless
  * the caller may add steps to that run (README, "Security model"). Serialized with ds_start_run
- * by the run_id's lock (README, "Runs"). Returns the run's default policy, or NULL.
+ * by the run_id's lock (README, "Runs"); with nowait, a run being started in another transaction
+ * raises DS409 instead of being waited for. Returns the run's default policy, or NULL.
  */
-extern Jsonb *ds_new_step_run_policy(const char *run_id);
+extern Jsonb *ds_new_step_run_policy(const char *run_id, bool nowait);
 /*
  * Take the step's transaction lock (waiting, or with nowait DS409) and read it locked; false
  * when there is no such step.

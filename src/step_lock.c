@@ -139,13 +139,14 @@ name_locktag(LOCKTAG *tag, const char *name, uint16 field4)
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash, field4);
 }
 
-void
-ds_run_id_lock(const char *run_id, bool exclusive)
+bool
+ds_run_id_lock(const char *run_id, bool exclusive, bool nowait)
 {
 	LOCKTAG		tag;
 
 	name_locktag(&tag, run_id, DS_RUN_ID_LOCKTAG_FIELD4);
-	(void) LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, false);
+	return LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, nowait) !=
+		LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*

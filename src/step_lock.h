@@ -36,9 +36,10 @@ extern void ds_step_lock_release_all_session(void);
 
 /*
  * Lock run_id `run_id` to the end of the transaction: exclusive to store a run, shared to store a
- * new step outside a run's workflow (README, "Runs": a run's steps are its workflow's).
+ * new step outside a run's workflow (README, "Runs": a run's steps are its workflow's). With
+ * nowait, false instead of waiting for another transaction that holds it.
  */
-extern void ds_run_id_lock(const char *run_id, bool exclusive);
+extern bool ds_run_id_lock(const char *run_id, bool exclusive, bool nowait);
 
 /*
  * Try to take the claim lock of queue `queue` to the end of the transaction, without waiting:

@@ -199,6 +199,29 @@ $$;});
 }
 
 ############################################################################################
+# 3b. nowait waits for no lock at all: while A's ds_start_run holds the run_id's lock, a new step
+#     of that run_id is refused at once with DS409 (not after lock_timeout's 55P03).
+{
+	my $t = 'test 3b (nowait, a run being started)';
+	$node->safe_psql('postgres',
+		q{CREATE FUNCTION t3b_flow(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql AS 'SELECT input'});
+	$sa->query_ok('BEGIN;');
+	$sa->query_ok(q{SELECT created FROM ds_start_run('t3b_flow', '{}', run_key => 't3b');});
+	$sb->query_ok("SET lock_timeout = '5s';");
+	my ($out, $err) = $sb->query(q{SELECT status FROM ds_run_step('t3b', 's1', 'SELECT 1', nowait => true);});
+	like($err, qr/ERROR:\s+DS409: run t3b is being started in another transaction/,
+		"$t: ds_run_step is refused with DS409");
+	($out, $err) = $sb->query(
+		q{SELECT status FROM ds_http_step('t3b', 'h1', '{"url": "http://127.0.0.1:9/"}', nowait => true);});
+	like($err, qr/ERROR:\s+DS409: run t3b is being started in another transaction/,
+		"$t: ds_http_step is refused with DS409");
+	$sb->query_ok('RESET lock_timeout;');
+	$sa->query_ok('ROLLBACK;');
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM durable_steps.steps WHERE run_id = 't3b'}),
+		'0', "$t: the refusals stored nothing");
+}
+
+############################################################################################
 # 4. A rolled-back caller leaves no step, no attempt and no effect; a new call executes.
 {
 	my $t = 'test 4 (rolled-back caller)';

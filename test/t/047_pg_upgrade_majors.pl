@@ -351,13 +351,16 @@ is( join(', ', sort keys %{ { map { $_->{status} => 1 } values %{ $before{step} 
 	"$t: the steps to upgrade are in every status");
 is( join(', ', sort keys %{ { map { $_->{owner} => 1 } values %{ $before{step} } } }),
 	'alice, bob', "$t: owned by alice and bob");
-# what the provider was asked (its connection count also counts the test's own /counts requests)
+# What the provider was asked (its connection count also counts the test's own /counts
+# requests). The provider is an argument: a named sub that closed over $p would keep it to the
+# global destruction, whose kill of the provider's process then sets the test's exit status.
 sub provider_requests
 {
-	my $c = $p->counts;
+	my ($provider) = @_;
+	my $c = $provider->counts;
 	return $json->encode({ map { $_ => $c->{$_} } qw(requests charges keys) });
 }
-my $requests_before = provider_requests();
+my $requests_before = provider_requests($p);
 $old->stop;
 
 # pg_upgrade
@@ -451,7 +454,7 @@ for my $what (qw(step attempt ledger))
 {
 	is($json->encode(snapshot($new, $what)), $json->encode($before{$what}), "$t: the replays changed none of the $plural{$what}");
 }
-is(provider_requests(), $requests_before, "$t: the provider got no request");
+is(provider_requests($p), $requests_before, "$t: the provider got no request");
 $new->stop;
 
 # The new cluster with its worker
