@@ -60,6 +60,7 @@
 static int	max_inflight = 64;
 static int	max_response_size = 1024 * 1024;
 static int	http_poll_interval_ms = 1000;
+static char *http_proxy = NULL;
 
 /* Longest wait on the sockets before looking at the latch again. */
 #define SOCKET_WAIT_MS 20
@@ -89,6 +90,14 @@ ds_http_worker_init_module(void)
 							PGC_SIGHUP,
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
+	DefineCustomStringVariable("durable_steps.http_proxy",
+							   "Proxy that HTTP steps' requests go through; empty sends them directly.",
+							   "A libcurl proxy URL (http://host:port, socks5h://host:port). The http_proxy, https_proxy, all_proxy and no_proxy variables of the server's environment are never used.",
+							   &http_proxy,
+							   "",
+							   PGC_POSTMASTER,
+							   GUC_SUPERUSER_ONLY,	/* its URL may hold a password */
+							   NULL, NULL, NULL);
 }
 
 /* A growing byte buffer of libcurl's callbacks: malloc'd, NUL-terminated, capped. */
@@ -276,6 +285,12 @@ start_transfer(HttpTransfer *t)
 	curl_easy_setopt(e, CURLOPT_PRIVATE, t);
 	curl_easy_setopt(e, CURLOPT_URL, req->url);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	/*
+	 * Only the superuser's setting names a proxy: libcurl would otherwise take one from the
+	 * postmaster's environment, and send every role's requests, Authorization and all, there.
+	 */
+	curl_easy_setopt(e, CURLOPT_PROXY, http_proxy != NULL ? http_proxy : "");
+	curl_easy_setopt(e, CURLOPT_NOPROXY, "");
 	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
