@@ -174,6 +174,18 @@ SELECT status, result, replayed
        run_at => '2100-01-01');
 RESET ROLE;
 
+-- nor does an admin resolve a superuser's step: its hooks would run with the superuser's rights
+-- on the admin's finding, and admins may not re-arm a superuser's step either
+SELECT status FROM ds_http_step('h', 'su-charge', '{"url": "https://api.example.com/su"}',
+                                run_at => '2100-01-01', on_success => 'SELECT 1');
+UPDATE durable_steps.steps SET status = 'uncertain', attempts = 1, error_class = 'uncertain'
+ WHERE step_id = 'su-charge';
+SET ROLE http_admin;
+SELECT http_try($$SELECT ds_resolve_step('h', 'su-charge', 'succeeded', '{"status": 200}')$$);
+SELECT http_try($$SELECT ds_resolve_step('h', 'su-charge', 'failed')$$);
+RESET ROLE;
+SELECT status, attempt FROM ds_resolve_step('h', 'su-charge', 'failed');
+
 DELETE FROM durable_steps.steps WHERE run_id IN ('h', 'hosts');
 DROP FUNCTION http_try(text);
 DROP ROLE http_alice, http_bob, http_carol, http_admin;

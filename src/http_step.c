@@ -207,6 +207,15 @@ ds_resolve_step(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("ds_resolve_step()");
 	PreventCommandIfParallelMode("ds_resolve_step()");
 	ds_step_lock_visible(run_id, step_id, &rec);
+	/*
+	 * The rule of a re-arm (run_step.c): the finding feeds the owner's hooks, which run with the
+	 * owner's rights, so an admin without them may not resolve a superuser's step.
+	 */
+	if (!has_privs_of_role(GetUserId(), rec.owner) && superuser_arg(rec.owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("step %s/%s belongs to a superuser", run_id, step_id),
+				 errdetail("Only superusers can resolve a superuser's step.")));
 	if (rec.status != STEP_UNCERTAIN)
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
