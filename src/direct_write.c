@@ -319,7 +319,8 @@ ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const
 	ScanKeyData skey[INDEX_MAX_KEYS];
 	IndexScanDesc scan;
 	EPQState	epqstate;
-	Snapshot	snapshot = GetLatestSnapshot();
+	/* registered while it is used: GetLatestSnapshot()'s alone is neither registered nor active */
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	bool		found;
 
 	Assert(nkeys <= INDEX_MAX_KEYS);
@@ -371,6 +372,7 @@ ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const
 		if (tid != NULL)
 			*tid = newslot->tts_tid;	/* the new version's */
 	}
+	UnregisterSnapshot(snapshot);
 	direct_write_end(w);
 	return found;
 }

@@ -59,12 +59,18 @@ probe_primary_key(Relation rel, Relation index, const char *const *keys, int nke
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber, InvalidOid,
 							   index->rd_indcollation[i], F_TEXTEQ,
 							   CStringGetTextDatum(keys[i]));
+	/*
+	 * A scan's snapshot must be registered (or active) while it is used: callers pass
+	 * GetLatestSnapshot()'s, which is neither (assertion-enabled builds check it).
+	 */
+	snapshot = RegisterSnapshot(snapshot);
 	scan = ds_index_beginscan(rel, index, snapshot, nkeys, 0);
 	index_rescan(scan, skey, nkeys, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (found)
 		slot_getallattrs(slot);
 	index_endscan(scan);
+	UnregisterSnapshot(snapshot);
 	return found;
 }
 

@@ -728,7 +728,7 @@ ds_executor_main(Datum arg)
 
 		CHECK_FOR_INTERRUPTS();
 		reload_settings_if_asked();
-		if (extension_ready())
+		if (!ds_worker_writes_refused() && extension_ready())
 		{
 			bool		worked;
 
@@ -746,6 +746,21 @@ ds_executor_main(Datum arg)
 							 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+bool
+ds_worker_writes_refused(void)
+{
+	static bool said_refused = false;
+	bool		refused = DefaultXactReadOnly;
+
+	if (refused != said_refused)
+		ereport(LOG,
+				refused ?
+				errmsg("durable_steps: the server is read-only (default_transaction_read_only); waiting for it to accept writes") :
+				errmsg("durable_steps: the server accepts writes again; running steps"));
+	said_refused = refused;
+	return refused;
 }
 
 /* begin_work and its commit, for the other workers of a database (http_worker.c). */

@@ -59,6 +59,8 @@ my $old = PostgreSQL::Test::Cluster->new('old', install_path => dirname($old_bin
 # a fresh initdb (never a template of the newer major's), without data checksums like the new
 # cluster below
 $old->init(force_initdb => 1);
+# One executor: the one whose attempt the stop interrupts is the only one that could record it
+# lost (it does not, on its way out), and while that attempt runs no turn of a run is taken.
 $old->append_conf('postgresql.conf', $conf . "durable_steps.max_workers = 1\n");
 $old->start;
 my $old_num = $old->safe_psql('postgres', q{SELECT current_setting('server_version_num')});
@@ -164,8 +166,11 @@ my %sql_step = (
 		sql  => q{SELECT book_after_a_long_attempt_1('in-flight')},
 		args => q{defer => true, policy => '{"initial_delay": "10 ms"}'}
 	},
-	'due-retry' =>
-	  { role => 'bob', sql => q{SELECT book_at_attempt_2('due-retry')}, args => q{policy => '{"initial_delay": "1 s"}'} },
+	'due-retry' => {
+		role => 'bob',
+		sql  => q{SELECT book_at_attempt_2('due-retry')},
+		args => q{policy => '{"initial_delay": "1 s"}'}
+	},
 	'due-deferred' => { role => 'alice', sql => q{SELECT book('due-deferred')}, args => 'defer => true' },);
 
 # ds_run_step of a step of %sql_step as its owner, the answer as a hash; $first adds the
@@ -184,12 +189,16 @@ SELECT to_jsonb(r) FROM ds_run_step('up', '$step', \$body\$$s->{sql}\$body\$, '{
 
 # the HTTP steps, all of run 'up-http' and alice's, against the fake provider (tag up-<step>)
 my %http_step = (
-	'charge' => { request => qq({"method": "POST", "url": "@{[$p->url('up-charge')]}", "expect": "json", "json": {"amount": 4200}}) },
+	'charge' => {
+		request =>
+		  qq({"method": "POST", "url": "@{[$p->url('up-charge')]}", "expect": "json", "json": {"amount": 4200}})
+	},
 	'unsure' => {
 		request => qq({"method": "POST", "url": "@{[$p->url('up-unsure', 'fault=drop')]}"}),
 		args    => 'idempotency_header => NULL'
 	},
-	'refused' => { request => qq({"method": "POST", "url": "@{[$p->url('up-refused', 'fault=400')]}", "expect": "json"}) },
+	'refused' =>
+	  { request => qq({"method": "POST", "url": "@{[$p->url('up-refused', 'fault=400')]}", "expect": "json"}) },
 	'after'   => { request => qq({"method": "POST", "url": "@{[$p->url('up-after')]}", "expect": "json"}) },);
 
 sub call_http
@@ -214,15 +223,6 @@ sub run_field
 {
 	my ($node, $run, $expr) = @_;
 	return $node->safe_psql('postgres', "SELECT $expr FROM ds_runs WHERE run_id = '$run'");
-}
-
-# the durable_steps backends of database postgres, by kind
-sub worker_processes
-{
-	my ($node, $kind) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'durable_steps $kind' AND datname = 'postgres'"
-	);
 }
 
 my $t = 'old';
@@ -250,7 +250,9 @@ $r = call_step($old, 'declined', 1);
 is("$r->{status} $r->{error_class} $r->{error_code}", 'failed permanent DS001', "$t: declined: failed permanently");
 $r = call_step($old, 'exhausted', 1);
 is($r->{status}, 'retrying', "$t: exhausted: attempt 1 failed");
-ok(poll_until($old, 'postgres', q{SELECT status || ' ' || error_class || ' ' || attempt FROM ds_steps WHERE step_id = 'exhausted'},
+ok( poll_until(
+		$old, 'postgres',
+		q{SELECT status || ' ' || error_class || ' ' || attempt FROM ds_steps WHERE step_id = 'exhausted'},
 		'failed exhausted 2'),
 	"$t: exhausted: attempt 2 in the worker failed too: exhausted");
 $r = call_step($old, 'dropped', 1);
@@ -274,8 +276,9 @@ is($p->keys_seen('up-charge'), 'up-http:charge', "$t: HTTP charge: with its idem
 $old->safe_psql('postgres', q{SET ROLE alice; SELECT ds_start_run('short', '{}', 'done-run')});
 ok(poll_until($old, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'done-run'}, 'succeeded'),
 	"$t: done-run: succeeded");
-# The sleep must not end before the old worker is stopped: the next step, the one that holds the
-# executor until the server stops, is claimed within moments, and the phase after it has no worker.
+# The sleep must not end before the one executor is taken by the step below, whose attempt holds
+# it until the server stops (within moments); the phases after that have no worker. Should the
+# sleep end first, the run goes on in the old cluster, and the next phase says so.
 $old->safe_psql('postgres', q{SET ROLE alice; SELECT ds_start_run('napper', '{"for": "10 s"}', 'nap-run')});
 $old->safe_psql('postgres', q{SET ROLE bob; SELECT ds_start_run('shipper', '{}', 'ship-run')});
 ok( poll_until(
@@ -410,9 +413,11 @@ is( $new->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE ba
 
 my %plural = (step => 'steps', attempt => 'attempts', run => 'runs', event => 'events',
 	queue => 'queue limits', ledger => 'ledger rows');
+my %upgraded;
 for my $what (qw(step attempt run event queue ledger))
 {
 	my ($was, $is) = ($before{$what}, snapshot($new, $what));
+	$upgraded{$what} = $is;
 	is(join(', ', sort keys %$is), join(', ', sort keys %$was), "$t: the same $plural{$what}");
 	for my $key (sort keys %$was)
 	{
@@ -422,6 +427,19 @@ for my $what (qw(step attempt run event queue ledger))
 				"$t: $what $key: $column as before");
 		}
 	}
+}
+
+# One test per row: the row $key of $what is in $is as it was in $was, every column; the
+# columns that differ are shown.
+sub unchanged
+{
+	my ($name, $what, $key, $was, $is) = @_;
+	my @differ = grep { $json->encode($is->{$key}{$_}) ne $json->encode($was->{$key}{$_}) }
+	  sort keys %{ { %{ $was->{$key} // {} }, %{ $is->{$key} // {} } } };
+	ok(!@differ, $name)
+	  or diag(join("\n",
+			map { "$what $key: $_ was " . $json->encode($was->{$key}{$_}) . ', is ' . $json->encode($is->{$key}{$_}) }
+			  @differ));
 }
 
 # completed and stopped steps answer from their stored state: nothing runs, nothing is sent
@@ -452,7 +470,11 @@ for my $step (sort keys %http_replay)
 is(call_http($new, 'charge')->{result}{body}{charge}, 1, "$t: HTTP charge: the stored response");
 for my $what (qw(step attempt ledger))
 {
-	is($json->encode(snapshot($new, $what)), $json->encode($before{$what}), "$t: the replays changed none of the $plural{$what}");
+	my $is = snapshot($new, $what);
+	is(join(', ', sort keys %$is), join(', ', sort keys %{ $upgraded{$what} }),
+		"$t: the replays added or removed none of the $plural{$what}");
+	unchanged("$t: $what $_: unchanged by the replays", $what, $_, $upgraded{$what}, $is)
+	  for sort keys %{ $upgraded{$what} };
 }
 is(provider_requests($p), $requests_before, "$t: the provider got no request");
 $new->stop;
@@ -551,11 +573,9 @@ is( join(' ', map { $p->requests("up-$_") } qw(charge unsure refused)),
 	'1 1 1', "$t: the HTTP steps that ended before the upgrade were never sent again");
 
 # the steps nobody touched are as they were, whatever the new worker did
-for my $step (qw(later scheduled declined exhausted dropped))
-{
-	is($json->encode(snapshot($new, 'step')->{"up/$step"}), $json->encode($before{step}{"up/$step"}),
-		"$t: $step: untouched by the new worker");
-}
+my $steps_now = snapshot($new, 'step');
+unchanged("$t: $_: untouched by the new worker", 'step', $_, $upgraded{step}, $steps_now)
+  for map { "up/$_" } qw(later scheduled declined exhausted dropped);
 is(history($new, 'up-http', 'refused'), '1|correctable|DS010|worker', "$t: HTTP refused: still blocked, not sent again");
 
 # every effect once, each on the server it belongs to
@@ -577,7 +597,8 @@ my %ledger = map { my ($tag, $rest) = split /\|/, $_, 2; ($tag => $rest) } split
 is(join(', ', sort keys %ledger), join(', ', sort keys %effects), "$t: the ledger holds the effects of the succeeded steps");
 for my $tag (sort keys %effects)
 {
-	is($ledger{$tag}, "1 $effects{$tag}", "$t: ledger: $tag once, by $effects{$tag}");
+	my ($who, $server) = split / /, $effects{$tag};
+	is($ledger{$tag}, "1 $effects{$tag}", "$t: ledger: $tag written once, by $who, on server $server");
 }
 
 unlike(slurp_file($old->logfile), $crash_re, 'no process of the old server crashed');
