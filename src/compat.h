@@ -20,6 +20,7 @@
 #endif
 
 #include "nodes/pg_list.h"
+#include "utils/jsonb.h"
 
 /*
  * The module's magic block. 18 lets it carry the extension's name and version, which
@@ -131,6 +132,35 @@
 #else
 #define ds_eval_plan_qual_init(epqstate, estate) \
 	EvalPlanQualInit((epqstate), (estate), NULL, NIL, -1)
+#endif
+
+/*
+ * Building a jsonb value token by token: 19 keeps the parse stack and the result in a
+ * JsonbInState, where pushJsonbValue() returned the value so far before. ds_jsonb_push() returns
+ * it on every major (complete after the closing token of the outermost container).
+ */
+#if PG_VERSION_NUM >= 190000
+typedef JsonbInState DsJsonbBuilder;
+
+static inline JsonbValue *
+ds_jsonb_push(DsJsonbBuilder *b, JsonbIteratorToken tok, JsonbValue *v)
+{
+	pushJsonbValue(b, tok, v);
+	return b->result;
+}
+#else
+typedef struct DsJsonbBuilder
+{
+	JsonbParseState *state;
+	JsonbValue *result;
+} DsJsonbBuilder;
+
+static inline JsonbValue *
+ds_jsonb_push(DsJsonbBuilder *b, JsonbIteratorToken tok, JsonbValue *v)
+{
+	b->result = pushJsonbValue(&b->state, tok, v);
+	return b->result;
+}
 #endif
 
 #endif							/* DS_COMPAT_H */

@@ -416,7 +416,7 @@ Datum
 ds_http_mask_request(PG_FUNCTION_ARGS)
 {
 	Jsonb	   *request = PG_GETARG_JSONB_P(0);
-	JsonbParseState *state = NULL;
+	DsJsonbBuilder state = {0};
 	JsonbIterator *it;
 	JsonbValue	k;
 	JsonbValue *res = NULL;
@@ -431,10 +431,10 @@ ds_http_mask_request(PG_FUNCTION_ARGS)
 
 		if (tok != WJB_KEY)
 		{
-			res = pushJsonbValue(&state, tok, tok < WJB_BEGIN_ARRAY ? &k : NULL);
+			res = ds_jsonb_push(&state, tok, tok < WJB_BEGIN_ARRAY ? &k : NULL);
 			continue;
 		}
-		(void) pushJsonbValue(&state, WJB_KEY, &k);
+		(void) ds_jsonb_push(&state, WJB_KEY, &k);
 		(void) JsonbIteratorNext(&it, &v, true);
 		if (k.val.string.len == 7 && strncmp(k.val.string.val, "headers", 7) == 0 &&
 			v.type == jbvBinary && JsonContainerIsObject(v.val.binary.data))
@@ -449,10 +449,10 @@ ds_http_mask_request(PG_FUNCTION_ARGS)
 
 				if (htok != WJB_KEY)
 				{
-					(void) pushJsonbValue(&state, htok, htok < WJB_BEGIN_ARRAY ? &hk : NULL);
+					(void) ds_jsonb_push(&state, htok, htok < WJB_BEGIN_ARRAY ? &hk : NULL);
 					continue;
 				}
-				(void) pushJsonbValue(&state, WJB_KEY, &hk);
+				(void) ds_jsonb_push(&state, WJB_KEY, &hk);
 				(void) JsonbIteratorNext(&hit, &hv, true);
 				if (ds_http_header_is_secret(pnstrdup(hk.val.string.val, hk.val.string.len)))
 				{
@@ -460,11 +460,11 @@ ds_http_mask_request(PG_FUNCTION_ARGS)
 					hv.val.string.val = MASKED_VALUE;
 					hv.val.string.len = strlen(MASKED_VALUE);
 				}
-				(void) pushJsonbValue(&state, WJB_VALUE, &hv);
+				(void) ds_jsonb_push(&state, WJB_VALUE, &hv);
 			}
 		}
 		else
-			(void) pushJsonbValue(&state, WJB_VALUE, &v);
+			(void) ds_jsonb_push(&state, WJB_VALUE, &v);
 	}
 	PG_RETURN_JSONB_P(JsonbValueToJsonb(res));
 }

@@ -82,14 +82,14 @@ text_value(const char *s, size_t len, JsonbValue *v)
 
 /* Push one key of an object. */
 static void
-push_key(JsonbParseState **state, const char *key)
+push_key(DsJsonbBuilder *state, const char *key)
 {
 	JsonbValue	k;
 
 	k.type = jbvString;
 	k.val.string.val = (char *) key;
 	k.val.string.len = strlen(key);
-	(void) pushJsonbValue(state, WJB_KEY, &k);
+	(void) ds_jsonb_push(state, WJB_KEY, &k);
 }
 
 /*
@@ -99,7 +99,7 @@ push_key(JsonbParseState **state, const char *key)
 static Jsonb *
 headers_jsonb(const char *head, size_t len, char **retry_after)
 {
-	JsonbParseState *state = NULL;
+	DsJsonbBuilder state = {0};
 	char	   *copy = pnstrdup(head ? head : "", len);
 	char	   *line;
 	char	   *save = NULL;
@@ -142,7 +142,7 @@ headers_jsonb(const char *head, size_t len, char **retry_after)
 			appendStringInfoString(&values[i], ", ");
 		appendStringInfoString(&values[i], value);
 	}
-	(void) pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	(void) ds_jsonb_push(&state, WJB_BEGIN_OBJECT, NULL);
 	for (int i = 0; i < n; i++)
 	{
 		JsonbValue	v;
@@ -157,9 +157,9 @@ headers_jsonb(const char *head, size_t len, char **retry_after)
 		if (strcmp(names[i], "retry-after") == 0)
 			*retry_after = values[i].data;
 		push_key(&state, names[i]);
-		(void) pushJsonbValue(&state, WJB_VALUE, &v);
+		(void) ds_jsonb_push(&state, WJB_VALUE, &v);
 	}
-	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+	return JsonbValueToJsonb(ds_jsonb_push(&state, WJB_END_OBJECT, NULL));
 }
 
 /* The body as JSON; NULL (no error) when it is not valid JSON. */
@@ -194,34 +194,34 @@ parse_json_body(const char *body, size_t len)
 static Jsonb *
 response_jsonb(const HttpResponse *resp, bool expect_json, bool *body_ok, char **retry_after)
 {
-	JsonbParseState *state = NULL;
+	DsJsonbBuilder state = {0};
 	JsonbValue	v;
 	Jsonb	   *headers = headers_jsonb(resp->head, resp->head_len, retry_after);
 	Jsonb	   *json = NULL;
 
 	*body_ok = true;
-	(void) pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	(void) ds_jsonb_push(&state, WJB_BEGIN_OBJECT, NULL);
 	push_key(&state, "status");
 	v.type = jbvNumeric;
 	v.val.numeric = int64_to_numeric(resp->status);
-	(void) pushJsonbValue(&state, WJB_VALUE, &v);
+	(void) ds_jsonb_push(&state, WJB_VALUE, &v);
 	push_key(&state, "headers");
 	v.type = jbvBinary;
 	v.val.binary.data = &headers->root;
 	v.val.binary.len = VARSIZE(headers) - VARHDRSZ;
-	(void) pushJsonbValue(&state, WJB_VALUE, &v);
+	(void) ds_jsonb_push(&state, WJB_VALUE, &v);
 	push_key(&state, "body");
 	if (resp->body_len == 0)
 	{
 		v.type = jbvNull;
-		(void) pushJsonbValue(&state, WJB_VALUE, &v);
+		(void) ds_jsonb_push(&state, WJB_VALUE, &v);
 	}
 	else if (expect_json && (json = parse_json_body(resp->body, resp->body_len)) != NULL)
 	{
 		v.type = jbvBinary;
 		v.val.binary.data = &json->root;
 		v.val.binary.len = VARSIZE(json) - VARHDRSZ;
-		(void) pushJsonbValue(&state, WJB_VALUE, &v);
+		(void) ds_jsonb_push(&state, WJB_VALUE, &v);
 	}
 	else
 	{
@@ -231,9 +231,9 @@ response_jsonb(const HttpResponse *resp, bool expect_json, bool *body_ok, char *
 			*body_ok = false;
 			v.type = jbvNull;
 		}
-		(void) pushJsonbValue(&state, WJB_VALUE, &v);
+		(void) ds_jsonb_push(&state, WJB_VALUE, &v);
 	}
-	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+	return JsonbValueToJsonb(ds_jsonb_push(&state, WJB_END_OBJECT, NULL));
 }
 
 /* Set the failure fields of *outcome. */

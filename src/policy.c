@@ -276,19 +276,19 @@ ds_policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out)
 
 /* Add key `key` to the jsonb object being built. */
 static void
-push_key(JsonbParseState **state, const char *key)
+push_key(DsJsonbBuilder *state, const char *key)
 {
 	JsonbValue	k;
 
 	k.type = jbvString;
 	k.val.string.val = (char *) key;
 	k.val.string.len = strlen(key);
-	pushJsonbValue(state, WJB_KEY, &k);
+	ds_jsonb_push(state, WJB_KEY, &k);
 }
 
 /* Add `key`: a JSON number given as text. */
 static void
-push_number(JsonbParseState **state, const char *key, const char *number)
+push_number(DsJsonbBuilder *state, const char *key, const char *number)
 {
 	JsonbValue	v;
 
@@ -297,12 +297,12 @@ push_number(JsonbParseState **state, const char *key, const char *number)
 	v.val.numeric = DatumGetNumeric(DirectFunctionCall3(numeric_in, CStringGetDatum(number),
 														ObjectIdGetDatum(InvalidOid),
 														Int32GetDatum(-1)));
-	pushJsonbValue(state, WJB_VALUE, &v);
+	ds_jsonb_push(state, WJB_VALUE, &v);
 }
 
 /* Add `key`: a delay, as an interval's text. */
 static void
-push_delay(JsonbParseState **state, const char *key, int64 usecs)
+push_delay(DsJsonbBuilder *state, const char *key, int64 usecs)
 {
 	char		buf[64];
 
@@ -316,11 +316,11 @@ push_delay(JsonbParseState **state, const char *key, int64 usecs)
 Jsonb *
 ds_policy_to_jsonb(const RetryPolicy *p)
 {
-	JsonbParseState *state = NULL;
+	DsJsonbBuilder state = {0};
 	JsonbValue *res;
 	char		buf[64];
 
-	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	ds_jsonb_push(&state, WJB_BEGIN_OBJECT, NULL);
 	if (p->set & POLICY_MAX_ATTEMPTS)
 	{
 		snprintf(buf, sizeof(buf), "%d", p->max_attempts);
@@ -338,7 +338,7 @@ ds_policy_to_jsonb(const RetryPolicy *p)
 		v.type = jbvString;
 		v.val.string.val = p->exponential ? "exponential" : "fixed";
 		v.val.string.len = strlen(v.val.string.val);
-		pushJsonbValue(&state, WJB_VALUE, &v);
+		ds_jsonb_push(&state, WJB_VALUE, &v);
 	}
 	if (p->set & POLICY_MULTIPLIER)
 	{
@@ -350,7 +350,7 @@ ds_policy_to_jsonb(const RetryPolicy *p)
 		snprintf(buf, sizeof(buf), "%.15g", p->jitter);
 		push_number(&state, "jitter", buf);
 	}
-	res = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	res = ds_jsonb_push(&state, WJB_END_OBJECT, NULL);
 	return JsonbValueToJsonb(res);
 }
 
@@ -453,14 +453,14 @@ ds_policy_init_module(void)
 Datum
 ds_retry_policy(PG_FUNCTION_ARGS)
 {
-	JsonbParseState *state = NULL;
+	DsJsonbBuilder state = {0};
 	JsonbValue *res;
 	Jsonb	   *built;
 	RetryPolicy parsed;
 	char		buf[64];
 
 	/* Build the jsonb a user would have written, then validate it through the one parser. */
-	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	ds_jsonb_push(&state, WJB_BEGIN_OBJECT, NULL);
 	if (!PG_ARGISNULL(0))
 	{
 		snprintf(buf, sizeof(buf), "%d", PG_GETARG_INT32(0));
@@ -491,7 +491,7 @@ ds_retry_policy(PG_FUNCTION_ARGS)
 		v.type = jbvString;
 		v.val.string.val = VARDATA_ANY(t);
 		v.val.string.len = VARSIZE_ANY_EXHDR(t);
-		pushJsonbValue(&state, WJB_VALUE, &v);
+		ds_jsonb_push(&state, WJB_VALUE, &v);
 	}
 	if (!PG_ARGISNULL(4))
 	{
@@ -511,7 +511,7 @@ ds_retry_policy(PG_FUNCTION_ARGS)
 		snprintf(buf, sizeof(buf), "%.15g", d);
 		push_number(&state, "jitter", buf);
 	}
-	res = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	res = ds_jsonb_push(&state, WJB_END_OBJECT, NULL);
 	built = JsonbValueToJsonb(res);
 
 	ds_policy_parse(built, &parsed);

@@ -13,6 +13,7 @@
 
 #include "miscadmin.h"
 #include "commands/dbcommands.h"
+#include "utils/lsyscache.h"	/* get_database_name() from 19 */
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/varlena.h"

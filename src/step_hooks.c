@@ -202,7 +202,7 @@ ds_run_outcome_hook(const OutcomeHook *hook, ErrorData **error)
 
 /* Add "key": value (a string, or null) to the object being built. */
 static void
-push_text(JsonbParseState **state, const char *key, const char *value)
+push_text(DsJsonbBuilder *state, const char *key, const char *value)
 {
 	JsonbValue	k;
 	JsonbValue	v;
@@ -210,7 +210,7 @@ push_text(JsonbParseState **state, const char *key, const char *value)
 	k.type = jbvString;
 	k.val.string.val = (char *) key;
 	k.val.string.len = strlen(key);
-	(void) pushJsonbValue(state, WJB_KEY, &k);
+	(void) ds_jsonb_push(state, WJB_KEY, &k);
 	if (value == NULL)
 		v.type = jbvNull;
 	else
@@ -219,35 +219,35 @@ push_text(JsonbParseState **state, const char *key, const char *value)
 		v.val.string.val = (char *) value;
 		v.val.string.len = strlen(value);
 	}
-	(void) pushJsonbValue(state, WJB_VALUE, &v);
+	(void) ds_jsonb_push(state, WJB_VALUE, &v);
 }
 
 Jsonb *
 ds_outcome_hook_arg(const StepRecord *rec)
 {
-	JsonbParseState *state = NULL;
+	DsJsonbBuilder state = {0};
 	JsonbValue	k;
 	JsonbValue	v;
 	JsonbValue *object;
 
-	(void) pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	(void) ds_jsonb_push(&state, WJB_BEGIN_OBJECT, NULL);
 	push_text(&state, "run_id", rec->run_id);
 	push_text(&state, "step_id", rec->step_id);
 	push_text(&state, "status", ds_step_status_name(rec->status));
 	k.type = jbvString;
 	k.val.string.val = "attempt";
 	k.val.string.len = strlen("attempt");
-	(void) pushJsonbValue(&state, WJB_KEY, &k);
+	(void) ds_jsonb_push(&state, WJB_KEY, &k);
 	v.type = jbvNumeric;
 	v.val.numeric = int64_to_numeric(rec->attempts);
-	(void) pushJsonbValue(&state, WJB_VALUE, &v);
+	(void) ds_jsonb_push(&state, WJB_VALUE, &v);
 	k.val.string.val = "result";
 	k.val.string.len = strlen("result");
-	(void) pushJsonbValue(&state, WJB_KEY, &k);
+	(void) ds_jsonb_push(&state, WJB_KEY, &k);
 	if (rec->result == NULL)
 	{
 		v.type = jbvNull;
-		(void) pushJsonbValue(&state, WJB_VALUE, &v);
+		(void) ds_jsonb_push(&state, WJB_VALUE, &v);
 	}
 	else
 	{
@@ -259,21 +259,21 @@ ds_outcome_hook_arg(const StepRecord *rec)
 			JsonbValue	scalar;
 
 			(void) JsonbExtractScalar(&result->root, &scalar);
-			(void) pushJsonbValue(&state, WJB_VALUE, &scalar);
+			(void) ds_jsonb_push(&state, WJB_VALUE, &scalar);
 		}
 		else
 		{
 			v.type = jbvBinary;
 			v.val.binary.data = &result->root;
 			v.val.binary.len = VARSIZE(result) - VARHDRSZ;
-			(void) pushJsonbValue(&state, WJB_VALUE, &v);
+			(void) ds_jsonb_push(&state, WJB_VALUE, &v);
 		}
 	}
 	push_text(&state, "error_class", rec->error_class);
 	push_text(&state, "error_code", rec->error_code);
 	push_text(&state, "error_message", rec->error_message);
 	push_text(&state, "error_detail", rec->error_detail);
-	object = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	object = ds_jsonb_push(&state, WJB_END_OBJECT, NULL);
 	return JsonbValueToJsonb(object);
 }
 

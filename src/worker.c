@@ -25,6 +25,7 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
+#include "utils/lsyscache.h"	/* get_database_name() from 19 */
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
