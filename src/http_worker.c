@@ -36,10 +36,12 @@
 #include "storage/latch.h"
 #include "storage/pmsignal.h"
 #include "tcop/tcopprot.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "ds_errcodes.h"
@@ -382,7 +384,22 @@ prepare_transfer(HttpTransfer *t)
 		return;
 	}
 	PG_END_TRY();
-	if (!ds_http_host_allowed(t->req.host))
+	/*
+	 * The owner's right to send ends with the role or its membership: a step is sent only while
+	 * its owner exists and has the privileges of durable_steps_http, checked as the host is.
+	 */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(t->rec.owner)))
+		refuse_transfer(t, ATTEMPT_CORRECTABLE, ERRCODE_INSUFFICIENT_PRIVILEGE,
+						pstrdup("the role that created the step no longer exists"),
+						psprintf("Role OID %u was dropped; nothing was sent.", t->rec.owner),
+						pstrdup("A superuser can give the step to a role that may send it (UPDATE durable_steps.steps SET owner = ...); then re-arm it with ds_retry_step()."));
+	else if (!has_privs_of_role(t->rec.owner, get_role_oid("durable_steps_http", true)))
+		refuse_transfer(t, ATTEMPT_CORRECTABLE, ERRCODE_INSUFFICIENT_PRIVILEGE,
+						psprintf("role %s may no longer send HTTP steps",
+								 GetUserNameFromId(t->rec.owner, false)),
+						pstrdup("It no longer has the privileges of durable_steps_http; nothing was sent."),
+						pstrdup("GRANT durable_steps_http TO the role; then re-arm the step with ds_retry_step()."));
+	else if (!ds_http_host_allowed(t->req.host))
 		refuse_transfer(t, ATTEMPT_CORRECTABLE, ERRCODE_INSUFFICIENT_PRIVILEGE,
 						psprintf("host \"%s\" is not allowed for HTTP steps", t->req.host),
 						pstrdup("durable_steps.http_allowed_hosts no longer lists it; nothing was sent."),
