@@ -782,11 +782,11 @@ ds_http_worker_main(Datum arg)
 														dlist_head_node(&finished))->finished_at,
 										now, RECORD_DELAY_MS));
 		claim = now >= next_look && free_slots > 0 && (n_inflight == 0 || free_slots >= batch);
-		if ((record || claim) && ds_worker_writes_refused())
+		if ((record || claim) && ds_worker_must_wait())
 		{
 			/*
-			 * A read-only server records nothing: the finished transfers keep their outcomes
-			 * (and their steps' locks) in memory until it accepts writes, and nothing is claimed.
+			 * Paused, or on a read-only server: nothing is claimed, and the finished transfers
+			 * keep their outcomes (and their steps' locks) in memory until the wait is over.
 			 */
 			record = claim = false;
 			next_look = TimestampTzPlusMilliseconds(now, http_poll_interval_ms);

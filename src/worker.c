@@ -75,9 +75,20 @@ static MemoryContext pass_cxt = NULL;
 /* the name of the database this executor serves, for log lines */
 static char *my_database = NULL;
 
+/* durable_steps.paused */
+static bool worker_paused = false;
+
 void
 ds_executor_init_module(void)
 {
+	DefineCustomBoolVariable("durable_steps.paused",
+							 "Keeps the background worker from running steps and sending HTTP requests.",
+							 "For a restored copy of a cluster: set it before the copy first starts, so that nothing due acts before it is looked at. Callers' own attempts still run.",
+							 &worker_paused,
+							 false,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
 	DefineCustomIntVariable("durable_steps.poll_interval",
 							"Longest time the worker sleeps before looking for due steps again.",
 							"Commits that make steps due wake the worker at once; this is the backstop.",
@@ -729,7 +740,7 @@ ds_executor_main(Datum arg)
 
 		CHECK_FOR_INTERRUPTS();
 		reload_settings_if_asked();
-		if (!ds_worker_writes_refused() && extension_ready())
+		if (!ds_worker_must_wait() && extension_ready())
 		{
 			bool		worked;
 
@@ -750,18 +761,25 @@ ds_executor_main(Datum arg)
 }
 
 bool
-ds_worker_writes_refused(void)
+ds_worker_must_wait(void)
 {
+	static bool said_paused = false;
 	static bool said_refused = false;
 	bool		refused = DefaultXactReadOnly;
 
+	if (worker_paused != said_paused)
+		ereport(LOG,
+				worker_paused ?
+				errmsg("durable_steps: the worker is paused (durable_steps.paused); nothing due runs until it is turned off") :
+				errmsg("durable_steps: the worker is no longer paused; running steps"));
+	said_paused = worker_paused;
 	if (refused != said_refused)
 		ereport(LOG,
 				refused ?
 				errmsg("durable_steps: the server is read-only (default_transaction_read_only); waiting for it to accept writes") :
 				errmsg("durable_steps: the server accepts writes again; running steps"));
 	said_refused = refused;
-	return refused;
+	return worker_paused || refused;
 }
 
 /* begin_work and its commit, for the other workers of a database (http_worker.c). */

@@ -21,11 +21,13 @@ extern void ds_executor_init_module(void);
 extern bool ds_worker_begin_work(const char *activity);
 
 /*
- * Does the server refuse writes (default_transaction_read_only, as a failover manager sets it
- * while it hands a primary over)? The workers then write nothing and look again later, instead
- * of failing on their first write and being restarted every second. Logs each change once.
+ * Must the workers wait, claiming, running and recording nothing, and look again later? While
+ * durable_steps.paused is on (a restored copy, README "Backups"), or while the server refuses
+ * writes (default_transaction_read_only, as a failover manager sets it while it hands a primary
+ * over; rather than fail on the first write and be restarted every second). Logs each change
+ * once.
  */
-extern bool ds_worker_writes_refused(void);
+extern bool ds_worker_must_wait(void);
 extern void ds_worker_commit(void);
 
 /* The HTTP worker of database `dbname` (http_worker.c), registered by the launcher. */

@@ -119,7 +119,7 @@ ok( $old->poll_query_until(
 
 # A role dropped before the dump leaves a step with a bare OID for an owner. It is created last,
 # so that its OID is above every role OID of the new cluster: were the OID a role there, the
-# step would be that role's (README-backups.md says to look for such steps before a dump).
+# step would be that role's (README, "Backups", says to look for such steps before a dump).
 $old->safe_psql('postgres', 'CREATE ROLE dave IN ROLE team');
 is(call_step($old, 'dave', 'orphan', $body{orphan}), 'retrying|1|false', 'old: dave: retrying');
 my ($rc, $out, $err) = $old->psql('app', 'DROP ROLE dave');
