@@ -92,6 +92,9 @@ ds_http_worker_init_module(void)
 							PGC_SIGHUP,
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
+	/* postmaster settings can only be defined while the postmaster loads the library */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
 	DefineCustomStringVariable("durable_steps.http_proxy",
 							   "Proxy that HTTP steps' requests go through; empty sends them directly.",
 							   "A libcurl proxy URL (http://host:port, socks5h://host:port). The http_proxy, https_proxy, all_proxy and no_proxy variables of the server's environment are never used.",
