@@ -25,6 +25,7 @@ OBJS = \
 	src/run_turn.o \
 	src/runs.o \
 	src/served_databases.o \
+	src/size_limits.o \
 	src/step_attempt.o \
 	src/step_claims.o \
 	src/step_context.o \

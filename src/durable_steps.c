@@ -17,6 +17,7 @@
 #include "store.h"
 #include "worker.h"
 #include "worker_wakeup.h"
+#include "size_limits.h"
 
 DS_MODULE_MAGIC;
 
@@ -38,5 +39,6 @@ _PG_init(void)
 	ds_worker_shmem_init_module();
 	ds_launcher_init_module();
 	ds_role_guard_init_module();
+	ds_size_limits_init_module();
 	MarkGUCPrefixReserved("durable_steps");
 }

@@ -29,6 +29,7 @@
 #include "step_hooks.h"
 #include "store.h"
 #include "worker_wakeup.h"
+#include "size_limits.h"
 
 PG_FUNCTION_INFO_V1(ds_http_step);
 PG_FUNCTION_INFO_V1(ds_resolve_step);
@@ -100,6 +101,8 @@ ds_http_step(PG_FUNCTION_ARGS)
 
 	check_http_role();
 	request = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
+	if (request != NULL)
+		ds_check_size(DS_LIMIT_REQUEST, "request", VARSIZE_ANY(request));
 	ds_http_parse_request(request, &req);
 	if (!ds_http_host_allowed(req.host))
 		ereport(ERROR,

@@ -1,5 +1,5 @@
 /*
- * retention.c -- finished steps and runs are purged after durable_steps.retention.
+ * retention.c -- finished steps and runs, and old events, are purged after durable_steps.retention.
  *
  * Each batch is its own short transaction that deletes at most RETENTION_BATCH rows chosen with
  * SKIP LOCKED, so a purge never holds long locks and never waits for a step someone is using.
@@ -21,6 +21,7 @@ static int	retention_seconds = 7 * 24 * 3600;
 static TimestampTz last_purge = 0;
 static SPIPlanPtr purge_steps_plan = NULL;
 static SPIPlanPtr purge_runs_plan = NULL;
+static SPIPlanPtr purge_events_plan = NULL;
 
 void
 ds_retention_init_module(void)
@@ -97,6 +98,21 @@ ds_retention_purge_batch(void)
 					 " DELETE FROM durable_steps.runs WHERE ctid IN ("
 					 "  SELECT ctid FROM durable_steps.runs"
 					 "  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
+					 "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+					 "SELECT count(*)::int4 FROM gone", args);
+	/*
+	 * An event is kept as long as a finished step: long enough for the runs that were to wait
+	 * for it to start, and never while a run waits for it.
+	 */
+	deleted += purge(&purge_events_plan,
+					 "WITH gone AS ("
+					 " DELETE FROM durable_steps.events WHERE ctid IN ("
+					 "  SELECT ctid FROM durable_steps.events e"
+					 "  WHERE emitted_at < $1"
+					 "  AND NOT EXISTS (SELECT FROM durable_steps.runs r"
+					 "   WHERE r.status OPERATOR(pg_catalog.=) 'waiting'"
+					 "   AND r.wait_event OPERATOR(pg_catalog.=) e.name"
+					 "   AND r.owner OPERATOR(pg_catalog.=) e.owner)"
 					 "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
 					 "SELECT count(*)::int4 FROM gone", args);
 	ds_store_spi_end(&spi);

@@ -40,6 +40,7 @@
 #include "step_lock.h"
 #include "store.h"
 #include "worker_wakeup.h"
+#include "size_limits.h"
 
 /* Longest run_id or step_id, in characters. */
 #define DS_MAX_IDENTITY_CHARS 255
@@ -285,6 +286,9 @@ parse_step_call(FunctionCallInfo fcinfo, StepCall *call)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("sql must not be null")));
 	call->sql = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	ds_check_size(DS_LIMIT_SQL, "sql", strlen(call->sql));
+	if (call->input != NULL)
+		ds_check_size(DS_LIMIT_INPUT, "input", VARSIZE_ANY(call->input));
 	if (strspn(call->sql, " \t\r\n\f\v;") == strlen(call->sql))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -659,6 +663,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("input can only be replaced for SQL steps")));
 		rec.input = PG_GETARG_JSONB_P_COPY(2);
+		ds_check_size(DS_LIMIT_INPUT, "input", VARSIZE_ANY(rec.input));
 		rec.fingerprint = step_fingerprint(rec.sql, rec.input, rec.on_success, rec.on_failure);
 	}
 	/* a fresh budget of attempts; attempt numbers go on from where they were */

@@ -47,6 +47,7 @@
 #include "step_lock.h"
 #include "store.h"
 #include "worker_wakeup.h"
+#include "size_limits.h"
 
 PG_FUNCTION_INFO_V1(ds_step);
 PG_FUNCTION_INFO_V1(ds_sleep);
@@ -702,8 +703,10 @@ ds_emit_event(PG_FUNCTION_ARGS)
 	PreventCommandIfParallelMode("ds_emit_event()");
 	args[0] = ObjectIdGetDatum(GetUserId());
 	args[1] = CStringGetTextDatum(name);
-	args[2] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	args[2] = PG_ARGISNULL(1) ? (Datum) 0 : PointerGetDatum(PG_GETARG_JSONB_P(1));
 	nulls[2] = PG_ARGISNULL(1) ? 'n' : ' ';
+	if (!PG_ARGISNULL(1))
+		ds_check_size(DS_LIMIT_EVENT_PAYLOAD, "payload", VARSIZE_ANY(DatumGetPointer(args[2])));
 	ds_store_spi_begin(&spi);
 	rc = SPI_execute_plan(ds_prepare_kept(&insert_plan,
 										  "INSERT INTO durable_steps.events (owner, name, payload)"

@@ -36,6 +36,7 @@
 #include "step_lock.h"
 #include "store.h"
 #include "worker_wakeup.h"
+#include "size_limits.h"
 
 PG_FUNCTION_INFO_V1(ds_start_run);
 PG_FUNCTION_INFO_V1(ds_cancel_run);
@@ -178,6 +179,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 				 errmsg("input must not be null"),
 				 errhint("Pass '{}' for a workflow without input.")));
 	input = PG_GETARG_JSONB_P(1);
+	ds_check_size(DS_LIMIT_INPUT, "input", VARSIZE_ANY(input));
 	if (!PG_ARGISNULL(2))
 		run_key = run_id_text(fcinfo, 2, "run_key");
 	if (!PG_ARGISNULL(3))

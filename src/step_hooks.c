@@ -41,6 +41,7 @@
 #include "step_exec.h"
 #include "step_hooks.h"
 #include "step_isolation.h"
+#include "size_limits.h"
 
 /* How long a worker hook may go on ignoring its cancellation before the executor ends. */
 #define HOOK_CANCEL_GRACE_USECS (5 * USECS_PER_SEC)
@@ -347,6 +348,7 @@ ds_check_hook_sql(const char *name, const char *sql)
 
 	if (sql == NULL)
 		return;
+	ds_check_size(DS_LIMIT_SQL, name, strlen(sql));
 	if (strspn(sql, " \t\r\n\f\v;") == strlen(sql))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -59,6 +59,12 @@ SELECT string_agg(step_id || ':' || status || ':' ||
 	is($node->safe_psql('postgres', 'SHOW durable_steps.retention'),
 		'7d', "$t: the default retention is 7 days");
 
+	# events: one emitted 30 days ago, a fresh one
+	$node->safe_psql('postgres', q{
+SELECT ds_emit_event('ret-old', '{}'), ds_emit_event('ret-fresh', '{}');
+UPDATE durable_steps.events SET emitted_at = now() - interval '30 days' WHERE name = 'ret-old';});
+	my $events = q{SELECT string_agg(name, ',' ORDER BY name) FROM durable_steps.events WHERE name LIKE 'ret-%'};
+
 	# a reload without changes: the purge pass it makes due applies the default retention
 	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 	ok( poll_until($node,
@@ -70,6 +76,8 @@ SELECT string_agg(step_id || ':' || status || ':' ||
 		'blocked:blocked:1,fresh:succeeded:1,old1h-1:succeeded:1,old1h-2:succeeded:1,'
 		  . 'old1h-3:succeeded:1',
 		"$t: ... with their attempts; steps finished an hour ago stay");
+	is($node->safe_psql('postgres', $events), 'ret-fresh',
+		"$t: the event emitted 30 days ago is purged too; the fresh one stays");
 
 	$node->safe_psql('postgres',
 		"ALTER SYSTEM SET durable_steps.retention = '10min'; SELECT pg_reload_conf();");
