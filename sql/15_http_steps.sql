@@ -111,6 +111,8 @@ SELECT count(*) AS carol_steps FROM durable_steps.steps WHERE step_id = 'carol';
 SET durable_steps.http_secret_headers = 'x-api-key';
 SET ROLE http_admin;
 SELECT request->'headers' AS admin_sees FROM ds_steps WHERE step_id = 'charge';
+-- nor the fingerprint, a hash of the unmasked request that would confirm a guessed secret
+SELECT fingerprint IS NULL AS admin_sees_no_fingerprint FROM ds_steps WHERE step_id = 'charge';
 RESET ROLE;
 RESET durable_steps.http_secret_headers;
 -- the setting is a superuser's

@@ -428,7 +428,12 @@ CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
                CASE WHEN s.retry_exponential THEN 'exponential' ELSE 'fixed' END,
                s.retry_multiplier, s.retry_jitter) AS policy,
            s.timeout, s.on_timeout,
-           s.retry_on, s.fail_on, s.notify, s.on_success, s.on_failure, s.queue, s.priority, s.fingerprint, s.owner,
+           s.retry_on, s.fail_on, s.notify, s.on_success, s.on_failure, s.queue, s.priority,
+           -- a hash of the whole definition, masked secrets included: the owner's alone, or an
+           -- admin could confirm a guessed secret by hashing a definition of its own
+           CASE WHEN pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE') THEN s.fingerprint END
+               AS fingerprint,
+           s.owner,
            s.created_at, s.updated_at, s.finished_at
       FROM durable_steps.steps s
      WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
