@@ -565,7 +565,17 @@ sub make_http_step
 }
 
 # The provider's tag of an HTTP step (its URL's last segment), and its request.
-sub http_tag { my ($st) = @_; return "$st->{run}-$st->{step}" }
+sub http_tag { my ($st) = @_; return "$st->{run}-" . ($st->{tag_step} // $st->{step}) }
+
+# The key a step sends (README, "Keys"): ':' and '\' of each part escaped with '\', the parts
+# joined by ':', then every byte that is not visible ASCII, and '%', written %XX.
+sub wire_key
+{
+	my ($run, $step) = @_;
+	my $id = join ':', map { (my $p = $_) =~ s/([:\\])/\\$1/g; $p } $run, $step;
+	$id =~ s/([^\x21-\x7e]|%)/sprintf('%%%02X', ord $1)/ge;
+	return $id;
+}
 
 sub http_request
 {
@@ -1146,7 +1156,7 @@ sub check_http_step
 	my $charges = $pc->{charges}{$tag} || 0;
 	my $requests = $pc->{requests}{$tag} || 0;
 	my @keys = @{ $pc->{keys}{$tag} || [] };
-	my $key = "$st->{run}:$st->{step}";
+	my $key = wire_key($st->{run}, $st->{step});
 	push @v, [ 'duplicate charge', "step $what is $status at attempt $attempt: charged $charges times at the provider ($requests requests)" ]
 	  if $charges > 1;
 	my @badkeys = grep { $st->{keyed} ? !defined $_ || $_ ne $key : defined $_ } @keys;
@@ -1520,6 +1530,10 @@ sub run_trial
 		my $st = make_step();
 		$st->{run}  = $prefix . 'r' . ($i % 5);
 		$st->{step} = "s$i";
+		$st->{tag_step} = "s$i";
+		# a third of the HTTP steps have identities that a raw header would mangle: a CR and a
+		# header line after it, a trailing space, a tab and a '%', the key part separator
+		$st->{step} .= pick("\rX-Evil: 1", ' ', "\t%41", '\\:x') if $st->{http} && rand() < 1 / 3;
 		my $c = int rand $nc;
 		$st->{role} = $client_role[$c];
 		push @steps, $st;

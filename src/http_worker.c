@@ -26,12 +26,17 @@
 #include <curl/curl.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "lib/ilist.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
+#include "replication/walsender_private.h"
+#include "storage/lwlock.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/pmsignal.h"
@@ -625,6 +630,52 @@ release_hook_advisory_locks(void)
 }
 
 /*
+ * Is the commit that ended at `lsn` as durable as the server promises a commit to be? With
+ * synchronous replication, a commit whose wait for the standby was cancelled ("canceling wait
+ * for synchronous replication ... committed locally") is not: a failover would lose it.
+ */
+static bool
+commit_is_replicated(XLogRecPtr lsn)
+{
+	int			mode;
+	bool		defined;
+	bool		done;
+
+	if (!SyncRepRequested())
+		return true;
+	mode = synchronous_commit == SYNCHRONOUS_COMMIT_REMOTE_WRITE ? SYNC_REP_WAIT_WRITE :
+		synchronous_commit == SYNCHRONOUS_COMMIT_REMOTE_APPLY ? SYNC_REP_WAIT_APPLY :
+		SYNC_REP_WAIT_FLUSH;
+	LWLockAcquire(SyncRepLock, LW_SHARED);
+	defined = (WalSndCtl->sync_standbys_status & SYNC_STANDBY_INIT) ?
+		(WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED) != 0 :
+		SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+	done = !defined || lsn <= WalSndCtl->lsn[mode];
+	LWLockRelease(SyncRepLock);
+	return done;
+}
+
+/*
+ * No request may leave before the claim that records it is as durable as a commit: a request
+ * sent on a claim that a failover loses would be sent again by the promoted server under the
+ * same attempt (README, "HTTP steps"). A cancelled wait for the synchronous standby is waited
+ * again; a shutdown ends the process here, before anything is sent.
+ */
+static void
+wait_until_claims_are_durable(void)
+{
+	XLogRecPtr	lsn = XactLastCommitEnd;
+
+	while (!commit_is_replicated(lsn))
+	{
+		CHECK_FOR_INTERRUPTS();
+		pgstat_report_activity(STATE_RUNNING,
+							   "durable_steps: waiting for the synchronous standby before sending");
+		SyncRepWaitForLSN(lsn, false);
+	}
+}
+
+/*
  * One transaction: record every finished transfer (each in its own subtransaction) and, with
  * `claim_slots` > 0, claim that many due steps more; commit; then let go of the recorded steps'
  * locks and memory, and start the new claims' requests. One commit serves both. Returns how many
@@ -675,7 +726,10 @@ cycle(int claim_slots)
 		ds_attempts_may_be_lost();
 	unrecorded_transfers = false;
 	if (n_claimed > 0)
+	{
+		wait_until_claims_are_durable();
 		start_batch(claimed, n_claimed);
+	}
 	return n_claimed;
 }
 
