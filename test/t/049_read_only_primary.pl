@@ -33,13 +33,8 @@ my $offset = log_offset($node);
 $node->safe_psql('postgres', 'ALTER SYSTEM SET default_transaction_read_only = on');
 $node->reload;
 my $waiting = qr/durable_steps: the server is read-only \(default_transaction_read_only\); waiting/;
-# poll the log: each process logs it when it next looks for work
-my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-while (count_matches(log_since($node, $offset), $waiting) < 2 && time() < $deadline)
-{
-	$node->safe_psql('postgres', 'SELECT pg_sleep(0.1)');
-}
-is(count_matches(log_since($node, $offset), $waiting), 2,
+# each process logs it when it next looks for work
+is(poll_log($node, $offset, $waiting, 2), 2,
 	'read-only: the executor and the HTTP worker each said once that they wait');
 
 # the steps come due while the server is read-only, and both processes go round several times

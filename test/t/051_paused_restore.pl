@@ -36,12 +36,7 @@ like(slurp_file($copy->data_dir . '/postgresql.conf'), qr/^durable_steps\.paused
 $copy->start;
 
 my $paused = qr/durable_steps: the worker is paused \(durable_steps\.paused\)/;
-my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-while (count_matches(log_since($copy, 0), $paused) < 2 && time() < $deadline)
-{
-	$copy->safe_psql('postgres', 'SELECT pg_sleep(0.1)');
-}
-is(count_matches(log_since($copy, 0), $paused), 2,
+is(poll_log($copy, 0, $paused, 2), 2,
 	'paused: the executor and the HTTP worker each said once that they wait');
 is($copy->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('durable_steps worker', 'durable_steps http')"),

@@ -41,12 +41,7 @@ ok(poll_until($primary, 'postgres',
 # cancel that wait, as an operator (or a failover manager) would
 my $offset = log_offset($primary);
 $primary->safe_psql('postgres', "SELECT pg_cancel_backend($http)");
-my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-while (log_since($primary, $offset) !~ /canceling wait for synchronous replication/ && time() < $deadline)
-{
-	$primary->safe_psql('postgres', 'SELECT pg_sleep(0.1)');
-}
-like(log_since($primary, $offset), qr/canceling wait for synchronous replication/,
+is(poll_log($primary, $offset, qr/canceling wait for synchronous replication/), 1,
 	'the cancel ended the commit\'s wait: committed locally only');
 ok(poll_until($primary, 'postgres',
 		"SELECT wait_event = 'SyncRep' FROM pg_stat_activity WHERE pid = $http"),

@@ -19,7 +19,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(worker_node executors_running retry_node settled_and_sound log_since log_offset count_matches poll_until executor_pid
+our @EXPORT = qw(worker_node executors_running retry_node settled_and_sound log_since log_offset count_matches poll_log poll_until executor_pid
   wait_executor_loops reload_executors $crash_re create_retry_fixtures settle attempts ran_in_worker gap
   started_within);
 
@@ -67,6 +67,21 @@ sub count_matches
 	my ($text, $re) = @_;
 	my $n = () = $text =~ /$re/g;
 	return $n;
+}
+
+# Waits until the node has logged $re at least $n times (default 1) since byte $offset of its
+# log; the count it reached.
+sub poll_log
+{
+	my ($node, $offset, $re, $n) = @_;
+	$n //= 1;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	my $seen;
+	while (($seen = count_matches(log_since($node, $offset), $re)) < $n && time() < $deadline)
+	{
+		usleep(100_000);
+	}
+	return $seen;
 }
 
 # A process that died of a signal other than our own kill -9 (SIGSEGV, SIGABRT, ...).
