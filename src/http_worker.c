@@ -671,7 +671,10 @@ wait_until_claims_are_durable(void)
 		CHECK_FOR_INTERRUPTS();
 		pgstat_report_activity(STATE_RUNNING,
 							   "durable_steps: waiting for the synchronous standby before sending");
+		/* as a commit waits: interrupts held, cancel and die seen by the wait itself */
+		HOLD_INTERRUPTS();
 		SyncRepWaitForLSN(lsn, false);
+		RESUME_INTERRUPTS();
 	}
 }
 
