@@ -49,16 +49,17 @@ SELECT count(*) FROM generate_series(1, $n) AS i,
 		$n,
 		"$t: $n steps made due at once");
 
-	# stop as soon as the worker has finished some of them
-	my $done = 0;
+	# stop as soon as the worker has finished some of them and has a claim in flight (a stop
+	# that fell between two claims would find no attempt to lose)
+	my ($done, $running) = (0, 0);
 	my $tries = 0;
 	while ($tries++ < 10 * $PostgreSQL::Test::Utils::timeout_default)
 	{
-		$done = $node->safe_psql('postgres',
-			"SELECT count(*) FROM durable_steps.steps WHERE run_id = 'load' AND status = 'succeeded'"
-		);
-		last if $done >= 20;
-		usleep(20_000);
+		($done, $running) = split /\|/, $node->safe_psql('postgres',
+			"SELECT count(*) FILTER (WHERE status = 'succeeded') || '|' || count(*) FILTER (WHERE status = 'running') "
+			  . "FROM durable_steps.steps WHERE run_id = 'load'");
+		last if $done >= 20 && $running >= 1;
+		usleep(5_000);
 	}
 	$node->stop('immediate');
 	note "$t: $done of $n steps had succeeded when the immediate shutdown began";
