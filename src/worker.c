@@ -760,26 +760,28 @@ ds_executor_main(Datum arg)
 	}
 }
 
+/* Log once when a reason to wait comes or goes: *said holds what was last logged. */
+static void
+log_wait_change(bool now, bool *said, const char *begins, const char *ends)
+{
+	if (now != *said)
+		ereport(LOG, errmsg("durable_steps: %s", now ? begins : ends));
+	*said = now;
+}
+
 bool
 ds_worker_must_wait(void)
 {
 	static bool said_paused = false;
 	static bool said_refused = false;
-	bool		refused = DefaultXactReadOnly;
 
-	if (worker_paused != said_paused)
-		ereport(LOG,
-				worker_paused ?
-				errmsg("durable_steps: the worker is paused (durable_steps.paused); nothing due runs until it is turned off") :
-				errmsg("durable_steps: the worker is no longer paused; running steps"));
-	said_paused = worker_paused;
-	if (refused != said_refused)
-		ereport(LOG,
-				refused ?
-				errmsg("durable_steps: the server is read-only (default_transaction_read_only); waiting for it to accept writes") :
-				errmsg("durable_steps: the server accepts writes again; running steps"));
-	said_refused = refused;
-	return worker_paused || refused;
+	log_wait_change(worker_paused, &said_paused,
+					"the worker is paused (durable_steps.paused); nothing due runs until it is turned off",
+					"the worker is no longer paused; running steps");
+	log_wait_change(DefaultXactReadOnly, &said_refused,
+					"the server is read-only (default_transaction_read_only); waiting for it to accept writes",
+					"the server accepts writes again; running steps");
+	return worker_paused || DefaultXactReadOnly;
 }
 
 /* begin_work and its commit, for the other workers of a database (http_worker.c). */
