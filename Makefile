@@ -3,41 +3,56 @@ EXTENSION = durable_steps
 MODULE_big = durable_steps
 OBJS = \
 	src/durable_steps.o \
-	src/claim_size.o \
-	src/classify.o \
-	src/direct_write.o \
-	src/http_claims.o \
-	src/http_request.o \
-	src/http_response.o \
-	src/http_step.o \
-	src/http_worker.o \
-	src/key.o \
-	src/launcher.o \
-	src/policy.o \
-	src/queues.o \
-	src/replay_cache.o \
-	src/retention.o \
-	src/role_guard.o \
-	src/run_context.o \
-	src/run_http.o \
-	src/run_step.o \
-	src/run_steps.o \
-	src/run_turn.o \
-	src/runs.o \
-	src/served_databases.o \
-	src/size_limits.o \
-	src/step_attempt.o \
-	src/step_claims.o \
-	src/step_context.o \
-	src/step_exec.o \
-	src/step_hooks.o \
-	src/step_isolation.o \
-	src/step_lock.o \
-	src/step_probe.o \
-	src/step_store.o \
-	src/store_relations.o \
-	src/worker.o \
-	src/worker_wakeup.o
+	src/base/key.o \
+	src/base/policy.o \
+	src/base/classify.o \
+	src/base/size_limits.o \
+	src/base/step_kind.o \
+	src/base/sql_text.o \
+	src/base/subtransaction.o \
+	src/ipc/served_databases.o \
+	src/ipc/worker_wakeup.o \
+	src/ipc/claim_size.o \
+	src/ipc/executor_load.o \
+	src/ipc/unstarted_claims.o \
+	src/http/http_addresses.o \
+	src/http/http_request.o \
+	src/http/http_response.o \
+	src/http/http_transfer.o \
+	src/store/store_relations.o \
+	src/store/direct_write.o \
+	src/store/step_lock.o \
+	src/store/step_store.o \
+	src/store/step_probe.o \
+	src/store/outcome_json.o \
+	src/store/replay_cache.o \
+	src/store/retention.o \
+	src/store/role_guard.o \
+	src/store/run_store.o \
+	src/steps/step_isolation.o \
+	src/steps/step_context.o \
+	src/steps/deadline_timer.o \
+	src/steps/caller_guard.o \
+	src/steps/step_exec.o \
+	src/steps/step_hooks.o \
+	src/steps/step_attempt.o \
+	src/steps/run_context.o \
+	src/steps/step_call.o \
+	src/steps/queues.o \
+	src/steps/run_step.o \
+	src/steps/http_step.o \
+	src/runs/workflow_calls.o \
+	src/runs/run_http.o \
+	src/runs/run_claims.o \
+	src/runs/run_turn.o \
+	src/runs/runs.o \
+	src/worker/worker_session.o \
+	src/worker/http_outcomes.o \
+	src/worker/step_claims.o \
+	src/worker/http_claims.o \
+	src/worker/worker.o \
+	src/worker/http_worker.o \
+	src/worker/launcher.o
 
 DATA = $(wildcard sql/durable_steps--*.sql)
 PGFILEDESC = "durable_steps - durable, retried, idempotent steps inside PostgreSQL"
@@ -72,4 +87,4 @@ include $(PGXS)
 # PGXS tracks no header dependencies: rebuild every object when any of our headers changes, so
 # that no object keeps an old layout of a shared struct. (After the include, so that PGXS's
 # `all` stays the default goal.)
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard src/*.h src/*/*.h)

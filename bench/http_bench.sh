@@ -161,7 +161,7 @@ echo "nginx on $URL; $N requests per run; durable_steps.http_max_inflight = $INF
 
 # ---- durable_steps ----------------------------------------------------------------------------------
 # Store n HTTP steps of run $1, 1,000 per transaction: each new step holds its identity lock
-# until its transaction ends (README, "Limits").
+# until its transaction ends (docs/operations.md, "Limits").
 store_steps() { # run_id n
 	local sql="" i
 	for ((i = 0; i < $2; i += 1000)); do

@@ -34,7 +34,7 @@
 #   DS_WORKERS      [2]        durable_steps.max_workers for drain and latency
 #   DS_BATCH_SIZES  [default]  durable_steps.batch_size values tried in the drain; "default"
 #                              leaves the setting at the extension's default (1000): the
-#                              issue's target is met with the default settings
+#                              target is met with the default settings
 #   DS_HISTORY      [100000]   finished steps (with their attempts) present before each
 #                              durable_steps run, as retention keeps them in a running system
 #   DS_POLL_INTERVAL [1h]      durable_steps.poll_interval while steps are drained and during
@@ -262,8 +262,7 @@ set_sighup() { # name value [name value ...]; the value "default" resets the set
 
 # Empty the extension's tables, then give them the finished history a running system has
 # (retention keeps finished steps and their attempts for 7 days by default): steps that
-# succeeded at their first attempt in the worker, which their own rows record (README, "Plans
-# and writes"), and, for a tenth of them, a first attempt that failed, in the attempts table.
+# succeeded at their first attempt in the worker, which their own rows record (docs/internals.md, "Plans and writes"), and, for a tenth of them, a first attempt that failed, in the attempts table.
 reset_durable() { # history_rows
 	q "TRUNCATE durable_steps.steps, durable_steps.attempts, durable_steps.runs" >/dev/null
 	if (($1 > 0)); then
@@ -773,7 +772,7 @@ if [[ "$WHAT" == drain || "$WHAT" == all ]]; then
 		"$(pass_if "$DRAIN_RATIO >= $DRAIN_TARGET")"
 	if ((DRAIN_COLD_STEPS > 0)); then
 		COLD_RATIO="$(awk -v a="$COLD_RATE" -v b="$BEST_GW" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')"
-		# a figure of this script's own, without a target: the issue's target is the drain above
+		# a figure of this script's own, without a target: the target is the drain's, above
 		printf '%-54s %12s %12s   %s\n' "drain, cold tables, batch $DRAIN_COLD_BATCH / best graphile" \
 			"${COLD_RATIO}x" "-" "(no target)"
 	fi

@@ -2,8 +2,8 @@
 # scripts/faults.pl -- the trials of scripts/faults (run that wrapper: it builds and installs the
 # extension and hands this script a work directory owned by the user that runs PostgreSQL).
 #
-# One throwaway cluster (unix socket only, in --workdir) with durable_steps preloaded and two
-# executors. Each trial creates --steps steps from several concurrent client sessions (two
+# One throwaway cluster (unix socket only, in --workdir; clients reach it through a link that a
+# failover moves) with durable_steps preloaded and two executors. Each trial creates --steps steps from several concurrent client sessions (two
 # owning roles), each step's body scripted to write one ledger row and then succeed or fail on
 # chosen attempt numbers; duplicate calls of the same identity race each other and the worker.
 # While the clients run and the worker drains the steps, faults are injected at random: kill -9
@@ -27,9 +27,47 @@
 # ds_cancel_run at a random moment. Each run must end as its script says (its output exactly what
 # its steps returned), its steps in workflow order, nothing of a cancelled run after the cancel.
 #
+# A hostile role, fh_hog (the rights of the other two), floods every trial (hog_main): from the
+# clients' start until the other roles' steps have settled it keeps 3 (--short; else 4) slow SQL
+# steps unfinished -- deferred, at priority 0 (the best a role may ask; a negative one must be
+# refused, 42501), bodies sleeping 0.6-1.2 s (else 1-2.5 s), in queues of its own naming, in
+# default and in fh_serial (concurrency 1, shared with the others) -- and 4 (else 5) HTTP steps
+# that the provider charges and answers 1.2-2 s (else 2-4 s) late, within their timeout: more
+# than durable_steps.http_max_inflight_per_role (3 here; http_max_inflight 8). A sampler reads
+# every 100 ms how many steps of each role an HTTP worker holds (running, claimed_by that live
+# process, no kept outcome: requests in flight, and finished ones it records with its next
+# claim in one transaction). Checks: the other roles' steps settle within the settle timeout
+# while the hog still floods (starvation); the hog never holds more than its share, no role
+# does, all together no more than http_max_inflight (in flight); the hog's own steps end as
+# their scripts say and are checked like every other step (lost, end state, ledger, charges).
+#
+# Stubborn code: a few steps have a body that, at one attempt, ignores its cancellation in the
+# worker ('ig' in fh_body), and a few (pick_stubborn; one at most in a --short trial) an outcome
+# hook that does (fh_hook): on_success or on_failure of a deferred SQL step at one attempt, whose
+# loss is retried; on_success of an HTTP step, which ends blocked by its lost hook (DS007). Their
+# timeout of 1 s bounds the hook too: the executor is ended 5 s past it. Checks: the outcome the
+# hook was given did not commit in the worker (its row in fh_hooks neither), the step then ends as
+# its script says (stubborn hook, end state); the executor's end charged no other step an attempt
+# (batch charged); the summary counts the executors stubborn code ended.
+#
+# --standby (and trial 2 of --short): the primary has a synchronous streaming standby
+# (pg_basebackup -R, synchronous_standby_names, synchronous_commit on), and once in the trial the
+# fault `failover` (preferably while an HTTP request without a key is in flight) kills the
+# primary's postmaster and every process of it with SIGKILL, promotes the standby (pg_ctl
+# promote) and points the clients' socket (a link) and the checks at it; the trial goes on, and
+# later trials run, on the promoted server without a standby (a --standby trial makes a new one
+# first). Checks, in every trial: what a client saw committed is there (a call's answered status
+# and attempt: a finished step is still so, no step is behind an attempt a client saw --
+# committed state); no keyed request reached the provider that its step has no recorded attempt
+# for (request without attempt: a claim sent before it was replicated; without a key the
+# uncertain check holds), no tag was asked for or charged that no step of the trial has (unknown
+# charge); and all the usual checks, on the new primary.
+#
 # Options: --trials N --steps N --runs N --seed S --clients N --short --verbose
+#          --standby (every trial) / --no-standby (none; --short: trial 2), --no-hog
 #          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in eight
 #          known ways (see tamper()); the run must then fail with exactly those violations
+#          (and committed state too when a client saw the step it marks failed succeed)
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
 # Exit status: 0 all invariants held, 1 an invariant was violated, 2 the harness could not run.
 
@@ -52,8 +90,9 @@ $SIG{PIPE} = 'IGNORE';
 my %opt = (short => 0, verbose => 0);
 GetOptions(
 	\%opt, 'trials=i', 'steps=i', 'runs=i', 'seed=i', 'clients=i', 'short', 'verbose',
-	'tamper', 'workdir=s', 'runner=s', 'bindir=s')
-  or die "usage: scripts/faults [--short] [--trials N] [--steps N] [--runs N] [--seed S] [--clients N]\n";
+	'tamper', 'workdir=s', 'runner=s', 'bindir=s', 'standby!', 'hog!')
+  or die "usage: scripts/faults [--short] [--trials N] [--steps N] [--runs N] [--seed S] [--clients N] "
+  . "[--standby | --no-standby] [--no-hog]\n";
 for my $k (qw(workdir runner bindir))
 {
 	die "faults.pl: --$k is required (run scripts/faults, not this helper)\n" unless $opt{$k};
@@ -70,16 +109,40 @@ $cfg{runs}    = $opt{runs}    if defined $opt{runs};
 $cfg{steps}   = $opt{steps}   if defined $opt{steps};
 $cfg{clients} = $opt{clients} if defined $opt{clients};
 $cfg{clients} = 2 if $cfg{clients} < 2;
+# the hog (hog_main): how many slow SQL steps (bodies sleeping hog_sleep ms) and hanging HTTP steps
+# (answered hang s after the charge) it keeps unfinished while it floods
+%cfg = (%cfg, $opt{short}
+	? (hog_sql => 3, hog_http => 4, hog_sleep => [ 600, 1200 ], hog_hang => [ 1.2, 2 ])
+	: (hog_sql => 4, hog_http => 5, hog_sleep => [ 1000, 2500 ], hog_hang => [ 2, 4 ]));
+$cfg{hog} = defined $opt{hog} ? $opt{hog} : 1;
+# Which trials run with a synchronous standby and fail over to it: --standby every one,
+# --no-standby none, else trial 2 of --short (the one after it then runs on the promoted server).
+sub standby_trial
+{
+	my ($t) = @_;
+	return $opt{standby} ? 1 : 0 if defined $opt{standby};
+	return $opt{short} && $t == ($cfg{trials} < 2 ? 1 : 2) ? 1 : 0;
+}
 my $seed = defined $opt{seed} ? $opt{seed} : (int(time() * 1000) ^ $$) % 1_000_000_000;
 
 my $WORK   = $opt{workdir};
 my $RUNNER = $opt{runner};
 my $BINDIR = $opt{bindir};
 my $CDIR   = "$WORK/cluster";
-my $DATA   = "$CDIR/data";
+# The clients' socket directory holds a link, .s.PGSQL.$PORT, to the socket of the server that is
+# the primary now: a failover points it at the promoted standby, and every session opened after
+# that (clients, checks) reaches the new primary without knowing of the change.
 my $SOCK   = "$CDIR/sock";
-my $LOG    = "$CDIR/postgres.log";
-my $PORT   = 5432;                 # names the socket file in our private directory only
+my $PORT   = 5432;                 # names the link in our private directory only
+# The clusters: cluster 0 is initdb's, the others standbys made with pg_basebackup. Each has its
+# data directory, log, socket directory and port (5440 + its number).
+my @CLUSTERS;
+my ($PRIMARY, $STANDBY);           # the current primary and standby (or undef)
+my ($DATA, $LOG);                  # the current primary's data directory and log
+# the HTTP worker's slots (durable_steps.http_max_inflight) and one role's share of them
+my ($HTTP_MAX_INFLIGHT, $HTTP_PER_ROLE) = (8, 3);
+my $HOG    = 'fh_hog';             # the hostile role (hog_main)
+my @TRIAL_LOGS;                    # [log, offset] of the servers the trial ran on (log_since)
 my $SU     = 'postgres';           # the bootstrap superuser (initdb -U)
 my @ROLES  = qw(fh_alice fh_bob);  # the steps' owners
 my $US     = "\x1f";               # field separator of psql's unaligned output
@@ -91,7 +154,6 @@ chdir $WORK or die "cannot chdir to $WORK: $!\n";
 
 my $json = JSON::PP->new->canonical;
 my $parent_pid = $$;
-my $cluster_started = 0;
 my $PROVIDER = "$FindBin::RealBin/../test/fake_provider.py";
 my ($provider_pid, $provider_port);
 
@@ -167,7 +229,14 @@ sub value { my $r = rows(@_); return @$r ? $r->[0][0] : undef }
 sub pg_ctl
 {
 	my @args = @_;
-	return run_cmd([ as_runner("$BINDIR/pg_ctl", '-D', $DATA, @args) ], timeout => 120);
+	return pg_ctl_on($PRIMARY, @args);
+}
+
+# pg_ctl on one cluster (a standby's start and promotion, the END block's stops)
+sub pg_ctl_on
+{
+	my ($c, @args) = @_;
+	return run_cmd([ as_runner("$BINDIR/pg_ctl", '-D', $c->{data}, @args) ], timeout => 120);
 }
 
 # Polls until the server answers a query (bounded); dies with the log's tail otherwise.
@@ -196,23 +265,56 @@ sub log_tail
 
 sub log_size { return -s $LOG || 0 }
 
+# What the logs say from where each of [[file, offset], ...] was when the trial began (a failover
+# adds the promoted server's log).
 sub log_since
 {
-	my ($off) = @_;
-	open my $fh, '<', $LOG or return '';
-	seek $fh, $off, 0;
-	local $/;
-	my $t = <$fh>;
-	close $fh;
-	return defined $t ? $t : '';
+	my ($logs) = @_;
+	my $all = '';
+	for my $l (@$logs)
+	{
+		open my $fh, '<', $l->[0] or next;
+		seek $fh, $l->[1], 0;
+		local $/;
+		my $t = <$fh>;
+		close $fh;
+		$all .= $t if defined $t;
+	}
+	return $all;
 }
 
 # ---- the cluster --------------------------------------------------------------------------------
+
+# Cluster $k's places: data directory, log, socket directory, port.
+sub cluster_new
+{
+	my ($k) = @_;
+	my $c = { id => $k, data => $k ? "$CDIR/data$k" : "$CDIR/data",
+		log => $k ? "$CDIR/postgres$k.log" : "$CDIR/postgres.log",
+		sock => "$CDIR/sock$k", port => 5440 + $k, live => 0 };
+	push @CLUSTERS, $c;
+	my ($rc, $out, $err) = run_cmd([ as_runner('mkdir', '-p', $c->{sock}) ]);
+	die "mkdir $c->{sock}: $err\n" if $rc;
+	return $c;
+}
+
+# Points the clients' link at cluster $c's socket (a new link renamed over the old one: a session
+# that connects meanwhile finds one or the other).
+sub point_clients
+{
+	my ($c) = @_;
+	my $link = "$SOCK/.s.PGSQL.$PORT";
+	unlink "$link.new";
+	symlink("$c->{sock}/.s.PGSQL.$c->{port}", "$link.new") or die "symlink $link.new: $!\n";
+	rename("$link.new", $link) or die "rename $link.new: $!\n";
+}
 
 sub cluster_create
 {
 	my ($rc, $out, $err) = run_cmd([ as_runner('mkdir', '-p', $CDIR, $SOCK, "$WORK/tmp") ]);
 	die "mkdir: $err\n" if $rc;
+	$PRIMARY = cluster_new(0);
+	($DATA, $LOG) = ($PRIMARY->{data}, $PRIMARY->{log});
 	($rc, $out, $err) = run_cmd(
 		[ as_runner("$BINDIR/initdb", '-D', $DATA, '-U', $SU, '-A', 'trust', '-E', 'UTF8',
 			'--no-sync') ],
@@ -222,22 +324,29 @@ sub cluster_create
 
 # ---- scripts/faults ----
 listen_addresses = ''
-unix_socket_directories = '$SOCK'
-port = $PORT
+unix_socket_directories = '$PRIMARY->{sock}'
+port = $PRIMARY->{port}
 max_connections = 60
 shared_preload_libraries = 'durable_steps'
 durable_steps.database = 'postgres'
 durable_steps.max_workers = 2
 durable_steps.poll_interval = '50ms'
 durable_steps.http_allowed_hosts = '127.0.0.1'
+# few slots, so that the hog (hog_main) fills its share
+durable_steps.http_max_inflight = $HTTP_MAX_INFLIGHT
+durable_steps.http_max_inflight_per_role = $HTTP_PER_ROLE
 restart_after_crash = on
 # kill -9 and immediate stops end processes, not the machine: the kernel keeps written WAL
 fsync = off
 log_line_prefix = '%m [%p] %b '
+# a standby (--standby) connects again at once after its primary restarts: the synchronous
+# commits wait for it meanwhile
+wal_retrieve_retry_interval = '200ms'
 EOF
 	($rc, $out, $err) = run_cmd([ as_runner('sh', '-c', 'cat >> "$1"', 'sh', "$DATA/postgresql.conf") ],
 		stdin => $conf);
 	die "cannot write postgresql.conf: $err\n" if $rc;
+	point_clients($PRIMARY);
 	cluster_start();
 }
 
@@ -245,7 +354,7 @@ sub cluster_start
 {
 	my ($rc, $out, $err) = pg_ctl('-l', $LOG, '-w', '-t', '60', 'start');
 	die "pg_ctl start failed:\n$out$err\n" . log_tail(40) if $rc;
-	$cluster_started = 1;
+	$PRIMARY->{live} = 1;
 	wait_ready(60);
 	check_library();
 }
@@ -258,14 +367,23 @@ sub check_library
 	  unless index($lib, "$PRIVLIB/") == 0 && $lib !~ /\(deleted\)$/;
 }
 
+# Line $n (from 1) of a cluster's postmaster.pid: 1 the pid, 7 the shared memory key and id.
+sub pid_file_line
+{
+	my ($c, $n) = @_;
+	open my $pf, '<', "$c->{data}/postmaster.pid" or die "$c->{data}/postmaster.pid: $!\n";
+	my @l = <$pf>;
+	close $pf;
+	my $v = $l[ $n - 1 ] // '';
+	chomp $v;
+	return $v;
+}
+
 # The durable_steps.so the running postmaster has mapped (from /proc), with " (deleted)" when
 # the file was replaced after it was loaded.
 sub loaded_library
 {
-	open my $pf, '<', "$DATA/postmaster.pid" or die "$DATA/postmaster.pid: $!\n";
-	my $pid = <$pf>;
-	close $pf;
-	chomp $pid;
+	my $pid = pid_file_line($PRIMARY, 1);
 	open my $mf, '<', "/proc/$pid/maps" or die "/proc/$pid/maps: $!\n";
 	my ($lib) = map { m{(/\S*durable_steps\.so(?: \(deleted\))?)$} ? $1 : () } <$mf>;
 	close $mf;
@@ -280,13 +398,138 @@ sub cluster_stop
 	die "pg_ctl stop -m $mode failed:\n$out$err\n" . log_tail(40) if $rc;
 }
 
+# ---- the standby and the failover ----------------------------------------------------------------
+
+# A synchronous standby of the primary: pg_basebackup -R into a new cluster, which listens on its
+# own socket and port and, once promoted, waits for no standby; then the primary's
+# synchronous_standby_names names it (synchronous_commit is on), and we wait until it is the
+# synchronous one. Returns the seconds it took.
+sub standby_create
+{
+	my $t0 = time();
+	my $c = cluster_new(scalar @CLUSTERS);
+	my ($rc, $out, $err) = run_cmd(
+		[ as_runner("$BINDIR/pg_basebackup", '-D', $c->{data}, '-R', '-X', 'stream', '-c', 'fast', '-N',
+			'-h', $PRIMARY->{sock}, '-p', $PRIMARY->{port}, '-U', $SU) ],
+		timeout => 300);
+	die "pg_basebackup failed:\n$out$err\n" if $rc;
+	my $conf = <<"EOF";
+# ---- scripts/faults: standby $c->{id} of cluster $PRIMARY->{id} (later lines win) ----
+port = $c->{port}
+unix_socket_directories = '$c->{sock}'
+primary_conninfo = 'host=$PRIMARY->{sock} port=$PRIMARY->{port} user=$SU application_name=fh_standby'
+synchronous_standby_names = ''
+EOF
+	($rc, $out, $err) = run_cmd([ as_runner('sh', '-c', 'cat >> "$1"', 'sh', "$c->{data}/postgresql.auto.conf") ],
+		stdin => $conf);
+	die "cannot write the standby's postgresql.auto.conf: $err\n" if $rc;
+	($rc, $out, $err) = pg_ctl_on($c, '-l', $c->{log}, '-w', '-t', '60', 'start');
+	die "pg_ctl start of the standby failed:\n$out$err\n" if $rc;
+	$c->{live} = 1;
+	$STANDBY = $c;
+	($rc, $out, $err) = psql($SU, "ALTER SYSTEM SET synchronous_standby_names = 'fh_standby';\n"
+		  . "SELECT pg_reload_conf();\n", timeout => 20);
+	die "cannot set synchronous_standby_names: $err\n" if $rc;
+	my $deadline = time() + 60;
+	while (1)
+	{
+		my $st = value("SELECT state || '/' || sync_state FROM pg_stat_replication "
+			  . "WHERE application_name = 'fh_standby'") // '';
+		last if $st eq 'streaming/sync';
+		die "the standby is not the synchronous one within 60 s (pg_stat_replication: '$st')\n"
+		  if time() > $deadline;
+		usleep(50_000);
+	}
+	return time() - $t0;
+}
+
+# The pids of $pid's children (from /proc).
+sub child_pids
+{
+	my ($pid) = @_;
+	my @kids;
+	for my $f (glob '/proc/[0-9]*/stat')
+	{
+		open my $fh, '<', $f or next;
+		my $l = <$fh>;
+		close $fh;
+		next unless defined $l && $l =~ /^(\d+) .*\) \S+ (\d+) /s;
+		push @kids, $1 if $2 == $pid;
+	}
+	return @kids;
+}
+
+# Whether a process is gone (or a zombie).
+sub gone
+{
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/stat" or return 1;
+	my $l = <$fh>;
+	close $fh;
+	return !defined $l || $l =~ /\) Z /;
+}
+
+# The fault `failover`, at a moment with an HTTP request without a key claimed when there is
+# one within 2 s (as a kill of an executor prefers one running an attempt): the primary's
+# postmaster and every process it started die at once (SIGSTOP first, so that it forks nothing
+# more; then SIGKILL to all: a machine lost, nothing flushed or sent after it), its shared memory
+# is removed, the standby is promoted and the clients' link points at it. The old primary's data
+# directory is removed: it is never started again (its WAL may hold commits the standby never
+# confirmed, which no client saw).
+sub failover
+{
+	my ($count) = @_;
+	my $old = $PRIMARY;
+	my $new = $STANDBY or return undef;
+	# the HTTP requests claimed at the moment, and those without a key: a failover must send none
+	# of them again. Waits up to 2 s for one without a key (the hog's hang for seconds).
+	my $inflight;
+	my $until = time() + 2;
+	while (1)
+	{
+		$inflight = rows("SELECT count(*), count(*) FILTER (WHERE idempotency_header IS NULL) "
+			  . "FROM durable_steps.steps WHERE kind = 'http' AND status = 'running' AND kept_outcome IS NULL")->[0];
+		last if $inflight->[1] > 0 || time() > $until;
+		usleep(50_000);
+	}
+	my $pm = pid_file_line($old, 1);
+	my ($shmid) = (pid_file_line($old, 7) =~ /^\s*\d+\s+(\d+)/);
+	kill 'STOP', $pm;
+	my @kids = child_pids($pm);
+	kill 'KILL', $pm, @kids;
+	my $deadline = time() + 20;
+	while (grep { !gone($_) } $pm, @kids)
+	{
+		die "the old primary's processes did not end within 20 s\n" if time() > $deadline;
+		usleep(20_000);
+	}
+	$old->{live} = 0;
+	run_cmd([ as_runner('ipcrm', '-m', $shmid) ]) if defined $shmid && $shmid > 0;
+	my $t0 = time();
+	push @TRIAL_LOGS, [ $new->{log}, -s $new->{log} || 0 ];
+	my ($rc, $out, $err) = pg_ctl_on($new, 'promote', '-w', '-t', '60');
+	die "pg_ctl promote failed:\n$out$err\n" if $rc;
+	$PRIMARY = $new;
+	$STANDBY = undef;
+	($DATA, $LOG) = ($new->{data}, $new->{log});
+	point_clients($new);
+	wait_ready(60);
+	check_library();
+	run_cmd([ as_runner('rm', '-rf', $old->{data}) ]);
+	$count->{failover_http} += $inflight->[0];
+	$count->{failover_keyless} += $inflight->[1];
+	return sprintf('failover: killed the primary (cluster %d: postmaster %d and %d processes) with %d HTTP requests '
+		  . 'claimed (%d without a key), promoted cluster %d in %.2f s',
+		$old->{id}, $pm, scalar @kids, @$inflight, $new->{id}, time() - $t0);
+}
+
 END
 {
 	# the exit status is ours: the stop's and the provider's wait statuses must not replace it
 	local $?;
-	if ($$ == $parent_pid && $cluster_started)
+	if ($$ == $parent_pid)
 	{
-		pg_ctl('-m', 'immediate', '-w', 'stop');
+		pg_ctl_on($_, '-m', 'immediate', '-w', 'stop') for grep { $_->{live} } @CLUSTERS;
 	}
 	provider_stop() if $$ == $parent_pid;
 }
@@ -338,7 +581,8 @@ sub provider_counts
 
 sub setup_database
 {
-	my $roles = join '', map { "CREATE ROLE $_ LOGIN;\nGRANT durable_steps_http TO $_;\n" } @ROLES;
+	# the hog has the other roles' rights, no more
+	my $roles = join '', map { "CREATE ROLE $_ LOGIN;\nGRANT durable_steps_http TO $_;\n" } @ROLES, $HOG;
 	my ($rc, $out, $err) = psql($SU, <<"EOF");
 CREATE EXTENSION durable_steps;
 SELECT ds_set_queue('fh_serial', 1);
@@ -371,10 +615,38 @@ CREATE TABLE fh_hooks (
 GRANT SELECT, INSERT ON fh_hooks TO PUBLIC;
 GRANT USAGE ON SEQUENCE fh_hooks_id_seq TO PUBLIC;
 
+-- A stubborn step's outcome hook (pick_stubborn): writes its fh_hooks row like every hook; then,
+-- in an executor (whose session has no application_name; a caller's psql has one) and at
+-- attempt stubborn_at (0: any), catches every cancellation until its executor is ended (the
+-- hook's deadline, the step's timeout, cancels it every second and ends the process 5 s past it).
+-- Its row then rolls back with the outcome's transaction.
+CREATE FUNCTION fh_hook(o jsonb, hook text, stubborn_at integer) RETURNS void LANGUAGE plpgsql AS \$\$
+BEGIN
+    INSERT INTO fh_hooks(run_id, step_id, hook, status, attempt)
+    VALUES (o->>'run_id', o->>'step_id', hook, o->>'status', (o->>'attempt')::integer);
+    IF current_setting('application_name') = ''
+       AND (stubborn_at = 0 OR (o->>'attempt')::integer = stubborn_at) THEN
+        LOOP
+            BEGIN
+                PERFORM pg_sleep(0.2);
+            EXCEPTION WHEN query_canceled THEN
+                NULL;
+            END;
+        END LOOP;
+    END IF;
+END
+\$\$;
+
+-- The hog's stop sign: a row for its trial's prefix once the other roles' steps have settled.
+CREATE TABLE fh_hog_stop (prefix text PRIMARY KEY);
+GRANT SELECT ON fh_hog_stop TO PUBLIC;
+
 -- A step's body. plan->'p' scripts attempt n by its element n-1 (missing: succeed):
 --   ra ds_retry_after (DS002)     rx RAISE EXCEPTION (P0001)    -- retryable
 --   nr ds_non_retriable (DS001)   ix RAISE ... XX000            -- permanent
 --   bk ds_blocked (DS003)         dz division by zero (22012)   -- correctable
+--   ig in the worker: catches every cancellation until its executor is ended (recorded lost,
+--      DS007); in a caller, RAISE EXCEPTION (P0001)
 -- Every attempt first writes its ledger row: 'success effect' on an attempt scripted to succeed,
 -- 'failed attempt effect' otherwise (that row must roll back with the failure). The attempt
 -- then sleeps plan->>'sleep' ms (a window for faults) and returns its attempt number.
@@ -398,6 +670,18 @@ BEGIN
         WHEN 'ix' THEN RAISE EXCEPTION 'scripted internal error at attempt %', a USING ERRCODE = 'XX000';
         WHEN 'bk' THEN PERFORM ds_blocked('scripted block at attempt ' || a, 'correct the input');
         WHEN 'dz' THEN PERFORM 1 / (a - a);
+        WHEN 'ig' THEN
+            -- a caller's session (psql) has an application_name, the worker's has none
+            IF current_setting('application_name') <> '' THEN
+                RAISE EXCEPTION 'scripted raise at attempt % (ig, in a caller)', a;
+            END IF;
+            LOOP
+                BEGIN
+                    PERFORM pg_sleep(0.2);
+                EXCEPTION WHEN query_canceled THEN
+                    NULL;
+                END;
+            END LOOP;
         ELSE RAISE EXCEPTION 'fh_body: unknown action %', act USING ERRCODE = 'XX001';
     END CASE;
     RETURN a;
@@ -454,6 +738,8 @@ my %ACTION = (
 	ix => [ 'permanent',   'XX000' ],
 	bk => [ 'correctable', 'DS003' ],
 	dz => [ 'correctable', '22012' ],
+	# in the worker it ends its executor, which records it as lost (DS007), as the walk allows
+	ig => [ 'retryable',   'P0001' ],
 );
 
 sub pick { return $_[ int rand @_ ] }
@@ -499,6 +785,20 @@ sub make_step
 	my $cancel_at = ($kind ne 'rearm' && rand() < 0.1) ? rand(3) : undef;
 	my $cancel_running = defined $cancel_at && rand() < 0.5;
 	if ($cancel_running) { $sleep = 150 + int rand 150; $cancel_at = 0; }
+	# one in twenty sleeps 1.2-2 s at each attempt: two of them at once make both executors busy,
+	# and the launcher starts an extra executor (README, "Fair share between roles") that the
+	# faults can hit too
+	$sleep = 1200 + int rand 800 if !defined $cancel_at && rand() < 0.05;
+	# one step in twenty-five has a retryable failure whose body ignores its cancellation in the
+	# worker ('ig'): its 1 s timeout cancels it, the executor ends 5 s later, and the claims of
+	# its batch that had not started must get their attempt back (nothing lost, nothing charged).
+	# Its other attempts must end as scripted within that 1 s: never one of the 1.2-2 s sleepers.
+	my $timeout;
+	if (($kind eq 'retry' || $kind eq 'exhaust') && rand() < 0.04 && !defined $cancel_at && $sleep < 1000)
+	{
+		$p[ int rand @p ] = 'ig';
+		$timeout = '1 s';
+	}
 	my $input = { k => $kind, p => \@p, sleep => $sleep, ra => $ra };
 	my $delay = $slow ? 50 + int rand 150 : int rand 30;
 	my $backoff = pick('fixed', 'exponential');
@@ -512,7 +812,7 @@ sub make_step
 	return {
 		kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra, defer => $defer,
 		cancel_at => $cancel_at, cancel_running => $cancel_running, queue => $queue,
-		delay => $delay, backoff => $backoff,
+		delay => $delay, backoff => $backoff, timeout => $timeout,
 		input => $json->encode($input), policy => $json->encode($policy),
 		fixed_input => $json->encode({ %$input, p => [], fixed => JSON::PP::true }),
 	};
@@ -564,6 +864,55 @@ sub make_http_step
 	};
 }
 
+# Makes a step (one in ten of those that qualify, while the trial's budget lasts) a stubborn
+# one: its on_success or on_failure hook, in an executor, ignores its cancellation until the
+# executor is ended (fh_hook). Its timeout, which bounds the hook too, is 1 s: the executor ends
+# about 6 s after the hook began (the grace is 5 s). Returns 1 when it did.
+#   SQL: a step that succeeds at attempt K (kind ok or retry: on_success) or fails permanently at
+#     K (kind permanent: on_failure, max_attempts made more than K), deferred so that attempt K
+#     runs in the worker, its hook stubborn at attempt K only. The outcome's transaction ends with
+#     its executor: attempt K is lost (DS007) and retried by the policy (docs/worker.md, "Lost
+#     attempts"), the body's effect and the hook's row rolled back; attempt K+1 ends as scripted
+#     beyond the plan (succeeds) with a hook that returns. Whoever records a lost last attempt
+#     runs on_failure itself, so on_failure is never stubborn at an attempt that may be a step's
+#     last.
+#   HTTP: h_ok, h_5xx, h_429, on_success stubborn at every attempt: the answered step ends blocked
+#     by its lost hook (DS007), the response kept, the hook never run again by itself
+#     (docs/http.md, "Outcome hooks").
+sub pick_stubborn
+{
+	my ($st, $budget) = @_;
+	return 0 if $$budget <= 0 || rand() >= 0.1;
+	if ($st->{http})
+	{
+		return 0 unless $st->{kind} =~ /^h_(?:ok|5xx|429)$/;
+		$st->{stubborn} = { hook => 'on_success', at => 0 };
+		$st->{timeout} = '1 s';
+	}
+	else
+	{
+		return 0 if defined $st->{cancel_at} || $st->{sleep} >= 1000 || grep { $_ eq 'ig' } @{ $st->{plan} };
+		my $k = @{ $st->{plan} };
+		if ($st->{kind} eq 'ok' || $st->{kind} eq 'retry') { $st->{stubborn} = { hook => 'on_success', at => $k + 1 }; }
+		elsif ($st->{kind} eq 'permanent')
+		{
+			$st->{stubborn} = { hook => 'on_failure', at => $k };
+			if ($st->{max} <= $k)
+			{
+				$st->{max} = $k + 1;
+				my $pol = $json->decode($st->{policy});
+				$pol->{max_attempts} = $st->{max};
+				$st->{policy} = $json->encode($pol);
+			}
+		}
+		else { return 0 }
+		$st->{defer} = 1;
+		$st->{timeout} = '1 s';
+	}
+	$$budget--;
+	return 1;
+}
+
 # The provider's tag of an HTTP step (its URL's last segment), and its request.
 sub http_tag { my ($st) = @_; return "$st->{run}-" . ($st->{tag_step} // $st->{step}) }
 
@@ -582,9 +931,49 @@ sub http_request
 	my ($st) = @_;
 	my $q = $st->{fault} eq '' ? ''
 	  : "?fault=$st->{fault}" . ($st->{times} ? "&times=$st->{times}" : '')
-	  . ($st->{fault} eq 'delay' ? '&secs=3' : '');
+	  . ($st->{fault} eq 'delay' ? '&secs=' . ($st->{secs} // 3) : '');
 	return { method => 'POST', url => "http://127.0.0.1:$provider_port/charge/" . http_tag($st) . $q,
 		expect => 'json', json => $st->{body} };
+}
+
+# The hog's slow SQL step (hog_main): deferred (the worker runs every attempt), at priority 0 (the
+# best a role without durable_steps_admin may ask for), in a queue of its own naming, in default or
+# (a third) in fh_serial, whose one slot the others' steps share; its body sleeps hog_sleep ms at
+# every attempt. 60 % succeed at attempt 1, the others fail retryably (a plain RAISE) at attempt 1
+# and succeed at 2; max_attempts 4.
+sub make_hog_step
+{
+	my @p = rand() < 0.4 ? ('rx') : ();
+	my $kind = @p ? 'retry' : 'ok';
+	my $sleep = $cfg{hog_sleep}[0] + int rand($cfg{hog_sleep}[1] - $cfg{hog_sleep}[0]);
+	my $input = { k => $kind, p => \@p, sleep => $sleep, ra => 0 };
+	my $delay = int rand 30;
+	my $policy = { max_attempts => 4, initial_delay => $delay, max_delay => 200, backoff => 'fixed',
+		multiplier => 2 };
+	return {
+		hog => 1, kind => $kind, plan => \@p, max => 4, sleep => $sleep, ra => 0, defer => 1,
+		queue => pick('fh_hog_a', 'fh_hog_b', 'fh_hog_c', 'default', 'fh_serial', 'fh_serial'),
+		priority => 0, delay => $delay, backoff => 'fixed', timeout => undef,
+		input => $json->encode($input), policy => $json->encode($policy),
+	};
+}
+
+# The hog's hanging HTTP step: a POST the provider charges and answers only hog_hang s later
+# (fault=delay&secs=...), within the step's timeout of 10 s: in flight for seconds, it succeeds at
+# attempt 1 (kind h_hang). Half carry the step's key, half none: a request without a key that a
+# fault (the failover above all) catches in flight ends uncertain and is never sent again.
+sub make_hog_http_step
+{
+	my $secs = $cfg{hog_hang}[0] + rand($cfg{hog_hang}[1] - $cfg{hog_hang}[0]);
+	my $delay = int rand 30;
+	my $policy = { max_attempts => 3, initial_delay => $delay, max_delay => 200, backoff => 'fixed',
+		multiplier => 2 };
+	return {
+		hog => 1, http => 1, kind => 'h_hang', keyed => rand() < 0.5 ? 1 : 0, fault => 'delay',
+		secs => sprintf('%.1f', $secs), times => 0, max => 3, timeout => '10 s', delay => $delay,
+		backoff => 'fixed', policy => $json->encode($policy), plan => [], defer => 0, queue => 'default',
+		body => { amount => 100 + int rand 9900, currency => pick('EUR', 'USD') },
+	};
 }
 
 # A run's SQL step (ds_step in fh_workflow), scripted like a plain step by fh_body's plan:
@@ -666,10 +1055,14 @@ sub shuffled
 
 sub lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'" }
 
-# The outcome hooks every step is called with: each records the outcome it was given.
+# The outcome hooks every step is called with: each records the outcome it was given. A
+# stubborn step's (pick_stubborn) records it too, through fh_hook, and then, in an executor at
+# its attempt, ignores its cancellation until the executor is ended.
 sub hook_sql
 {
-	my ($hook) = @_;
+	my ($hook, $st) = @_;
+	my $sb = $st->{stubborn};
+	return "SELECT fh_hook(\$1, '$hook', $sb->{at})" if $sb && $sb->{hook} eq $hook;
 	return "INSERT INTO fh_hooks(run_id, step_id, hook, status, attempt) "
 	  . "SELECT \$1->>'run_id', \$1->>'step_id', '$hook', \$1->>'status', (\$1->>'attempt')::integer";
 }
@@ -678,20 +1071,24 @@ sub call_sql
 {
 	my ($idx, $st, $nowait, $pause_ms) = @_;
 	my $sql = '';
+	# (not part of the step's definition: every call of the step passes the same)
+	my $run_at = defined $st->{run_at} ? sprintf(', run_at => to_timestamp(%.3f)', $st->{run_at}) : '';
 	$sql .= sprintf("SELECT pg_sleep(%.3f);\n", $pause_ms / 1000) if $pause_ms;
 	if ($st->{http})
 	{
 		return $sql . sprintf(
-			"SELECT 'ack', %d, status, attempt, replayed FROM ds_http_step(%s, %s, %s::jsonb, %s::jsonb, idempotency_header => %s, timeout => %s, nowait => %s, on_success => %s, on_failure => %s);\n",
+			"SELECT 'ack', %d, status, attempt, replayed FROM ds_http_step(%s, %s, %s::jsonb, %s::jsonb, idempotency_header => %s, timeout => %s, nowait => %s, on_success => %s, on_failure => %s%s);\n",
 			$idx, lit($st->{run}), lit($st->{step}), lit($json->encode(http_request($st))), lit($st->{policy}),
 			$st->{keyed} ? "'Idempotency-Key'" : 'NULL', lit($st->{timeout}), $nowait ? 'true' : 'false',
-			lit(hook_sql('on_success')), lit(hook_sql('on_failure')));
+			lit(hook_sql('on_success', $st)), lit(hook_sql('on_failure', $st)), $run_at);
 	}
 	$sql .= sprintf(
-		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s, on_success => %s, on_failure => %s, queue => %s);\n",
+		"SELECT 'ack', %d, status, attempt, replayed FROM ds_run_step(%s, %s, 'SELECT fh_body(\$1)', %s::jsonb, %s::jsonb, nowait => %s, defer => %s, on_success => %s, on_failure => %s, queue => %s, timeout => %s%s%s);\n",
 		$idx, lit($st->{run}), lit($st->{step}), lit($st->{input}), lit($st->{policy}),
 		$nowait ? 'true' : 'false', $st->{defer} ? 'true' : 'false',
-		lit(hook_sql('on_success')), lit(hook_sql('on_failure')), lit($st->{queue}));
+		lit(hook_sql('on_success', $st)), lit(hook_sql('on_failure', $st)), lit($st->{queue}),
+		defined $st->{timeout} ? lit($st->{timeout}) . '::interval' : 'NULL',
+		defined $st->{priority} ? ", priority => $st->{priority}" : '', $run_at);
 	return $sql;
 }
 
@@ -905,6 +1302,121 @@ sub run_cancel_main
 	POSIX::_exit(0);
 }
 
+# The hog (fh_hog): first asks once for a priority before everybody's (-100, in a transaction it
+# rolls back: it must be refused, 42501), then makes its steps in order, each as soon as fewer
+# than $backlog of its steps of that kind ($kind: 'sql' or 'http') are unfinished -- a wait in
+# the server, polling ds_steps -- until the harness puts its stop sign (fh_hog_stop) up. One
+# session per kind, so that each backlog stays full. Like client_main, it runs its calls through
+# psql -f and runs the unanswered ones again in a new session after a connection failure.
+# Writes "prio SQLSTATE|ok", "ack idx status attempt replayed", "err idx sqlstate message",
+# "stop" (the sign seen) and "stat reconnects".
+sub hog_main
+{
+	my ($kind, $calls, $hprefix, $backlog, $outfile, $deadline) = @_;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	$fh->autoflush(1);
+	my $reconnects = 0;
+	while ($kind eq 'sql' && time() < $deadline)
+	{
+		my ($rc, $out, $err) = psql($HOG,
+			"BEGIN;\nSELECT 'prio', status FROM ds_run_step(" . lit("${hprefix}prio") . ", 'p', 'SELECT 1', "
+			  . "defer => true, priority => -100);\nROLLBACK;\n", timeout => 30);
+		if ($out =~ /^prio$US/m) { print $fh "prio\tok\n"; last }
+		if ($err =~ /ERROR:\s+([0-9A-Z]{5}):/) { print $fh "prio\t$1\n"; last }
+		$reconnects++;
+		usleep(100_000);
+	}
+	my $wait = sprintf(
+		"DO \$\$BEGIN LOOP IF EXISTS (SELECT FROM fh_hog_stop WHERE prefix = %s) THEN "
+		  . "RAISE EXCEPTION 'the hog stops' USING ERRCODE = 'FH001'; END IF; "
+		  . "EXIT WHEN (SELECT count(*) FROM ds_steps WHERE run_id LIKE %s AND kind %s 'http' "
+		  . "AND status IN ('pending', 'retrying', 'running')) < %d; PERFORM pg_sleep(0.1); END LOOP; END\$\$;\n",
+		lit($hprefix), lit("$hprefix%"), $kind eq 'http' ? '=' : '<>', $backlog);
+	my @queue = @$calls;
+	my ($round, $stopped) = (0, 0);
+	while (@queue && !$stopped)
+	{
+		last if time() > $deadline;
+		my $left = $deadline - time();
+		$round++;
+		open my $sf, '>', "$outfile.$round.sql" or die "$outfile.$round.sql: $!";
+		print $sf map { $wait . $_->{sql} } @queue;
+		close $sf;
+		my ($rc, $out, $err) = run_cmd([ @{ psql_cmd($HOG) }, '-f', "$outfile.$round.sql" ],
+			timeout => $left < 5 ? 5 : $left);
+		unlink "$outfile.$round.sql";
+		my %acked;
+		for my $line (split /\n/, $out)
+		{
+			my @f = split /$US/, $line, -1;
+			next unless @f >= 5 && $f[0] eq 'ack';
+			$acked{ $f[1] } = 1;
+			print $fh join("\t", 'ack', @f[ 1 .. 4 ]), "\n";
+		}
+		@queue = grep { !$acked{ $_->{idx} } } @queue;
+		if ($err =~ /ERROR:\s+FH001:/) { $stopped = 1; last }
+		if ($err =~ $transient_re)
+		{
+			$reconnects++;
+			usleep(50_000 + int rand 150_000);
+			next;
+		}
+		if ($err =~ /ERROR:\s+([0-9A-Z]{5}):\s*([^\n]*)/)
+		{
+			my $c = shift @queue;
+			print $fh "err\t$c->{idx}\t$1\t$2\n";
+			next;
+		}
+		usleep(100_000) if @queue;
+	}
+	print $fh "stop\n" if $stopped;
+	print $fh "stat\t$reconnects\n";
+	close $fh;
+	POSIX::_exit(0);
+}
+
+# Samples, every 100 ms until $stopfile exists, what the HTTP worker holds of each role: the
+# steps claimed by an HTTP worker process (claimed_by, as pg_stat_activity shows it now) and not
+# recorded yet -- its requests in flight and those just finished, whose outcomes it records with
+# its next claim, in one transaction; an outcome kept for an executor's hook (kept_outcome) has
+# left it. At every committed state, one role's are at most http_max_inflight_per_role of them
+# and all roles' at most http_max_inflight (src/http_worker.c, src/http_claims.c). A step that a
+# killed HTTP worker left running names that dead process, not the live one. Writes
+# "sample epoch hog others total detail": the most one process holds of the hog's, of another
+# single role's, of all roles'.
+sub sampler_main
+{
+	my ($outfile, $stopfile, $deadline) = @_;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	$fh->autoflush(1);
+	my $q = "WITH c AS (SELECT owner, claimed_by, count(*) AS n FROM durable_steps.steps "
+	  . "WHERE kind = 'http' AND status = 'running' AND kept_outcome IS NULL AND claimed_by IN "
+	  . "(SELECT pid FROM pg_stat_activity WHERE backend_type = 'durable_steps http') GROUP BY owner, claimed_by) "
+	  . "SELECT 'sample', extract(epoch FROM clock_timestamp()), "
+	  . "coalesce((SELECT max(n) FROM c WHERE owner = '$HOG'::regrole), 0), "
+	  . "coalesce((SELECT max(n) FROM c WHERE owner <> '$HOG'::regrole), 0), "
+	  . "coalesce((SELECT max(t) FROM (SELECT sum(n) AS t FROM c GROUP BY claimed_by) x), 0), "
+	  . "coalesce((SELECT string_agg(owner::text || '\@' || claimed_by || '=' || n, ' ') FROM c), '');\n"
+	  . "SELECT pg_sleep(0.1);\n";
+	while (!-e $stopfile && time() < $deadline)
+	{
+		my ($rc, $out, $err) = psql($SU, $q x 5, timeout => 30);
+		for my $line (split /\n/, $out)
+		{
+			my @f = split /$US/, $line, -1;
+			print $fh join("\t", @f), "\n" if @f >= 6 && $f[0] eq 'sample';
+		}
+		if ($rc && $err !~ $transient_re)
+		{
+			(my $e = $err) =~ s/\s+/ /g;
+			print $fh "err\t$e\n";
+		}
+		usleep(100_000) if $rc;
+	}
+	close $fh;
+	POSIX::_exit(0);
+}
+
 # A client process ended: anything but exit 0 means its calls' fate is unknown to the harness.
 sub child_ended
 {
@@ -913,6 +1425,13 @@ sub child_ended
 	return unless defined $name;
 	push @$errs, "$name ended with " . (($? & 127) ? 'signal ' . ($? & 127) : 'exit code ' . ($? >> 8))
 	  if $?;
+}
+
+# The children that are not the hog's sessions or the sampler: those the trial waits for.
+sub fg_children
+{
+	my ($child) = @_;
+	return grep { $child->{$_} !~ /^(?:hog_|sampler)/ } keys %$child;
 }
 
 sub spawn
@@ -935,6 +1454,8 @@ sub spawn
 
 my @FAULTS = qw(kill9 immediate fast_restart terminate cancel reload);
 my @fault_bag;
+# and the kinds a trial may have once: the hog's flood (hog_main), the failover to the standby
+my @KINDS = (@FAULTS, qw(failover hog));
 
 # Every kind of fault comes once in each round of six, in a random order; the rounds run on from
 # trial to trial, so that a run of six faults or more has had every kind.
@@ -945,7 +1466,8 @@ sub next_fault
 	return splice(@fault_bag, $i, 1);
 }
 
-# An executor's pid, preferring one that is running an attempt (waits up to 0.5 s for that).
+# An executor's pid (one of the database's own, or an extra one: README, "Fair share between
+# roles"), preferring one that is running an attempt (waits up to 0.5 s for that).
 # Returns (pid, running an attempt?) or () when there is no executor.
 sub pick_executor
 {
@@ -955,7 +1477,8 @@ sub pick_executor
 	{
 		my ($rc, $out) = psql($SU,
 			"SELECT pid, (query LIKE 'durable_steps: running %')::int FROM pg_stat_activity "
-			  . "WHERE backend_type = 'durable_steps worker'", timeout => 10);
+			  . "WHERE backend_type IN ('durable_steps worker', 'durable_steps extra worker')",
+			timeout => 10);
 		if ($rc == 0)
 		{
 			my @ex = map { [ split /$US/ ] } grep { $_ ne '' } split /\n/, $out;
@@ -992,7 +1515,20 @@ sub pick_http_worker
 
 # Injects one fault; returns a short description, or undef when it could not be placed. A third
 # of the kills, terminations and cancellations strike the HTTP worker instead of an executor.
+# The faults that end every process of the server (a kill -9 makes the postmaster restart them
+# all; a stop; a failover) leave their span [from, to] in @{$count->{restarts}}: what the
+# executors said in shared memory as they ended does not survive them (the check 'batch charged').
 sub inject
+{
+	my ($f, $count) = @_;
+	my $from = time();
+	my $what = inject_one($f, $count);
+	push @{ $count->{restarts} }, [ $from, time() ]
+	  if defined $what && ($f eq 'kill9' || $f eq 'immediate' || $f eq 'fast_restart' || $f eq 'failover');
+	return $what;
+}
+
+sub inject_one
 {
 	my ($f, $count) = @_;
 	if ($f eq 'kill9' || $f eq 'terminate' || $f eq 'cancel')
@@ -1032,6 +1568,7 @@ sub inject
 		check_library();
 		return 'fast restart';
 	}
+	return failover($count) if $f eq 'failover';
 	if ($f eq 'reload')
 	{
 		my $batch = pick(1, 2, 5, 10, 50, 100);
@@ -1093,10 +1630,12 @@ sub check_step
 		if ($code eq 'DS007' || $code eq '57014')
 		{
 			# lost with its executor, or stopped by the harness's pg_cancel_backend(): a
-			# retryable failure of the worker's, whatever the script said
+			# retryable failure of the worker's, whatever the script said -- or, for a run's step,
+			# of the turn that was running it, which the run's next turn records (executor
+			# 'caller', as the turn's ds_run_step; docs/runs.md, "lost with its turn")
 			$lost++;
 			push @v, "step $id attempt $n: lost or cancelled attempt recorded as $cls/$code/$msg by $executor"
-			  unless $cls eq 'retryable' && $executor eq 'worker'
+			  unless $cls eq 'retryable' && ($executor eq 'worker' || ($st->{run_step} && $executor eq 'caller'))
 			  && ($code eq 'DS007' ? $msg eq 'invocation_lost' : $msg =~ /^canceling statement/);
 			$outcome = 'retryable';
 		}
@@ -1203,7 +1742,8 @@ sub check_http_step
 			# the scripted delay or drop strikes once; any other timeout is the provider answering
 			# slower than the step's timeout on a loaded machine: legitimate, and like a lost
 			# attempt it makes the exact path unpredictable (the charge checks still hold)
-			$lost++ if ++$nto > 1 || ($st->{fault} ne 'delay' && $st->{fault} ne 'drop');
+			# (the hog's hanging answer comes within its timeout: any timeout of it is unscripted)
+			$lost++ if ++$nto > 1 || ($st->{fault} ne 'delay' && $st->{fault} ne 'drop') || $st->{kind} eq 'h_hang';
 			$maybe_sent++;
 			push @v, [ 'uncertain', "$desc: " . ($st->{keyed} ? 'a keyed request is retryable' : 'a request without a key must be uncertain') ]
 			  if $cls ne ($st->{keyed} ? 'retryable' : 'uncertain');
@@ -1216,18 +1756,31 @@ sub check_http_step
 	push @v, [ 'end state', "step $what: $n5xx 5xx answers, the provider was told to give $st->{times}" ]
 	  if $n5xx > $st->{times};
 	push @v, [ 'end state', "step $what: $n429 429 answers, the provider gives one" ] if $n429 > 1;
+	# an outcome an executor was recording with its hook when that executor ended (a fault, or a
+	# stubborn hook that ignored its cancellation): the hook is not run again by itself, and
+	# blocks the step (DS007; docs/http.md, "Outcome hooks") -- an answer (on_success), or a
+	# retryable failure at max_attempts (on_failure)
+	my $hooked_end = $last_cls eq 'completed' || ($last_cls eq 'retryable' && $attempt >= $max);
+	my $hook_lost = $status eq 'blocked' && $ecode eq 'DS007' && $hooked_end;
+	# a stubborn on_success hook (pick_stubborn) never returns in an executor: an answer blocks
+	# its step so, always
+	my $stubborn_lost = $st->{stubborn} && $last_cls eq 'completed';
 	# where the history ends, the step ends
-	my $want = $last_cls eq 'completed' ? 'succeeded' : $last_cls eq 'uncertain' ? 'uncertain'
+	my $want = $hook_lost || $stubborn_lost ? 'blocked'
+	  : $last_cls eq 'completed' ? 'succeeded' : $last_cls eq 'uncertain' ? 'uncertain'
 	  : $last_cls eq 'retryable' && $attempt >= $max ? 'failed' : '(going on)';
 	push @v, [ 'end state', "step $what is $status/$eclass at attempt $attempt of $max ($ecode); its attempts ("
 		  . join(' ', @seq) . ") end it $want" ]
 	  if $status ne $want || ($want eq 'failed' && $eclass ne 'exhausted');
+	push @v, [ 'stubborn hook', "step $what answered at attempt $attempt: its $st->{stubborn}{hook} hook ignores its "
+		  . "cancellation, so the step must be blocked with DS007 (the hook lost), not $status/$eclass ($ecode)" ]
+	  if $stubborn_lost && ($status ne 'blocked' || $ecode ne 'DS007');
 	push @v, [ 'uncertain', "step $what is uncertain with a retry scheduled" ] if $status eq 'uncertain' && $row->[10] ne 't';
 	# without a lost attempt the path is exactly the script's
 	if (!$lost)
 	{
 		my $k = $st->{kind};
-		my @exp = $k eq 'h_ok' ? ('ok')
+		my @exp = $k eq 'h_ok' || $k eq 'h_hang' ? ('ok')
 		  : $k eq 'h_5xx' ? ((('DS010') x $st->{times}), 'ok')
 		  : $k eq 'h_exhaust' ? (('DS010') x $st->{max})
 		  : $k eq 'h_429' ? ('DS010', 'ok')
@@ -1239,18 +1792,21 @@ sub check_http_step
 		  if join(' ', @seq) ne join(' ', @exp) && join(' ', @seq) ne $alt;
 	}
 	# the provider's ledger
-	if ($status eq 'succeeded')
+	# a succeeded step, or one blocked by its lost on_success hook (the response kept)
+	my $answered = $status eq 'succeeded' || ($hook_lost && $last_cls eq 'completed');
+	if ($answered)
 	{
 		my $res = eval { $json->decode($result) } || {};
 		my $b = ref $res->{body} eq 'HASH' ? $res->{body} : {};
 		my $recv = eval { $json->encode($json->decode($b->{received} // '')) } // '';
-		push @v, [ 'charge', "step $what succeeded, charged $charges times at the provider" ] if $charges != 1;
-		push @v, [ 'stored response', "step $what succeeded with result $result, not the provider's answer to its one charge" ]
+		my $how = $status eq 'succeeded' ? 'succeeded' : 'is blocked by its lost hook after its answer';
+		push @v, [ 'charge', "step $what $how, charged $charges times at the provider" ] if $charges != 1;
+		push @v, [ 'stored response', "step $what $how with result $result, not the provider's answer to its one charge" ]
 		  unless ($res->{status} // 0) == 200 && ($b->{charged} // '') eq $tag && ($b->{charge} // 0) == 1
 		  && ($b->{method} // '') eq 'POST' && $recv eq $json->encode($st->{body});
 	}
 	push @v, [ 'charge', "step $what is $status, charged $charges times though no request of it may have been sent without an answer" ]
-	  if $status ne 'succeeded' && !$maybe_sent && $charges;
+	  if !$answered && !$maybe_sent && $charges;
 	# a request without a key is never sent again by itself: one request per attempt at most
 	push @v, [ 'uncertain', "step $what: $requests requests reached the provider for $attempt attempt(s)" ]
 	  if !$st->{keyed} && $requests > $attempt;
@@ -1291,7 +1847,7 @@ sub check_cancelled_step
 		{
 			$lost++;
 			push @v, "step $id attempt $n: lost or cancelled attempt recorded as $cls/$code/$msg by $executor"
-			  unless $cls eq 'retryable' && $executor eq 'worker';
+			  unless $cls eq 'retryable' && ($executor eq 'worker' || ($st->{run_step} && $executor eq 'caller'));
 			$outcome = 'retryable';
 		}
 		else
@@ -1515,19 +2071,30 @@ EOF
 sub run_trial
 {
 	my ($t, $tseed, $tot) = @_;
+	# a standby trial: the primary gets a synchronous standby first (a new one after a failover)
+	my $standby = standby_trial($t);
+	my $standby_time = $standby && !$STANDBY ? standby_create() : 0;
 	srand($tseed);
 	my $t0 = time();
 	my $prefix = "f$tseed-";
+	my $hprefix = "h$tseed-";    # the hog's steps
 	my $dir = "$WORK/tmp/trial$t";
 	mkdir $dir;
 	my $nc = $cfg{clients};
 	my @client_role = map { $ROLES[ $_ % @ROLES ] } 0 .. $nc - 1;
 
-	# the steps, a primary call each from a client of its owner, and duplicate calls
+	# the steps, a primary call each from a client of its owner, and duplicate calls; a few of
+	# them stubborn (pick_stubborn): one at most in --short, else one per 40 steps
 	my (@steps, @calls_of, @calls);
+	my $stub_left = $opt{short} ? 1 : int($cfg{steps} / 40) || 1;
 	for my $i (1 .. $cfg{steps})
 	{
 		my $st = make_step();
+		# a stubborn step's hook waits for the end of the fault window (run_at) in --short, and
+		# in half of the cases otherwise: its 6 s then strike without a fault, whose crashes and
+		# stops would most often end its executor first
+		$st->{run_at} = $t0 + $cfg{fault_window}
+		  if pick_stubborn($st, \$stub_left) && ($opt{short} || rand() < 0.5);
 		$st->{run}  = $prefix . 'r' . ($i % 5);
 		$st->{step} = "s$i";
 		$st->{tag_step} = "s$i";
@@ -1597,10 +2164,41 @@ sub run_trial
 		push @steps, @{ $run->{steps} };
 	}
 
+	note("  trial $t: stubborn $_->{stubborn}{hook} hook" . ($_->{stubborn}{at} ? " at attempt $_->{stubborn}{at}" : '')
+		  . " on " . ($_->{http} ? "HTTP step ($_->{kind})" : "step ($_->{kind}, max_attempts $_->{max})")
+		  . " $_->{run}/$_->{step}" . (defined $_->{run_at} ? sprintf(' (run_at +%.1fs)', $_->{run_at} - $t0) : ''))
+	  for grep { $_->{stubborn} } @steps;
 	# shuffle each client's queue: a duplicate may come before, or long after, its primary
 	for my $q (@calls_of) { $q = shuffled(@{ $q || [] }) }
 
-	my $log_off = log_size();
+	# the hog's steps (after the others', which a seed thus makes as before), made by its two
+	# sessions (hog_main) as their backlogs let them: those made (answered, or found in
+	# ds_steps) are checked like every other step
+	my (@hog_plans, %hog_calls);
+	if ($cfg{hog})
+	{
+		for my $i (1 .. ($opt{short} ? 60 : 150))
+		{
+			for my $kind ('sql', 'http')
+			{
+				my $st = $kind eq 'sql' ? make_hog_step() : make_hog_http_step();
+				$st->{run} = $hprefix . ($kind eq 'sql' ? 'q' : 'w') . ($i % 3);
+				$st->{step} = $st->{tag_step} = ($kind eq 'sql' ? 'hs' : 'hh') . $i;
+				$st->{role} = $HOG;
+				push @hog_plans, $st;
+				my $idx = scalar @calls;
+				my $call = { idx => $idx, st => $st, nowait => 0, dup => 0, hog => 1 };
+				$call->{sql} = call_sql($idx, $st, 0, 0);
+				push @calls, $call;
+				push @{ $hog_calls{$kind} }, $call;
+			}
+		}
+	}
+	# the failover, at a random moment of the fault window's first 60 % (at least 1 s in)
+	my $fw = $cfg{fault_window} * 0.6 - 1;
+	my $failover_at = $standby && $STANDBY ? $t0 + 1 + rand($fw > 0.5 ? $fw : 0.5) : undef;
+
+	@TRIAL_LOGS = ([ $LOG, log_size() ]);
 	my %child;
 	my @harness_errs;
 	my $deadline = time() + $cfg{calls_deadline};
@@ -1634,26 +2232,44 @@ sub run_trial
 		my $pid = spawn(sub { run_cancel_main(\@runs_to_cancel, "$dir/runcancel", $start, $deadline) });
 		$child{$pid} = 'runcancel';
 	}
-
-	# faults while the clients run and the worker drains
+	# the hog's two sessions and the sampler of the HTTP worker's slots: they go on after the
+	# clients, until the other roles' steps have settled (the hog) and its own have (the sampler)
 	my %fc;
 	my $nfaults = 0;
+	my $stopfile = "$dir/sampler.stop";
+	if ($cfg{hog})
+	{
+		my $hog_deadline = time() + $cfg{calls_deadline} + $cfg{settle_timeout};
+		for my $kind ('sql', 'http')
+		{
+			my $pid = spawn(sub { hog_main($kind, $hog_calls{$kind}, $hprefix, $cfg{"hog_$kind"}, "$dir/hog_$kind",
+				$hog_deadline) });
+			$child{$pid} = "hog_$kind";
+		}
+		my $pid = spawn(sub { sampler_main("$dir/sampler", $stopfile, $hog_deadline + $cfg{settle_timeout}) });
+		$child{$pid} = 'sampler';
+		$fc{hog} = 1;
+		$nfaults++;
+	}
+
+	# faults while the clients run and the worker drains
 	my $fault_end = $t0 + $cfg{fault_window};
 	# (an event wait is a pending step that no executor claims: its run is what waits)
 	my $busy_sql = "SELECT (SELECT count(*) FROM ds_steps WHERE run_id LIKE '$prefix%' "
 	  . "AND status IN ('pending', 'retrying', 'running') AND kind <> 'event') "
 	  . "+ (SELECT count(*) FROM ds_runs WHERE run_id LIKE '$prefix%' "
 	  . "AND status IN ('pending', 'running', 'waiting'))";
-	while (time() < $fault_end)
+	while (time() < $fault_end || defined $failover_at)
 	{
 		while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { child_ended($pid, \%child, \@harness_errs) }
-		if (!%child)
+		if (!fg_children(\%child) && !defined $failover_at)
 		{
 			my ($rc, $out) = psql($SU, $busy_sql, timeout => 10);
 			last if $rc == 0 && $out =~ /^0$/m;
 		}
 		usleep(1e6 * ($cfg{gap_min} + rand($cfg{gap_max} - $cfg{gap_min})));
-		my $f = next_fault();
+		my $f = defined $failover_at && time() >= $failover_at ? 'failover' : next_fault();
+		undef $failover_at if $f eq 'failover';
 		my $what = inject($f, \%fc);
 		next unless defined $what;
 		$fc{$f}++;
@@ -1664,17 +2280,18 @@ sub run_trial
 
 	# the clients end by their deadline; a child still there well after it is a harness fault
 	my $reap_deadline = $deadline + 30;
-	while (%child && time() < $reap_deadline)
+	while (fg_children(\%child) && time() < $reap_deadline)
 	{
 		my $pid = waitpid(-1, POSIX::WNOHANG());
 		if ($pid > 0) { child_ended($pid, \%child, \@harness_errs); next }
 		usleep(50_000);
 	}
-	if (%child)
+	if (my @fg = fg_children(\%child))
 	{
 		kill 'KILL', keys %child;
-		die "client processes did not end: " . join(', ', values %child) . "\n";
+		die "client processes did not end: " . join(', ', map { $child{$_} } @fg) . "\n";
 	}
+	note(sprintf("  trial %d +%.2fs: the clients are done (faults until +%.2fs)", $t, time() - $t0, $fault_time));
 	wait_ready(60);
 
 	# settle: nothing pending, retrying or running (polled, bounded)
@@ -1686,22 +2303,80 @@ sub run_trial
 		usleep(100_000);
 	}
 	my $settle_time = time() - $settle_start;
+
+	# the hog flooded until now: what of its work was unfinished as the others settled (or did
+	# not), then its stop sign, the end of its sessions, its steps settling, and the sampler's end
+	my $hog_busy_sql = "SELECT count(*) FROM ds_steps WHERE run_id LIKE '$hprefix%' "
+	  . "AND status IN ('pending', 'retrying', 'running')";
+	my ($hog_pending, $hog_settle_time, $hog_settled, $unsettled) = (0, 0, 1, []);
+	if ($cfg{hog})
+	{
+		$hog_pending = value($hog_busy_sql);
+		$unsettled = rows("SELECT run_id || '/' || step_id || ' ' || status || ' at attempt ' || attempt "
+			  . "|| ' (' || owner::text || ', queue ' || queue || ')' FROM ds_steps WHERE run_id LIKE '$prefix%' "
+			  . "AND status IN ('pending', 'retrying', 'running') AND kind <> 'event' ORDER BY 1 LIMIT 10")
+		  unless $settled;
+		rows("INSERT INTO fh_hog_stop VALUES (" . lit($hprefix) . ") ON CONFLICT DO NOTHING RETURNING 1");
+		my $hog_reap = time() + 60;
+		while ((grep { /^hog_/ } values %child) && time() < $hog_reap)
+		{
+			my $pid = waitpid(-1, POSIX::WNOHANG());
+			if ($pid > 0) { child_ended($pid, \%child, \@harness_errs); next }
+			usleep(50_000);
+		}
+		if (my @left = grep { $child{$_} =~ /^hog_/ } keys %child)
+		{
+			kill 'KILL', @left;
+			die "the hog's sessions did not end within 60 s of its stop sign\n";
+		}
+		my $hog_settle_start = time();
+		$hog_settled = 0;
+		while (time() - $hog_settle_start < $cfg{settle_timeout})
+		{
+			if (value($hog_busy_sql) == 0) { $hog_settled = 1; last }
+			usleep(100_000);
+		}
+		$hog_settle_time = time() - $hog_settle_start;
+		open my $sf, '>', $stopfile or die "$stopfile: $!";
+		close $sf;
+		my $sampler_reap = time() + 30;
+		while (%child && time() < $sampler_reap)
+		{
+			my $pid = waitpid(-1, POSIX::WNOHANG());
+			if ($pid > 0) { child_ended($pid, \%child, \@harness_errs); next }
+			usleep(50_000);
+		}
+		if (%child)
+		{
+			kill 'KILL', keys %child;
+			die "the sampler did not end within 30 s\n";
+		}
+	}
 	tamper($prefix) if $opt{tamper} && $t == 1;
 	my $pc = provider_counts();
 
 	# ---- what the clients saw
-	my (%acks, @client_errs, $reconnects);
+	# (%seen: each step's answered calls, [status, attempt, call index], for the committed state)
+	my (%acks, %seen, @client_errs, $reconnects, $hog_prio, $hog_stops);
 	$reconnects = 0;
-	for my $f (map { "$dir/client$_" } 0 .. $nc - 1)
+	$hog_stops = 0;
+	for my $f ((map { "$dir/client$_" } 0 .. $nc - 1), $cfg{hog} ? map { "$dir/hog_$_" } 'sql', 'http' : ())
 	{
 		open my $fh, '<', $f or die "$f: $!";
 		while (<$fh>)
 		{
 			chomp;
 			my @f = split /\t/;
-			if ($f[0] eq 'ack') { $acks{ $calls[ $f[1] ]{st} }++ }
+			if ($f[0] eq 'ack')
+			{
+				my $c = $calls[ $f[1] ];
+				$acks{ $c->{st} }++;
+				push @{ $seen{ $c->{st} } }, [ $f[2], $f[3], $f[1] ] unless $c->{runcall};
+			}
 			elsif ($f[0] eq 'err') { push @client_errs, [ $calls[ $f[1] ], $f[2], $f[3] ] }
 			elsif ($f[0] eq 'stat') { $reconnects += $f[1] }
+			elsif ($f[0] eq 'prio') { $hog_prio = $f[1] }
+			elsif ($f[0] eq 'stop') { $hog_stops++ }
 		}
 		close $fh;
 	}
@@ -1760,7 +2435,7 @@ sub run_trial
 		  . "(s.next_attempt_at IS NULL), s.kind, extract(epoch FROM s.created_at), "
 		  . "coalesce(extract(epoch FROM s.finished_at)::text, ''), "
 		  . "CASE WHEN s.kind = 'sleep' THEN extract(epoch FROM (s.result->>'until')::timestamptz)::text ELSE '' END "
-		  . "FROM ds_steps s WHERE s.run_id LIKE '$prefix%'");
+		  . "FROM ds_steps s WHERE (s.run_id LIKE '$prefix%' OR s.run_id LIKE '$hprefix%')");
 	my $run_rows = rows(
 		"SELECT run_id, status, coalesce(output::text, ''), coalesce(error_code, ''), "
 		  . "coalesce(error_message, ''), coalesce(extract(epoch FROM finished_at)::text, ''), turns, "
@@ -1771,10 +2446,10 @@ sub run_trial
 		  . "extract(epoch FROM claimed_at), extract(epoch FROM started_at), "
 		  . "coalesce(extract(epoch FROM finished_at)::text, ''), "
 		  . "regexp_replace(coalesce(error_detail, ''), '\\s+', ' ', 'g'), idempotency_key "
-		  . "FROM ds_attempts WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt");
+		  . "FROM ds_attempts WHERE (run_id LIKE '$prefix%' OR run_id LIKE '$hprefix%') ORDER BY run_id, step_id, attempt");
 	my $ledger_rows = rows(
 		"SELECT run_id, step_id, attempt, kind, who, pid, id, extract(epoch FROM at) FROM fh_ledger "
-		  . "WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt, id");
+		  . "WHERE (run_id LIKE '$prefix%' OR run_id LIKE '$hprefix%') ORDER BY run_id, step_id, attempt, id");
 
 	my %srow = map { ("$_->[0]/$_->[1]" => $_) } @$steps_rows;
 	my (%att, %att_count);
@@ -1788,9 +2463,12 @@ sub run_trial
 	push @{ $ledger{"$_->[0]/$_->[1]"} }, $_ for @$ledger_rows;
 	my $hook_rows = rows(
 		"SELECT run_id, step_id, hook, status, attempt, who FROM fh_hooks "
-		  . "WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt, id");
+		  . "WHERE (run_id LIKE '$prefix%' OR run_id LIKE '$hprefix%') ORDER BY run_id, step_id, attempt, id");
 	my %hooks;
 	push @{ $hooks{"$_->[0]/$_->[1]"} }, $_ for @$hook_rows;
+	my %hog_acked = map { ($_->{st} => 1) } grep { $_->{hog} && $acks{ $_->{st} } } @calls;
+	my @hog_steps = grep { $hog_acked{$_} || $srow{"$_->{run}/$_->{step}"} } @hog_plans;
+	push @steps, @hog_steps;
 	my %planned = map { ("$_->{run}/$_->{step}" => $_) } @steps;
 	my %run_cancelled = map { ($_->{id} => ($run_cancel_ack{ $_->{id} } // '') eq 'cancelled') } @runs;
 	for my $run (@runs)
@@ -1839,6 +2517,8 @@ sub run_trial
 	my (%status_n, %http_status, %run_step_n);
 	my ($http_lost, $http_charges) = (0, 0);
 	my ($lost_n, $n_att, $n_caller, $n_worker, $n_caller_retry, $n_stopped) = (0, 0, 0, 0, 0, 0);
+	my %hog_status;
+	my ($hog_att, $hog_lost, $hog_charges) = (0, 0, 0);
 	for my $k (sort keys %srow)
 	{
 		my $row = $srow{$k};
@@ -1853,6 +2533,7 @@ sub run_trial
 			  || ($status eq 'cancelled' && $run_cancelled{ $st->{run} });
 			next if $st->{run_wait};
 		}
+		elsif ($st->{hog}) { $hog_status{ ($st->{http} ? 'http ' : '') . $status }++; }
 		else { $status_n{$status}++; }
 		# terminal, and nothing running; cancelled only when ds_cancel_step said so
 		$v->('not terminal', "step: " . $fmt->($row))
@@ -1873,10 +2554,14 @@ sub run_trial
 		  if join(',', @nums) ne $want || grep { $att_count{$k}{$_} > 1 } @nums;
 		for my $n (@nums)
 		{
-			$n_att++;
-			$at->{$n}[6] eq 'caller' ? $n_caller++ : $n_worker++;
-			$n_stopped++ if $at->{$n}[3] eq 'cancelled';
-			$n_caller_retry++ if $n > 1 && $at->{$n}[6] eq 'caller';
+			if ($st->{hog}) { $hog_att++; }
+			else
+			{
+				$n_att++;
+				$at->{$n}[6] eq 'caller' ? $n_caller++ : $n_worker++;
+				$n_stopped++ if $at->{$n}[3] eq 'cancelled';
+				$n_caller_retry++ if $n > 1 && $at->{$n}[6] eq 'caller';
+			}
 			$v->('attempt without outcome', "attempt: " . $fmt->($at->{$n})) if $at->{$n}[3] eq '';
 			# attempt 1 runs in the caller, or for a deferred step in the worker
 			# (a run's step: in the turn's ds_run_step, RUNSTEP_FIRST)
@@ -1950,17 +2635,21 @@ sub run_trial
 		if ($st->{http})
 		{
 			my ($hv, $lost, $charges) = check_http_step($st, $row, $at, $pc);
-			$lost_n += $lost;
-			$http_lost += $lost;
-			$http_charges += $charges;
-			$http_status{$status}++;
+			if ($st->{hog}) { $hog_lost += $lost; $hog_charges += $charges; }
+			else
+			{
+				$lost_n += $lost;
+				$http_lost += $lost;
+				$http_charges += $charges;
+				$http_status{$status}++;
+			}
 			$v->(@$_) for @$hv;
 			$v->($hv->[0][0], "  attempts of $k: " . join(' ; ', map { join(' ', @{ $at->{$_} }[ 2 .. 7 ]) } @nums))
 			  if @$hv && @nums;
 		}
 		my ($pv, $lost) = $st->{http} ? ([], 0)
 		  : $status eq 'cancelled' ? check_cancelled_step($st, $row, $at, $cancel_calls{"$st->{run}/$st->{step}"}) : check_step($st, $row, $at);
-		$lost_n += $lost;
+		$st->{hog} ? ($hog_lost += $lost) : ($lost_n += $lost);
 		if (@$pv)
 		{
 			$v->('end state', $_) for @$pv;
@@ -2009,21 +2698,173 @@ sub run_trial
 	my $overlaps = rows(
 		"WITH w AS (SELECT a.run_id, a.step_id, a.attempt, a.claimed_at, a.finished_at "
 		  . "FROM ds_attempts a JOIN ds_steps s USING (run_id, step_id) "
-		  . "WHERE s.queue = 'fh_serial' AND a.executor = 'worker' AND a.run_id LIKE '$prefix%') "
+		  . "WHERE s.queue = 'fh_serial' AND a.executor = 'worker' AND (a.run_id LIKE '$prefix%' OR a.run_id LIKE '$hprefix%')) "
 		  . "SELECT x.run_id || '/' || x.step_id || ' attempt ' || x.attempt || ' claimed ' || x.claimed_at, "
 		  . "y.run_id || '/' || y.step_id || ' attempt ' || y.attempt || ' ran ' || y.claimed_at || ' .. ' || y.finished_at "
 		  . "FROM w x JOIN w y ON (y.run_id, y.step_id, y.attempt) <> (x.run_id, x.step_id, x.attempt) "
 		  . "AND y.claimed_at <= x.claimed_at AND y.finished_at > x.claimed_at");
 	$v->('queue limit', "$_->[0] while $_->[1] of the same queue (concurrency 1)") for @$overlaps;
 
+	# what a client saw committed is there (across a failover above all: a synchronous standby has
+	# every commit a client was answered after): a step a call answered finished -- succeeded,
+	# failed, uncertain, cancelled, or blocked, unless re-armed or cancelled later -- is still so at
+	# that attempt, and no step is behind an attempt a call answered (the attempt-number check then
+	# finds each of 1..attempt recorded)
+	for my $st (@steps)
+	{
+		my $k = "$st->{run}/$st->{step}";
+		my $row = $srow{$k} or next;    # a missing one is 'lost'
+		for my $a (@{ $seen{$st} || [] })
+		{
+			my ($status, $attempt, $idx) = @$a;
+			my $final = $status =~ /^(succeeded|uncertain|cancelled)$/
+			  || ($status eq 'failed' && $st->{kind} ne 'rearm')
+			  || ($status eq 'blocked' && $st->{kind} ne 'rearm' && !defined $st->{cancel_at});
+			$v->('committed state', "call #$idx of $k (role $st->{role}) was answered $status at attempt $attempt; "
+				  . "the step is $row->[2] at attempt $row->[3]: " . $fmt->($row))
+			  if $row->[3] < $attempt || ($final && ($row->[2] ne $status || $row->[3] != $attempt));
+		}
+	}
+
+	# the provider's ledger against the steps: no tag asked for or charged that no step of the
+	# trial has, and no keyed request that its step has no recorded attempt for (an attempt's
+	# request leaves only once its claim is committed -- and, with a synchronous standby, replicated:
+	# the new primary of a failover has every attempt the old one sent). A keyed request the
+	# provider dropped may be sent again by libcurl within its attempt (h_drop). Without a key,
+	# the 'uncertain' check holds: no more requests than attempts.
+	my %tag_of = map { (http_tag($_) => $_) } grep { $_->{http} } @steps;
+	for my $tag (sort keys %{ $pc->{requests} || {} })
+	{
+		next unless index($tag, $prefix) == 0 || index($tag, $hprefix) == 0;
+		my ($n, $c) = ($pc->{requests}{$tag}, $pc->{charges}{$tag} || 0);
+		my $st = $tag_of{$tag};
+		if (!$st)
+		{
+			$v->('unknown charge', "the provider saw $n request(s) and $c charge(s) of tag $tag, which no step of the trial has");
+			next;
+		}
+		my $row = $srow{"$st->{run}/$st->{step}"} or next;
+		my $allowed = $row->[3] + ($st->{kind} eq 'h_drop' ? 1 : 0);
+		$v->('request without attempt', "step $st->{run}/$st->{step} ($st->{kind}, keyed): the provider saw $n request(s) "
+			  . "($c charge(s)), the step has $row->[3] attempt(s): " . $fmt->($row))
+		  if $st->{keyed} && $n > $allowed;
+	}
+
+	# the HTTP worker's slots (sampler_main): the hog never held more than its share, nobody did,
+	# and all roles together no more than http_max_inflight
+	my ($samples, $hog_max, $other_max, $total_max, $hog_full) = (0, 0, 0, 0, 0);
+	# (reported, not checked: how long the other roles' deferred SQL steps and HTTP steps waited
+	# for their first claim, from their creation, while the hog flooded -- faults add to it)
+	my %first_wait = (sql => 0, http => 0);
+	for my $st (grep { !$_->{hog} && !$_->{run_step} && !defined $_->{run_at} && ($_->{http} || $_->{defer}) } @steps)
+	{
+		my $k = "$st->{run}/$st->{step}";
+		my ($row, $a1) = ($srow{$k}, $att{$k} && $att{$k}{1});
+		next unless $row && $a1 && $a1->[6] eq 'worker';
+		my $w = $a1->[9] - $row->[12];
+		my $kind = $st->{http} ? 'http' : 'sql';
+		$first_wait{$kind} = $w if $w > $first_wait{$kind};
+	}
+	if ($cfg{hog})
+	{
+		open my $fh, '<', "$dir/sampler" or die "$dir/sampler: $!";
+		while (<$fh>)
+		{
+			chomp;
+			if (/^err\t(.*)/) { push @harness_errs, "sampler: $1"; next }
+			my (undef, $at, $hog, $other, $total, $detail) = split /\t/, $_, -1;
+			$samples++;
+			$hog_max = $hog if $hog > $hog_max;
+			$other_max = $other if $other > $other_max;
+			$total_max = $total if $total > $total_max;
+			$hog_full++ if $hog >= $HTTP_PER_ROLE;
+			$v->('in flight', sprintf("at %.3f an HTTP worker held %d of %s's requests, %d of another role's, %d in all "
+					  . "(http_max_inflight_per_role %d, http_max_inflight %d): %s",
+					$at, $hog, $HOG, $other, $total, $HTTP_PER_ROLE, $HTTP_MAX_INFLIGHT, $detail))
+			  if $hog > $HTTP_PER_ROLE || $other > $HTTP_PER_ROLE || $total > $HTTP_MAX_INFLIGHT;
+		}
+		close $fh;
+		# nobody starves: the other roles' steps settled while the hog still flooded
+		$v->('starvation', "the other roles' steps did not settle within $cfg{settle_timeout} s while $HOG had "
+			  . "$hog_pending step(s) unfinished; among them: " . join(' ; ', map { $_->[0] } @$unsettled))
+		  unless $settled;
+		$v->('settle', "$HOG\'s steps still pending, retrying or running $cfg{settle_timeout} s after its stop sign")
+		  unless $hog_settled;
+		$v->('hog priority', "$HOG\'s ds_run_step with priority => -100 answered " . ($hog_prio // 'nothing')
+			  . ", not 42501 (a priority before everybody's is for durable_steps_admin)")
+		  unless ($hog_prio // '') eq '42501';
+	}
+
 	# the server log: nothing died of a signal but our kill -9s, no PANIC, the lost attempts logged
-	my $log = log_since($log_off);
+	my $log = log_since(\@TRIAL_LOGS);
 	for my $line ($log =~ /^(.*(?:terminated by signal (?!9:)\d+|PANIC:|TRAP:|server process .* exited with exit code [^01]).*)$/mg)
 	{
 		$v->('server crash', $line);
 	}
 	my $lost_logged = () = $log =~ /durable_steps: attempt \d+ of step \Q$prefix\E\S+ was lost/g;
 	my $executor_exits = () = $log =~ /"durable_steps worker" \(PID \d+\) exited with exit code 1/g;
+	# bodies that ignored their cancellation ('ig'), and the claims their executors' ends gave back
+	my $ignored = () = $log =~ /a step body ignored its cancellation/g;
+	my $given_back = () = $log =~ /durable_steps: attempt \d+ of step \Q$prefix\E\S+ never started before its executor ended/g;
+	# extra executors started while every executor was busy (README, "Fair share between roles")
+	my $extras = () = $log =~ /durable_steps: extra worker \d+ started/g;
+
+	# ---- stubborn code: the executors it ended, and what those ends charged
+	# the executors a stubborn hook ended (its FATAL, whose context is fh_hook: past the grace,
+	# or a harness termination while it looped), and those a body that ignored its cancellation
+	# ('ig') ended (its log line)
+	my (%hook_ended, %body_ended);
+	$hook_ended{$1} = 1 while $log =~ /^[^\n]*\[(\d+)\] durable_steps[^\n\]]*worker FATAL:  terminating background worker[^\n]*\n(?:[^\n]*\[\1\][^\n]*CONTEXT:[^\n]*\n)(?:\t[^\n]*\n)*?\t[^\n]*fh_hook\(/mg;
+	$body_ended{$1} = 1 while $log =~ /^[^\n]*\[(\d+)\] [^\n]*a step body ignored its cancellation/mg;
+	my ($n_stub_sql, $n_stub_http, $stub_struck) = (0, 0, 0);
+	for my $st (grep { $_->{stubborn} } @steps)
+	{
+		my $k = "$st->{run}/$st->{step}";
+		my $row = $srow{$k} or next;
+		my ($hook, $at_n) = @{ $st->{stubborn} }{qw(hook at)};
+		if ($st->{http})
+		{
+			$n_stub_http++;
+			# (check_http_step: an answered step is blocked by its lost hook)
+			$stub_struck++ if $row->[2] eq 'blocked' && $row->[6] eq 'DS007';
+			next;
+		}
+		$n_stub_sql++;
+		my $rec = $att{$k} && $att{$k}{$at_n} or next;
+		my ($cls, $code, $executor, $pid) = @$rec[ 3, 4, 6, 7 ];
+		# the outcome of attempt K runs the hook: recorded by the worker, the hook returned there
+		$v->('stubborn hook', "step $k: attempt $at_n ended $cls ($code) in the worker, with its $hook hook, which "
+			  . "ignores its cancellation there, returned: " . $fmt->($rec))
+		  if $executor eq 'worker' && $cls eq ($hook eq 'on_success' ? 'completed' : 'permanent');
+		next unless $code eq 'DS007';
+		$stub_struck++ if $hook_ended{$pid};
+		# the outcome's transaction ended with the executor: the hook's row with it (a lost last
+		# attempt fails the step, whose on_failure then runs where the loss is recorded)
+		$v->('stubborn hook', "step $k: attempt $at_n was lost (its $hook hook ignored its cancellation), yet the hook's "
+			  . "row committed: " . $fmt->($_))
+		  for grep { $_->[2] eq $hook && $_->[4] == $at_n } @{ $hooks{$k} || [] };
+	}
+	# an executor ended by stubborn code charges no other step an attempt: the claims of its batch
+	# it had not started get their attempt back -- unless a fault that ended every process came
+	# between the claim and the recording (what the executor said as it ended was lost with it)
+	my %own_lost;    # the attempts the stubborn code itself lost: "run/step/attempt"
+	for my $st (@steps)
+	{
+		my $k = "$st->{run}/$st->{step}";
+		$own_lost{"$k/$st->{stubborn}{at}"} = 1 if $st->{stubborn} && !$st->{http};
+		my @p = @{ $st->{plan} || [] };
+		$own_lost{"$k/" . ($_ + 1)} = 1 for grep { $p[$_] eq 'ig' } 0 .. $#p;
+	}
+	for my $r (@$att_rows)
+	{
+		next unless $r->[4] eq 'DS007' && ($hook_ended{ $r->[7] } || $body_ended{ $r->[7] });
+		next if $own_lost{"$r->[0]/$r->[1]/$r->[2]"};
+		my ($from, $to) = ($r->[9], $r->[11] eq '' ? time() : $r->[11]);
+		next if grep { $_->[0] <= $to + 0.5 && $_->[1] >= $from - 0.5 } @{ $fc{restarts} || [] };
+		$v->('batch charged', "executor $r->[7], ended by a " . ($hook_ended{ $r->[7] } ? 'hook' : 'body')
+			  . " that ignored its cancellation, charged another step's attempt: " . $fmt->($r));
+	}
+	my $hook_exits = keys %hook_ended;
 
 	# a client that died, or left no closing line: its calls' fate is unknown to the harness
 	for my $c (0 .. $nc - 1)
@@ -2033,11 +2874,28 @@ sub run_trial
 	}
 	my $nviol = 0;
 	$nviol += @$_ for values %viol;
-	my $calls_n = scalar @calls;
+	my $calls_n = grep { !$_->{hog} } @calls;
 	my $dups = grep { $_->{dup} } @calls;
-	my $fdesc = join(' ', map { "$_=" . ($fc{$_} || 0) } @FAULTS);
-	my $n_http = grep { $_->{http} } @steps;
-	my $n_plain = grep { !$_->{run_step} } @steps;
+	my $fdesc = join(' ', map { "$_=" . ($fc{$_} || 0) } @KINDS);
+	my $n_http = grep { $_->{http} && !$_->{hog} } @steps;
+	my $n_plain = grep { !$_->{run_step} && !$_->{hog} } @steps;
+	my $n_hog_sql = grep { !$_->{http} } @hog_steps;
+	my $n_hog_http = grep { $_->{http} } @hog_steps;
+	my $hst = sub {
+		my ($http) = @_;
+		my @k = grep { ($http ? /^http / : !/^http /) } sort keys %hog_status;
+		return join(' ', map { (my $n = $_) =~ s/^http //; "$n $hog_status{$_}" } @k) || 'none';
+	};
+	my $hogdesc = !$cfg{hog} ? ''
+	  : sprintf("hog: %d sql (%s), %d http (%s), %d attempts, %d lost, "
+		  . "%d charges; %d unfinished as the others settled; in flight max %d/%d (at its share in %d of %d samples), "
+		  . "others max %d, all max %d/%d; settle %.1fs; others' longest wait for a first claim: sql %.1fs, http %.1fs | ",
+		$n_hog_sql, $hst->(0), $n_hog_http, $hst->(1),
+		$hog_att, $hog_lost, $hog_charges, $hog_pending, $hog_max, $HTTP_PER_ROLE, $hog_full, $samples,
+		$other_max, $total_max, $HTTP_MAX_INFLIGHT, $hog_settle_time, $first_wait{sql}, $first_wait{http});
+	my $sbdesc = !$standby ? ''
+	  : sprintf('standby %.1fs, failover with %d HTTP requests claimed (%d without a key), ', $standby_time,
+		$fc{failover_http} || 0, $fc{failover_keyless} || 0);
 	my $http_hits = 0;
 	$http_hits += $fc{"${_}_http"} || 0 for qw(kill9 terminate cancel);
 	my $http_inflight = 0;
@@ -2045,17 +2903,19 @@ sub run_trial
 	my $mid = ($fc{kill9_mid_attempt} || 0) + ($fc{terminate_mid_attempt} || 0) + ($fc{cancel_mid_attempt} || 0);
 	printf "trial %2d/%d seed %d: %d steps, %d runs, %d calls (%d dup), %d faults [%s; %d mid-attempt] | "
 	  . "succeeded %d failed %d blocked %d cancelled %d/%d (%d running) | attempts %d (caller %d, worker %d, lost %d) | "
-	  . "http %d: succeeded %d failed %d uncertain %d, %d charges, %d lost; HTTP worker hit %d (%d in flight) | "
+	  . "http %d: succeeded %d failed %d uncertain %d blocked %d, %d charges, %d lost; HTTP worker hit %d (%d in flight) | "
+	  . "stubborn hooks %d (sql %d, http %d): %d struck, %d executor(s) ended in a hook | "
 	  . "runs %d: succeeded %d failed %d cancelled %d/%d, %d turns, %d run steps (succeeded %d failed %d cancelled %d) | "
-	  . "reconnects %d | %.1fs (settle %.1fs) | %s\n",
+	  . "%sreconnects %d | %s%.1fs (settle %.1fs) | %s\n",
 	  $t, $cfg{trials}, $tseed, $n_plain, scalar @runs, $calls_n, $dups, $nfaults, $fdesc, $mid,
 	  $status_n{succeeded} || 0, $status_n{failed} || 0, $status_n{blocked} || 0,
 	  $status_n{cancelled} || 0, scalar @to_cancel, $n_stopped,
 	  $n_att, $n_caller, $n_worker, $lost_n, $n_http, $http_status{succeeded} || 0, $http_status{failed} || 0,
-	  $http_status{uncertain} || 0, $http_charges, $http_lost, $http_hits, $http_inflight,
+	  $http_status{uncertain} || 0, $http_status{blocked} || 0, $http_charges, $http_lost, $http_hits, $http_inflight,
+	  $n_stub_sql + $n_stub_http, $n_stub_sql, $n_stub_http, $stub_struck, $hook_exits,
 	  scalar @runs, $run_n{succeeded} || 0, $run_n{failed} || 0, $run_n{cancelled} || 0, scalar @runs_to_cancel,
 	  $run_turns, $n_run_steps, $run_step_n{succeeded} || 0, $run_step_n{failed} || 0, $run_step_n{cancelled} || 0,
-	  $reconnects, time() - $t0, $settle_time,
+	  $hogdesc, $reconnects, $sbdesc, time() - $t0, $settle_time,
 	  $nviol ? "$nviol VIOLATION(S)" : 'ok';
 	for my $check (sort keys %viol)
 	{
@@ -2083,7 +2943,26 @@ sub run_trial
 	$tot->{calls} += $calls_n;
 	$tot->{dups} += $dups;
 	$tot->{faults} += $nfaults;
-	$tot->{fault}{$_} += $fc{$_} || 0 for @FAULTS;
+	$tot->{fault}{$_} += $fc{$_} || 0 for @KINDS;
+	$tot->{standby_trials}++ if $standby;
+	$tot->{failover_http} += $fc{failover_http} || 0;
+	$tot->{failover_keyless} += $fc{failover_keyless} || 0;
+	$tot->{hog_sql} += $n_hog_sql;
+	$tot->{hog_http} += $n_hog_http;
+	$tot->{hog_ok} += ($hog_status{succeeded} || 0) + ($hog_status{'http succeeded'} || 0);
+	$tot->{hog_attempts} += $hog_att;
+	$tot->{hog_lost} += $hog_lost;
+	$tot->{hog_charges} += $hog_charges;
+	$tot->{hog_pending} += $hog_pending;
+	$tot->{hog_idle}++ if $cfg{hog} && !$hog_pending;
+	$tot->{samples} += $samples;
+	$tot->{hog_full} += $hog_full;
+	$tot->{hog_max} = $hog_max if $hog_max > ($tot->{hog_max} || 0);
+	$tot->{total_max} = $total_max if $total_max > ($tot->{total_max} || 0);
+	for my $k ('sql', 'http')
+	{
+		$tot->{"first_wait_$k"} = $first_wait{$k} if $first_wait{$k} > ($tot->{"first_wait_$k"} || 0);
+	}
 	$tot->{mid} += $mid;
 	$tot->{$_} += $status_n{$_} || 0 for qw(succeeded failed blocked cancelled);
 	$tot->{stopped} += $n_stopped;
@@ -2094,7 +2973,7 @@ sub run_trial
 	$tot->{"${_}_mid"} += $fc{"${_}_mid_attempt"} || 0 for qw(kill9 terminate cancel);
 	$tot->{lost} += $lost_n;
 	$tot->{http} += $n_http;
-	$tot->{"http_$_"} += $http_status{$_} || 0 for qw(succeeded failed uncertain);
+	$tot->{"http_$_"} += $http_status{$_} || 0 for qw(succeeded failed uncertain blocked);
 	$tot->{http_charges} += $http_charges;
 	$tot->{http_lost} += $http_lost;
 	$tot->{"${_}_http"} += $fc{"${_}_http"} || 0 for qw(kill9 terminate cancel);
@@ -2102,6 +2981,13 @@ sub run_trial
 	$tot->{lost_logged} += $lost_logged;
 	$tot->{reconnects} += $reconnects;
 	$tot->{executor_exits} += $executor_exits;
+	$tot->{ignored} += $ignored;
+	$tot->{hook_exits} += $hook_exits;
+	$tot->{stub_sql} += $n_stub_sql;
+	$tot->{stub_http} += $n_stub_http;
+	$tot->{stub_struck} += $stub_struck;
+	$tot->{given_back} += $given_back;
+	$tot->{extras} += $extras;
 	$tot->{rearmed} += grep { my $r = $srow{"$_->{run}/$_->{step}"}; $r && $r->[9] =~ /"fixed": true/ } @rearm;
 	$tot->{max_settle} = $settle_time if $settle_time > ($tot->{max_settle} || 0);
 	return $nviol;
@@ -2110,8 +2996,10 @@ sub run_trial
 # ---- main ---------------------------------------------------------------------------------------
 
 my $start = time();
+my @sb_trials = grep { standby_trial($_) } 1 .. $cfg{trials};
 print "faults: seed $seed, $cfg{trials} trial(s) of $cfg{steps} steps, $cfg{clients} clients"
-  . ($opt{short} ? ' (short)' : '') . "\n";
+  . ($opt{short} ? ' (short)' : '') . ", hog " . ($cfg{hog} ? 'on' : 'off')
+  . ", synchronous standby and failover in " . (@sb_trials ? 'trial(s) ' . join(',', @sb_trials) : 'no trial') . "\n";
 my %tot;
 my $rc = 0;
 my $ok = eval {
@@ -2138,21 +3026,34 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d du
   . "%d faults (%s; mid-attempt: kill9 %d, terminate %d, cancel %d) | succeeded %d, failed %d, "
   . "blocked %d (%d re-armed), cancelled %d by ds_cancel_step (%d while running in the worker) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
   . "worker %d), %d lost (DS007; %d logged by the worker) | "
-  . "%d HTTP steps: succeeded %d, failed %d, uncertain %d; %d charges, %d lost; HTTP worker hit by kill9 %d, terminate %d, cancel %d (%d with requests in flight) | "
+  . "%d HTTP steps: succeeded %d, failed %d, uncertain %d, blocked %d; %d charges, %d lost; HTTP worker hit by kill9 %d, terminate %d, cancel %d (%d with requests in flight) | "
   . "%d runs: succeeded %d, failed %d, cancelled %d (ds_cancel_run called on %d); %d turns; %d run steps: succeeded %d, failed %d, cancelled %d | "
-  . "%d executor exit(s), "
-  . "%d client reconnects | longest settle %.1f s | %d invariant violation(s) in %d trial(s)"
+  . "%d executor exit(s) (%d ended by a body that ignored its cancellation, %d by a hook that did; %d claims given back), "
+  . "stubborn hooks: %d on SQL steps, %d on HTTP steps, %d struck, "
+  . "%d extra executor(s) started, "
+  . "%d client reconnects | longest settle %.1f s | "
+  . "hog: %d slow SQL and %d hanging HTTP steps (%d succeeded), %d attempts, %d lost, %d charges, %d steps unfinished as the others settled "
+  . "(idle in %d trial(s)), in flight max %d of %d per role (at its share in %d of %d samples), all roles max %d of %d; "
+  . "the others' longest wait for a first claim: sql %.1f s, http %.1f s | "
+  . "%d trial(s) with a synchronous standby, %d failover(s) with %d HTTP requests claimed (%d without a key) | "
+  . "%d invariant violation(s) in %d trial(s)"
   . ($tot{harness_errors} ? ", $tot{harness_errors} HARNESS ERROR(S)" : '') . "\n",
   $tot{trials} || 0, $seed, $elapsed, $tot{steps} || 0, $tot{calls} || 0, $tot{dups} || 0,
-  $tot{faults} || 0, join(' ', map { "$_ " . ($tot{fault}{$_} || 0) } @FAULTS),
+  $tot{faults} || 0, join(' ', map { "$_ " . ($tot{fault}{$_} || 0) } @KINDS),
   map({ $tot{"${_}_mid"} || 0 } qw(kill9 terminate cancel)),
   $tot{succeeded} || 0, $tot{failed} || 0, $tot{blocked} || 0, $tot{rearmed} || 0, $tot{cancelled} || 0, $tot{stopped} || 0,
   $tot{attempts} || 0, $tot{caller} || 0, $tot{caller_retry} || 0, $tot{worker} || 0, $tot{lost} || 0, $tot{lost_logged} || 0,
-  $tot{http} || 0, $tot{http_succeeded} || 0, $tot{http_failed} || 0, $tot{http_uncertain} || 0,
+  $tot{http} || 0, $tot{http_succeeded} || 0, $tot{http_failed} || 0, $tot{http_uncertain} || 0, $tot{http_blocked} || 0,
   $tot{http_charges} || 0, $tot{http_lost} || 0, map({ $tot{"${_}_http"} || 0 } qw(kill9 terminate cancel)), $tot{http_inflight} || 0,
   $tot{runs} || 0, map({ $tot{"runs_$_"} || 0 } qw(succeeded failed cancelled)), $tot{run_cancels} || 0, $tot{run_turns} || 0,
   $tot{run_steps} || 0, map({ $tot{"run_steps_$_"} || 0 } qw(succeeded failed cancelled)),
-  $tot{executor_exits} || 0, $tot{reconnects} || 0, $tot{max_settle} || 0,
+  $tot{executor_exits} || 0, $tot{ignored} || 0, $tot{hook_exits} || 0, $tot{given_back} || 0,
+  $tot{stub_sql} || 0, $tot{stub_http} || 0, $tot{stub_struck} || 0, $tot{extras} || 0,
+  $tot{reconnects} || 0, $tot{max_settle} || 0,
+  map({ $tot{$_} || 0 } qw(hog_sql hog_http hog_ok hog_attempts hog_lost hog_charges hog_pending hog_idle hog_max)),
+  $HTTP_PER_ROLE, $tot{hog_full} || 0, $tot{samples} || 0, $tot{total_max} || 0, $HTTP_MAX_INFLIGHT,
+  $tot{first_wait_sql} || 0, $tot{first_wait_http} || 0,
+  $tot{standby_trials} || 0, $tot{fault}{failover} || 0, $tot{failover_http} || 0, $tot{failover_keyless} || 0,
   $tot{violations} || 0, $tot{bad_trials} || 0;
 $rc = 1 if !$rc && $tot{violations};
 $rc = 2 if !$rc && $tot{harness_errors};

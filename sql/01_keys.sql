@@ -1,4 +1,5 @@
--- ds_key: canonical keys from typed parts (README "Keys")
+-- ds_key: canonical keys from typed parts (docs/steps.md, "Keys")
+\set SHOW_CONTEXT never
 SET timezone = 'America/New_York';
 SET datestyle = 'SQL, DMY';
 

@@ -1,4 +1,5 @@
--- ds_run_step: every row of the table in README "How a step behaves", results, re-arming and the caller's transaction
+-- ds_run_step: every row of the table in docs/steps.md, "How a step behaves", results, re-arming and the caller's transaction
+\set SHOW_CONTEXT never
 
 CREATE OR REPLACE FUNCTION fail_with(code text) RETURNS int LANGUAGE plpgsql AS $$
 BEGIN
@@ -33,19 +34,13 @@ SELECT status, replayed
          INSERT INTO rs_orders VALUES (1, $1->>'note') RETURNING id, note$$,
        '{"note": "first"}', policy => '{"max_attempts": 1}', timeout => '1 s');
 -- completed, different fingerprint (other input, other SQL): conflict, DS422; nothing runs
-CREATE FUNCTION rs_error(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE q;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END
-$$;
-SELECT rs_error($q$SELECT ds_run_step('order:1', 'insert',
+SELECT ds_run_step('order:1', 'insert',
        $$WITH c AS (INSERT INTO rs_calls(step) VALUES ('insert'))
          INSERT INTO rs_orders VALUES (1, $1->>'note') RETURNING id, note$$,
-       '{"note": "second"}')$q$);
-SELECT rs_error($q$SELECT ds_run_step('order:1', 'insert', 'SELECT 1')$q$);
+       '{"note": "second"}');
+\echo :SQLSTATE
+SELECT ds_run_step('order:1', 'insert', 'SELECT 1');
+\echo :SQLSTATE
 SELECT rs_count('insert') AS body_runs;
 
 -- failed, same fingerprint: the stored failure; the body does not run again
@@ -227,7 +222,7 @@ SELECT status, result, replayed
   FROM ds_run_step('cache', 'a', 'SELECT nextval(''rs_cache_runs'')');
 -- the statement trigger that makes every backend forget, on DELETE, UPDATE and TRUNCATE, also
 -- under session_replication_role = replica (another backend forgetting is tested in
--- test/t/001_concurrent_claims.pl)
+-- test/t/059_replay_cache_forgets.pl)
 SELECT tgname, tgtype, tgenabled
   FROM pg_trigger WHERE tgrelid = 'durable_steps.steps'::regclass
    AND tgfoid = 'durable_steps.ds_forget_replays'::regproc;

@@ -1,4 +1,6 @@
--- Security (README "Security model"): roles see and act on their own steps; bodies run as the caller
+-- Security (docs/security.md): roles see and act on their own steps; bodies run as the caller.
+-- Where which error it is matters, the failing statement is followed by its SQLSTATE.
+\set SHOW_CONTEXT never
 
 CREATE ROLE sec_alice;
 CREATE ROLE sec_bob;
@@ -23,16 +25,6 @@ SELECT run_id, step_id, status, owner FROM ds_steps ORDER BY step_id;
 SELECT step_id, attempt, role FROM ds_attempts ORDER BY step_id;
 RESET ROLE;
 
--- errors by SQLSTATE, for the cases where which error it is matters
-CREATE FUNCTION sec_try(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE q;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END
-$$;
-
 -- another role sees none of them, and may not act on them
 SET ROLE sec_bob;
 SELECT count(*) AS bob_sees FROM ds_steps WHERE run_id = 'sec';
@@ -40,20 +32,24 @@ SELECT count(*) AS bob_sees_attempts FROM ds_attempts WHERE run_id = 'sec';
 SELECT * FROM ds_run_step('sec', 'alice-step',
        $$INSERT INTO sec_alice_data VALUES (current_user) RETURNING who$$);
 -- re-arming a step of another role answers exactly as a step that does not exist
-SELECT sec_try($$SELECT ds_retry_step('sec', 'alice-peeks')$$) AS other_roles_step;
-SELECT sec_try($$SELECT ds_retry_step('sec', 'no-such-step')$$) AS missing_step;
+SELECT ds_retry_step('sec', 'alice-peeks');
+\echo :SQLSTATE
+SELECT ds_retry_step('sec', 'no-such-step');
+\echo :SQLSTATE
 RESET ROLE;
 
 -- a member of durable_steps_admin sees every step, but is never answered with another role's
 -- result as its own: its search_path and privileges are not the owner's
 SET ROLE sec_admin;
 SELECT count(*) AS admin_sees FROM ds_steps WHERE run_id = 'sec';
-SELECT sec_try($$SELECT ds_run_step('sec', 'alice-step',
-       'INSERT INTO sec_alice_data VALUES (current_user) RETURNING who')$$) AS admin_replay;
+SELECT ds_run_step('sec', 'alice-step',
+       'INSERT INTO sec_alice_data VALUES (current_user) RETURNING who');
+\echo :SQLSTATE
 RESET ROLE;
 -- nor is a superuser
-SELECT sec_try($$SELECT ds_run_step('sec', 'alice-step',
-       'INSERT INTO sec_alice_data VALUES (current_user) RETURNING who')$$) AS superuser_replay;
+SELECT ds_run_step('sec', 'alice-step',
+       'INSERT INTO sec_alice_data VALUES (current_user) RETURNING who');
+\echo :SQLSTATE
 -- the owner replays, and the answer is remembered in this backend; it is still not bob's
 SET ROLE sec_alice;
 SELECT status, result, replayed
@@ -80,12 +76,14 @@ SELECT count(*) AS evil_path_steps FROM ds_steps WHERE step_id = 'evil-path';
 -- re-arming: an admin may run a step again as its owner defined it, but not give it new input
 -- (which would then run with the owner's privileges), and not touch a superuser's step
 SET ROLE sec_admin;
-SELECT sec_try($$SELECT ds_retry_step('sec', 'alice-peeks', '{"x": 1}')$$) AS admin_new_input;
+SELECT ds_retry_step('sec', 'alice-peeks', '{"x": 1}');
+\echo :SQLSTATE
 SELECT status FROM ds_retry_step('sec', 'alice-peeks');
 RESET ROLE;
 SELECT status, error_class FROM ds_run_step('sec', 'super-fails', $$SELECT ds_non_retriable('no')$$);
 SET ROLE sec_admin;
-SELECT sec_try($$SELECT ds_retry_step('sec', 'super-fails')$$) AS admin_rearms_superuser_step;
+SELECT ds_retry_step('sec', 'super-fails');
+\echo :SQLSTATE
 RESET ROLE;
 SELECT step_id, status, input FROM ds_steps WHERE step_id IN ('alice-peeks', 'super-fails')
  ORDER BY step_id;
@@ -93,7 +91,8 @@ SELECT step_id, status, input FROM ds_steps WHERE step_id IN ('alice-peeks', 'su
 -- limits a body cannot lift: only superusers set durable_steps.max_result_size, and the limit
 -- in force is the one read before the body ran
 SET ROLE sec_alice;
-SELECT sec_try($$SET durable_steps.max_result_size = '100MB'$$) AS alice_raises_limit;
+SET durable_steps.max_result_size = '100MB';
+\echo :SQLSTATE
 RESET ROLE;
 SET durable_steps.max_result_size = '1kB';
 SELECT status, error_code, error_message

@@ -1,4 +1,5 @@
 -- Data safety: what a dump keeps, owners by name, a step's attempts go with it
+\set SHOW_CONTEXT never
 
 -- pg_dump writes the rows of these three tables (pg_extension_config_dump, every row)
 SELECT c::regclass AS dumped_table, coalesce(f, '') AS row_filter

@@ -1,4 +1,5 @@
 -- DROP ROLE warns about the unfinished steps the dropped roles own (src/role_guard.c)
+\set SHOW_CONTEXT never
 
 CREATE ROLE guard_dave;
 CREATE ROLE guard_erin;

@@ -1,6 +1,7 @@
--- Deferred steps (README, "Deferred steps"): stored with the caller's transaction, nothing runs
+-- Deferred steps (docs/steps.md, "Deferred steps"): stored with the caller's transaction, nothing runs
 -- now; the background worker runs attempt 1 when it is due. (pg_regress's database is not the
 -- worker's, so nothing here is ever run by the worker.)
+\set SHOW_CONTEXT never
 
 CREATE TABLE deferred_effects (n int);
 

@@ -1,6 +1,7 @@
--- ds_cancel_step (README, "Cancelling a step"): a step that has not finished becomes cancelled
+-- ds_cancel_step (docs/steps.md, "Cancelling a step"): a step that has not finished becomes cancelled
 -- and never runs again; a finished one cannot be cancelled. (pg_regress's database is not the
 -- worker's: no attempt here is run by the worker.)
+\set SHOW_CONTEXT never
 
 -- a deferred (pending) step
 SELECT status FROM ds_run_step('cancel', 'pending', 'SELECT 1', defer => true);

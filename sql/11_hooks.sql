@@ -1,6 +1,7 @@
--- Outcome hooks (README, "Outcome hooks"): on_success and on_failure run as the step's owner in
+-- Outcome hooks (docs/steps.md, "Outcome hooks"): on_success and on_failure run as the step's owner in
 -- the transaction that records the outcome. Here the caller's transaction runs the attempts
 -- (pg_regress's database is not the worker's); test/t/018_outcome_hooks.pl covers the worker.
+\set SHOW_CONTEXT never
 CREATE ROLE hook_user;
 CREATE ROLE hook_admin IN ROLE durable_steps_admin;
 CREATE TABLE hook_answers (step_id text PRIMARY KEY, answer jsonb, written_by name);

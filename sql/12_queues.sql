@@ -1,8 +1,9 @@
--- Queues and priorities (README, "Queues"): the arguments, ds_set_queue and its permissions, and
+-- Queues and priorities (docs/queues.md): the arguments, ds_set_queue and its permissions, and
 -- the ds_queues view. No step here is run by a worker, whether or not one serves this database:
 -- the deferred steps are due in an hour or wait in a paused queue. (test/t/019_queues.pl checks
 -- how the worker serves queues.) The view is shown without queue default, which the other
 -- tests' steps are in.
+\set SHOW_CONTEXT never
 
 -- a step names its queue and priority; they are stored with it
 SELECT status FROM ds_run_step('queues', 'a', 'SELECT 1', run_at => now() + interval '1 hour',
@@ -61,8 +62,16 @@ SELECT status FROM ds_run_step('queues-user', 'x', 'SELECT 1', defer => true, qu
 SELECT queue, concurrency, running, due, scheduled FROM ds_queues WHERE queue <> 'default' ORDER BY queue;
 -- the tables stay private
 SELECT count(*) FROM durable_steps.queues;
+-- a priority below 0 goes before every role's steps: only for administrators (0 and more are
+-- anybody's); nothing is stored
+SELECT status FROM ds_run_step('queues-user', 'urgent', 'SELECT 1', defer => true, priority => -1);
+SELECT status FROM ds_run_step('queues-user', 'late', 'SELECT 1', run_at => now() + interval '1 hour', priority => 10);
 SET ROLE queue_admin;
 SELECT ds_set_queue('mail', 1);
+SELECT status FROM ds_run_step('queues-admin', 'urgent', 'SELECT 1', run_at => now() + interval '1 hour', priority => -1);
+RESET ROLE;
+SELECT run_id, step_id, priority FROM ds_steps WHERE run_id LIKE 'queues-%' AND step_id IN ('urgent', 'late') ORDER BY 1, 2;
+SET ROLE queue_admin;
 -- an admin sees every role's steps counted
 SELECT queue, concurrency, running, due, scheduled FROM ds_queues WHERE queue <> 'default' ORDER BY queue;
 RESET ROLE;

@@ -1,63 +1,89 @@
--- HTTP steps (README "HTTP steps"): what ds_http_step and ds_resolve_step check when called.
+-- HTTP steps (docs/http.md): what ds_http_step and ds_resolve_step check when called.
 -- Nothing is sent here: every step stored is due in 2100 (an HTTP worker may serve this database).
+-- Each refused call is followed by its SQLSTATE.
+\set SHOW_CONTEXT never
 
 CREATE ROLE http_alice IN ROLE durable_steps_http;
 CREATE ROLE http_bob IN ROLE durable_steps_http;
 CREATE ROLE http_carol;                                  -- not allowed to create HTTP steps
 CREATE ROLE http_admin IN ROLE durable_steps_admin;
 
--- errors by SQLSTATE and message
-CREATE FUNCTION http_try(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE q;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END
-$$;
-GRANT EXECUTE ON FUNCTION http_try(text) TO PUBLIC;
-
 SET ROLE http_alice;
 -- malformed requests: 22023 naming the field (22004 for a NULL request), nothing stored
-SELECT http_try(q) FROM (VALUES
-  ($$SELECT ds_http_step('h', 'bad', NULL)$$),
-  ($$SELECT ds_http_step('h', 'bad', '[1]')$$),
-  ($$SELECT ds_http_step('h', 'bad', '"http://x"')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "file:///etc/passwd"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "gopher://127.0.0.1:70/x"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "ftp://127.0.0.1/x"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "127.0.0.1/x"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://user:pw@api.example.com/"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": 42}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "method": "post"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "method": "TRACE"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": ["a"]}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": {"A": 1}}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": {"A B": "x"}}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": {"X-Evil": "a\r\nHost: b"}}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": {"Content-Length": "5"}}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "json": {}, "body": "x"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "body": 5}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "method": "HEAD", "body": "x"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "expect": "xml"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "connect_timeout": "soon"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "connect_timeout": 0}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "connect_timeout": "1 hour"}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "follow": true}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', idempotency_header => 'Bad Name')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": {"idempotency-key": "k"}}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', timeout => '0 s')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', timeout => '25 hours')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', policy => '{"max_attempts": 0}')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', nowait => NULL)$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', on_success => 'SELEC 1')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', on_failure => ' ')$$),
-  ($$SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', run_at => 'infinity')$$),
-  ($$SELECT ds_http_step('h', '', '{"url": "http://a.example/"}')$$),
-  ($$SELECT ds_http_step(NULL, 'bad', '{"url": "http://a.example/"}')$$)
-) AS t(q);
+SELECT ds_http_step('h', 'bad', NULL);
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '[1]');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '"http://x"');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "file:///etc/passwd"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "gopher://127.0.0.1:70/x"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "ftp://127.0.0.1/x"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "127.0.0.1/x"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://user:pw@api.example.com/"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": 42}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "method": "post"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "method": "TRACE"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": ["a"]}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": {"A": 1}}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": {"A B": "x"}}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": {"X-Evil": "a\r\nHost: b"}}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": {"Content-Length": "5"}}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "json": {}, "body": "x"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "body": 5}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "method": "HEAD", "body": "x"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "expect": "xml"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "connect_timeout": "soon"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "connect_timeout": 0}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "connect_timeout": "1 hour"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "follow": true}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', idempotency_header => 'Bad Name');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "headers": {"idempotency-key": "k"}}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', timeout => '0 s');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', timeout => '25 hours');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', policy => '{"max_attempts": 0}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', nowait => NULL);
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', on_success => 'SELEC 1');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', on_failure => ' ');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', run_at => 'infinity');
+\echo :SQLSTATE
+SELECT ds_http_step('h', '', '{"url": "http://a.example/"}');
+\echo :SQLSTATE
+SELECT ds_http_step(NULL, 'bad', '{"url": "http://a.example/"}');
+\echo :SQLSTATE
 SELECT count(*) AS stored_after_bad_input FROM ds_steps;
 
 -- a well-formed request is stored pending; nothing is sent in the caller's transaction
@@ -77,9 +103,11 @@ SELECT status, replayed
          "headers": {"Authorization": "Bearer sk_live_secret", "X-Api-Key": "k-secret", "X-Trace": "t1"},
          "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}',
        run_at => '2100-01-01');
-SELECT http_try($$SELECT ds_http_step('h', 'charge', '{"method": "POST", "url": "https://api.example.com/charges", "json": {"amount": 1}}')$$);
+SELECT ds_http_step('h', 'charge', '{"method": "POST", "url": "https://api.example.com/charges", "json": {"amount": 1}}');
+\echo :SQLSTATE
 -- a SQL step under the same identity is another definition
-SELECT http_try($$SELECT ds_run_step('h', 'charge', 'SELECT 1')$$);
+SELECT ds_run_step('h', 'charge', 'SELECT 1');
+\echo :SQLSTATE
 -- no idempotency header
 SELECT status FROM ds_http_step('h', 'no-key', '{"url": "http://a.example/"}', idempotency_header => NULL,
                                 run_at => '2100-01-01');
@@ -96,13 +124,15 @@ RESET ROLE;
 
 -- another member of durable_steps_http: the identity is taken, and the answer is not hers
 SET ROLE http_bob;
-SELECT http_try($$SELECT ds_http_step('h', 'charge', '{"method": "POST", "url": "https://api.example.com/charges", "expect": "json", "headers": {"Authorization": "Bearer sk_live_secret", "X-Api-Key": "k-secret", "X-Trace": "t1"}, "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}')$$);
+SELECT ds_http_step('h', 'charge', '{"method": "POST", "url": "https://api.example.com/charges", "expect": "json", "headers": {"Authorization": "Bearer sk_live_secret", "X-Api-Key": "k-secret", "X-Trace": "t1"}, "json": {"amount": 4200, "currency": "EUR"}, "connect_timeout": "2 s"}');
+\echo :SQLSTATE
 SELECT count(*) AS bob_sees FROM ds_steps WHERE run_id = 'h';
 RESET ROLE;
 
 -- a role without durable_steps_http is refused, and nothing is stored
 SET ROLE http_carol;
-SELECT http_try($$SELECT ds_http_step('h', 'carol', '{"url": "http://a.example/"}')$$);
+SELECT ds_http_step('h', 'carol', '{"url": "http://a.example/"}');
+\echo :SQLSTATE
 RESET ROLE;
 SELECT count(*) AS carol_steps FROM durable_steps.steps WHERE step_id = 'carol';
 
@@ -117,48 +147,57 @@ RESET ROLE;
 RESET durable_steps.http_secret_headers;
 -- the setting is a superuser's
 SET ROLE http_alice;
-SELECT http_try($$SET durable_steps.http_secret_headers = ''$$);
-SELECT http_try($$SET durable_steps.http_allowed_hosts = '*'$$);
+SET durable_steps.http_secret_headers = '';
+\echo :SQLSTATE
+SET durable_steps.http_allowed_hosts = '*';
+\echo :SQLSTATE
 RESET ROLE;
 
 -- durable_steps.http_allowed_hosts: names, *.domain, or *; other hosts are refused with 42501
 SET durable_steps.http_allowed_hosts = 'api.example.com, *.hooks.example';
 SET ROLE http_alice;
-SELECT http_try(q) FROM (VALUES
-  ($$SELECT ds_http_step('hosts', 'exact', '{"url": "https://API.example.com/x"}', run_at => '2100-01-01')$$),
-  ($$SELECT ds_http_step('hosts', 'sub', '{"url": "https://a.hooks.example/x"}', run_at => '2100-01-01')$$),
-  ($$SELECT ds_http_step('hosts', 'bare-domain', '{"url": "https://hooks.example/x"}')$$),
-  ($$SELECT ds_http_step('hosts', 'other', '{"url": "http://127.0.0.1:8080/x"}')$$),
-  ($$SELECT ds_http_step('hosts', 'suffix-trick', '{"url": "https://evilapi.example.com/x"}')$$)
-) AS t(q);
+SELECT status FROM ds_http_step('hosts', 'exact', '{"url": "https://API.example.com/x"}', run_at => '2100-01-01');
+SELECT status FROM ds_http_step('hosts', 'sub', '{"url": "https://a.hooks.example/x"}', run_at => '2100-01-01');
+SELECT ds_http_step('hosts', 'bare-domain', '{"url": "https://hooks.example/x"}');
+\echo :SQLSTATE
+SELECT ds_http_step('hosts', 'other', '{"url": "http://127.0.0.1:8080/x"}');
+\echo :SQLSTATE
+SELECT ds_http_step('hosts', 'suffix-trick', '{"url": "https://evilapi.example.com/x"}');
+\echo :SQLSTATE
 SELECT step_id FROM ds_steps WHERE run_id = 'hosts' ORDER BY step_id;
 RESET ROLE;
 RESET durable_steps.http_allowed_hosts;
 
 -- ds_resolve_step: only uncertain steps, by their owner or an admin
 SET ROLE http_alice;
-SELECT http_try(q) FROM (VALUES
-  ($$SELECT ds_resolve_step('h', 'charge', 'done', NULL)$$),
-  ($$SELECT ds_resolve_step('h', 'charge', NULL, NULL)$$),
-  ($$SELECT ds_resolve_step('h', 'charge', 'succeeded', NULL)$$),
-  ($$SELECT ds_resolve_step('h', 'charge', 'succeeded', '{"status": 200}')$$),
-  ($$SELECT ds_resolve_step('h', 'nope', 'failed')$$)
-) AS t(q);
+SELECT ds_resolve_step('h', 'charge', 'done', NULL);
+\echo :SQLSTATE
+SELECT ds_resolve_step('h', 'charge', NULL, NULL);
+\echo :SQLSTATE
+SELECT ds_resolve_step('h', 'charge', 'succeeded', NULL);
+\echo :SQLSTATE
+SELECT ds_resolve_step('h', 'charge', 'succeeded', '{"status": 200}');
+\echo :SQLSTATE
+SELECT ds_resolve_step('h', 'nope', 'failed');
+\echo :SQLSTATE
 RESET ROLE;
 -- (an uncertain step is made by hand here; TAP 043 makes one by a timeout)
 UPDATE durable_steps.steps SET status = 'uncertain', attempts = 1, error_class = 'uncertain'
  WHERE step_id IN ('charge', 'no-key');
 SET ROLE http_bob;
-SELECT http_try($$SELECT ds_resolve_step('h', 'charge', 'failed')$$);
+SELECT ds_resolve_step('h', 'charge', 'failed');
+\echo :SQLSTATE
 RESET ROLE;
 -- input can only be replaced for SQL steps
 SET ROLE http_alice;
-SELECT http_try($$SELECT ds_retry_step('h', 'charge', '{}')$$);
+SELECT ds_retry_step('h', 'charge', '{}');
+\echo :SQLSTATE
 RESET ROLE;
 SET ROLE http_alice;
 SELECT run_id, step_id, status, result, attempt, error_class
   FROM ds_resolve_step('h', 'charge', 'succeeded', '{"status": 200, "body": {"id": "ch_1"}}');
-SELECT http_try($$SELECT ds_resolve_step('h', 'charge', 'failed')$$);
+SELECT ds_resolve_step('h', 'charge', 'failed');
+\echo :SQLSTATE
 RESET ROLE;
 SET ROLE http_admin;
 SELECT status, result, error_detail, attempt, error_class, error_code
@@ -183,11 +222,12 @@ SELECT status FROM ds_http_step('h', 'su-charge', '{"url": "https://api.example.
 UPDATE durable_steps.steps SET status = 'uncertain', attempts = 1, error_class = 'uncertain'
  WHERE step_id = 'su-charge';
 SET ROLE http_admin;
-SELECT http_try($$SELECT ds_resolve_step('h', 'su-charge', 'succeeded', '{"status": 200}')$$);
-SELECT http_try($$SELECT ds_resolve_step('h', 'su-charge', 'failed')$$);
+SELECT ds_resolve_step('h', 'su-charge', 'succeeded', '{"status": 200}');
+\echo :SQLSTATE
+SELECT ds_resolve_step('h', 'su-charge', 'failed');
+\echo :SQLSTATE
 RESET ROLE;
 SELECT status, attempt FROM ds_resolve_step('h', 'su-charge', 'failed');
 
 DELETE FROM durable_steps.steps WHERE run_id IN ('h', 'hosts');
-DROP FUNCTION http_try(text);
 DROP ROLE http_alice, http_bob, http_carol, http_admin;

@@ -1,5 +1,6 @@
--- Size limits (README, "Settings"): what a role may store is bounded by superuser settings,
+-- Size limits (docs/reference.md, "Settings"): what a role may store is bounded by superuser settings,
 -- checked at the call before anything is stored (54000, naming the setting)
+\set SHOW_CONTEXT never
 CREATE ROLE limits_alice IN ROLE durable_steps_http;
 CREATE FUNCTION limits_flow(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql AS 'SELECT input';
 GRANT EXECUTE ON FUNCTION limits_flow(text, jsonb) TO limits_alice;

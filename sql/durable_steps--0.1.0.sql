@@ -25,7 +25,7 @@ CREATE SCHEMA durable_steps;
 -- regrole columns (it preserves role OIDs).
 --
 -- A run groups steps under one run_id, carries their default retry policy, and is driven by the
--- worker through its workflow, one turn at a time (README, "Runs").
+-- worker through its workflow, one turn at a time (docs/runs.md).
 CREATE TABLE durable_steps.runs (
     run_id          text COLLATE "C" PRIMARY KEY,
     -- the workflow's qualified signature, e.g. public.checkout(text,jsonb)
@@ -50,6 +50,10 @@ CREATE TABLE durable_steps.runs (
     -- turns started (each claim counts one), and turns lost in a row to a vanished executor
     turns           integer NOT NULL DEFAULT 0,
     lost_turns      integer NOT NULL DEFAULT 0,
+    -- attempts that lost or interrupted turns may have run of the step they reached, whose
+    -- records rolled back with them: their SQLSTATEs (DS007 lost, 57014 interrupted), recorded
+    -- on that step by the next turn that reaches it (docs/runs.md); NULL when none
+    unrecorded_attempts text[],
     -- the executor running the current turn (status 'running'), and until when its lease runs
     claimed_by      integer,
     lease_expires_at timestamptz,
@@ -69,7 +73,7 @@ CREATE INDEX runs_due_idx ON durable_steps.runs (next_wake_at)
 CREATE INDEX runs_running_idx ON durable_steps.runs (run_id) WHERE status = 'running';
 CREATE INDEX runs_event_idx ON durable_steps.runs (wait_event) WHERE status = 'waiting';
 
--- Events for runs (README, "Events"): one row per (emitting role, name); the first emit wins.
+-- Events for runs (docs/runs.md, "Events"): one row per (emitting role, name); the first emit wins.
 CREATE TABLE durable_steps.events (
     owner           pg_catalog.regrole NOT NULL,
     name            text COLLATE "C" NOT NULL,
@@ -96,7 +100,7 @@ CREATE TABLE durable_steps.steps (
     -- HTTP steps: the header that carries the step's idempotency key; NULL sends none
     idempotency_header text,
     fingerprint     text NOT NULL,
-    -- the resolved retry policy (README, "Retry policy"): typed columns rather than its jsonb,
+    -- the resolved retry policy (docs/steps.md, "Retry policy"): typed columns rather than its jsonb,
     -- which took half of a row's bytes, and so of the WAL of every claim and outcome; the ds_steps
     -- view shows it as jsonb. Delays in microseconds.
     max_attempts    integer NOT NULL,
@@ -113,12 +117,12 @@ CREATE TABLE durable_steps.steps (
     search_path     text NOT NULL,
     -- channel NOTIFYed when the step stops: succeeded, failed, blocked or cancelled
     notify          text,
-    -- outcome hooks (README, "Outcome hooks"): SQL run as the owner, $1 the outcome as jsonb, in
+    -- outcome hooks (docs/steps.md, "Outcome hooks"): SQL run as the owner, $1 the outcome as jsonb, in
     -- the transaction that records a success (on_success) or a final failure (on_failure)
     on_success      text,
     on_failure      text,
     -- the worker serves each queue within its concurrency (durable_steps.queues), lower
-    -- priority numbers first (README, "Queues")
+    -- priority numbers first (docs/queues.md)
     queue           text COLLATE "C" NOT NULL DEFAULT 'default',
     priority        integer NOT NULL DEFAULT 0,
     created_at      timestamptz NOT NULL,
@@ -147,8 +151,12 @@ CREATE TABLE durable_steps.steps (
     attempt_started_at timestamptz,
     -- the queue of a running step claimed from a queue with a concurrency limit, counted against
     -- it (steps_limited_running_idx); NULL otherwise. A claim from a queue without a limit leaves
-    -- it alone, as it leaves every indexed column, so that it is a HOT update (README, "Queues").
+    -- it alone, as it leaves every indexed column, so that it is a HOT update (docs/queues.md).
     running_queue   text COLLATE "C",
+    -- An HTTP attempt's outcome, kept by the HTTP worker for an executor to record together with
+    -- the step's outcome hook (docs/steps.md, "Outcome hooks"): no user code runs in the process that
+    -- holds other roles' requests in flight. The step stays 'running' until it is recorded.
+    kept_outcome    jsonb,
     updated_at      timestamptz NOT NULL,
     finished_at     timestamptz,
     result          jsonb,
@@ -182,6 +190,9 @@ CREATE INDEX steps_due_idx ON durable_steps.steps (queue, priority, next_attempt
 -- worker process ends (src/worker.c).
 CREATE INDEX steps_limited_running_idx ON durable_steps.steps (running_queue)
     WHERE running_queue IS NOT NULL;
+-- The HTTP outcomes kept for an executor (kept_outcome): few at any time.
+CREATE INDEX steps_kept_outcome_idx ON durable_steps.steps (run_id, step_id)
+    WHERE kept_outcome IS NOT NULL;
 -- Retention purges finished steps by age (src/retention.c): those finished before the cutoff,
 -- which were created before it too. BRIN, because every succeeded step would otherwise pay for one
 -- more btree entry on the hot path; creation times follow the table's order closely. On
@@ -224,7 +235,7 @@ CREATE TABLE durable_steps.attempts (
     PRIMARY KEY (run_id, step_id, attempt)
 );
 
--- Queues with a concurrency limit (README, "Queues"), set with ds_set_queue. A queue without a
+-- Queues with a concurrency limit (docs/queues.md), set with ds_set_queue. A queue without a
 -- row, or with concurrency NULL, has no limit; 0 pauses it. Steps name their queue freely: a
 -- step may be created before its queue is configured.
 CREATE TABLE durable_steps.queues (
@@ -305,7 +316,7 @@ CREATE TYPE @extschema@.ds_step_result AS (
     replayed        boolean
 );
 
--- Keys and attempt context (README, "Keys")
+-- Keys and attempt context (docs/steps.md, "Keys")
 CREATE FUNCTION @extschema@.ds_key(VARIADIC "any") RETURNS text
     AS 'MODULE_PATHNAME', 'ds_key' LANGUAGE C IMMUTABLE PARALLEL SAFE;
 CREATE FUNCTION @extschema@.ds_idempotency_key() RETURNS text
@@ -321,7 +332,7 @@ CREATE FUNCTION @extschema@.ds_run_id() RETURNS text
 CREATE FUNCTION @extschema@.ds_step_id() RETURNS text
     AS 'MODULE_PATHNAME', 'ds_step_id' LANGUAGE C VOLATILE;
 
--- Retry policy (README, "Retry policy")
+-- Retry policy (docs/steps.md, "Retry policy")
 CREATE FUNCTION @extschema@.ds_retry_policy(
         max_attempts integer DEFAULT NULL,
         initial_delay interval DEFAULT NULL,
@@ -334,7 +345,7 @@ CREATE FUNCTION @extschema@.ds_retry_policy(
 CREATE FUNCTION @extschema@.ds_backoff_delay(policy jsonb, attempt integer) RETURNS interval
     AS 'MODULE_PATHNAME', 'ds_backoff_delay' LANGUAGE C VOLATILE;
 
--- Classification helpers (README, "Outcome classes"): each raises an error of the extension's own class DS.
+-- Classification helpers (docs/steps.md, "Outcome classes"): each raises an error of the extension's own class DS.
 CREATE FUNCTION @extschema@.ds_non_retriable(message text) RETURNS void
     AS 'MODULE_PATHNAME', 'ds_non_retriable' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_retry_after(message text, delay interval) RETURNS void
@@ -342,7 +353,7 @@ CREATE FUNCTION @extschema@.ds_retry_after(message text, delay interval) RETURNS
 CREATE FUNCTION @extschema@.ds_blocked(message text, remediation text) RETURNS void
     AS 'MODULE_PATHNAME', 'ds_blocked' LANGUAGE C VOLATILE;
 
--- The synchronous durable step (README, "How a step behaves")
+-- The synchronous durable step (docs/steps.md, "How a step behaves")
 CREATE FUNCTION @extschema@.ds_run_step(
         run_id text,
         step_id text,
@@ -372,7 +383,7 @@ CREATE FUNCTION @extschema@.ds_cancel_step(run_id text, step_id text)
 CREATE FUNCTION @extschema@.ds_set_queue(name text, concurrency integer)
     RETURNS void
     AS 'MODULE_PATHNAME', 'ds_set_queue' LANGUAGE C VOLATILE;
--- HTTP steps (README, "HTTP steps"): stored with the caller's transaction, sent by the HTTP worker
+-- HTTP steps (docs/http.md): stored with the caller's transaction, sent by the HTTP worker
 CREATE FUNCTION @extschema@.ds_http_step(
         run_id text,
         step_id text,
@@ -401,7 +412,7 @@ CREATE FUNCTION durable_steps.ds_http_mask_request(request jsonb) RETURNS jsonb
 CREATE FUNCTION @extschema@.ds_unwrap(step @extschema@.ds_step_result) RETURNS jsonb
     AS 'MODULE_PATHNAME', 'ds_unwrap' LANGUAGE C IMMUTABLE;
 
--- Observability (README, "Views", "Security model"). The views run with their owner's rights so that they can read the
+-- Observability (docs/reference.md, "Views", "Security model"). The views run with their owner's rights so that they can read the
 -- private tables, and show a role only the rows of roles it has the privileges of, unless it is
 -- a member of durable_steps_admin.
 CREATE VIEW @extschema@.ds_runs WITH (security_barrier) AS
@@ -418,7 +429,7 @@ CREATE VIEW @extschema@.ds_steps WITH (security_barrier) AS
            s.attempts AS attempt, s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts AS max_attempts,
            s.next_attempt_at, s.error_class, s.error_code, s.error_message, s.error_detail,
            s.remediation, s.sql, s.input,
-           -- secret header values are the owner's alone (README, "HTTP steps")
+           -- secret header values are the owner's alone (docs/http.md)
            CASE WHEN pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE') THEN s.request
                 ELSE durable_steps.ds_http_mask_request(s.request) END AS request,
            s.idempotency_header,
@@ -463,7 +474,7 @@ CREATE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
               FROM durable_steps.steps
              WHERE attempt_started_at IS NOT NULL) a,
            -- the keys ds_idempotency_key() and ds_attempt_key() handed to the attempt, and the
-           -- one its HTTP request carried (README, "Keys")
+           -- one its HTTP request carried (docs/steps.md, "Keys")
            LATERAL (SELECT durable_steps.ds_step_key(a.run_id, a.step_id) AS step_key,
                            EXISTS (SELECT FROM durable_steps.steps ks
                                     WHERE ks.run_id OPERATOR(pg_catalog.=) a.run_id
@@ -498,7 +509,7 @@ CREATE VIEW @extschema@.ds_queues WITH (security_barrier) AS
 GRANT SELECT ON @extschema@.ds_runs, @extschema@.ds_steps, @extschema@.ds_attempts,
                 @extschema@.ds_queues TO PUBLIC;
 
--- Runs (README, "Runs"): durable workflows. ds_start_run and the controls act on runs; ds_step,
+-- Runs (docs/runs.md): durable workflows. ds_start_run and the controls act on runs; ds_step,
 -- ds_http, ds_sleep and ds_await_event act on the current run, inside its workflow.
 CREATE FUNCTION @extschema@.ds_start_run(
         workflow text,
@@ -539,8 +550,7 @@ CREATE FUNCTION @extschema@.ds_await_event(step_id text, name text, timeout inte
 CREATE FUNCTION @extschema@.ds_emit_event(name text, payload jsonb DEFAULT NULL) RETURNS boolean
     AS 'MODULE_PATHNAME', 'ds_emit_event' LANGUAGE C VOLATILE;
 
--- The background worker serves every database in which the extension is installed (README, "The
--- background worker"): this tells the launcher, once the CREATE EXTENSION commits, to start this
+-- The background worker serves every database in which the extension is installed (docs/worker.md): this tells the launcher, once the CREATE EXTENSION commits, to start this
 -- database's executors. Without the library preloaded it does nothing.
 CREATE FUNCTION durable_steps.ds_serve_this_database() RETURNS void
     AS 'MODULE_PATHNAME', 'ds_serve_this_database' LANGUAGE C;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A fake payment provider for the HTTP step tests (README, "HTTP steps"). Stdlib only.
+"""A fake payment provider for the HTTP step tests (docs/http.md). Stdlib only.
 
     fake_provider.py PORTFILE [--close]
 

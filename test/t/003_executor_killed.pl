@@ -1,4 +1,4 @@
-# kill -9 of the executor while it runs an attempt (README, "The background worker"): the
+# kill -9 of the executor while it runs an attempt (docs/worker.md): the
 # attempt is recorded as lost (DS007 invocation_lost, retryable), the next attempt succeeds, and
 # the lost attempt's effect rolled back with it.
 

@@ -15,6 +15,9 @@
 use strict;
 use warnings;
 
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Test;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -79,13 +82,14 @@ INSERT INTO durable_steps.runs (run_id, workflow, policy, owner)
 VALUES ('bk', 'backup test', '{"initial_delay": "100 ms", "max_attempts": 100}', 'team'::regrole);
 });
 
-# Run $sql as $role in database app of $node; returns "status|attempt|replayed".
+# Run $sql as $role in database app of $node; returns its status, attempt and replayed.
 sub call_step
 {
 	my ($node, $role, $step, $sql) = @_;
-	return $node->safe_psql('app',
-		"SET ROLE $role; SELECT status || '|' || attempt || '|' || replayed FROM ds_run_step('bk', '$step', \$\$$sql\$\$)"
-	);
+	return decode_row(
+		$node->safe_psql(
+			'app',
+			"SET ROLE $role; " . row_sql("SELECT status, attempt, replayed FROM ds_run_step('bk', '$step', \$\$$sql\$\$)")));
 }
 
 my %body = (
@@ -97,14 +101,23 @@ my %body = (
 	'inflight' => q{SELECT book_after_restore('inflight', true)},
 	'orphan'   => q{SELECT ds_retry_after('not before an hour', '1 h')},);
 
-is(call_step($old, 'alice', 'paid', $body{paid}), 'succeeded|1|false', 'old: alice: succeeded');
-is(call_step($old, 'alice', 'rejected', $body{rejected}), 'failed|1|false', 'old: alice: failed');
-is(call_step($old, 'bob', 'later', $body{later}), 'retrying|1|false',
+is_deeply(call_step($old, 'alice', 'paid', $body{paid}),
+	{ status => 'succeeded', attempt => 1, replayed => 'false' },
+	'old: alice: succeeded');
+is_deeply(call_step($old, 'alice', 'rejected', $body{rejected}),
+	{ status => 'failed', attempt => 1, replayed => 'false' },
+	'old: alice: failed');
+is_deeply(call_step($old, 'bob', 'later', $body{later}),
+	{ status => 'retrying', attempt => 1, replayed => 'false' },
 	'old: bob: retrying, next attempt in an hour');
-is(call_step($old, 'bob', 'blocked', $body{blocked}), 'blocked|1|false', 'old: bob: blocked');
-is(call_step($old, 'carol', 'soon', $body{soon}), 'retrying|1|false',
+is_deeply(call_step($old, 'bob', 'blocked', $body{blocked}),
+	{ status => 'blocked', attempt => 1, replayed => 'false' },
+	'old: bob: blocked');
+is_deeply(call_step($old, 'carol', 'soon', $body{soon}),
+	{ status => 'retrying', attempt => 1, replayed => 'false' },
 	'old: carol: retrying every 3 s');
-is(call_step($old, 'carol', 'inflight', $body{inflight}), 'retrying|1|false',
+is_deeply(call_step($old, 'carol', 'inflight', $body{inflight}),
+	{ status => 'retrying', attempt => 1, replayed => 'false' },
 	'old: carol: retrying at once');
 ok( $old->poll_query_until(
 		'app', q{
@@ -119,9 +132,11 @@ ok( $old->poll_query_until(
 
 # A role dropped before the dump leaves a step with a bare OID for an owner. It is created last,
 # so that its OID is above every role OID of the new cluster: were the OID a role there, the
-# step would be that role's (README, "Backups", says to look for such steps before a dump).
+# step would be that role's (docs/backups.md, says to look for such steps before a dump).
 $old->safe_psql('postgres', 'CREATE ROLE dave IN ROLE team');
-is(call_step($old, 'dave', 'orphan', $body{orphan}), 'retrying|1|false', 'old: dave: retrying');
+is_deeply(call_step($old, 'dave', 'orphan', $body{orphan}),
+	{ status => 'retrying', attempt => 1, replayed => 'false' },
+	'old: dave: retrying');
 my ($rc, $out, $err) = $old->psql('app', 'DROP ROLE dave');
 like(
 	$err,
@@ -130,12 +145,17 @@ like(
 my $dave_oid = $old->safe_psql('app',
 	"SELECT owner::oid FROM durable_steps.steps WHERE step_id = 'orphan'");
 
-my $old_roles = $old->safe_psql('app',
-	"SELECT string_agg(rolname || '=' || oid, ',' ORDER BY rolname) FROM pg_roles WHERE rolname IN ('alice', 'bob', 'carol')"
-);
-my $ledger_before = $old->safe_psql('app',
-	"SELECT string_agg(id || ':' || step || ':' || who || ':' || site, ',' ORDER BY id) FROM ledger");
-is($ledger_before, '1:paid:alice:primary', 'old: the ledger has the one execution of "paid"');
+# the OIDs of alice, bob and carol in a cluster
+sub role_oids
+{
+	my ($node) = @_;
+	return { map { $_->{rolname} => $_->{oid} }
+		  @{ rows_of($node, 'postgres', "SELECT rolname, oid FROM pg_roles WHERE rolname IN ('alice', 'bob', 'carol')") } };
+}
+my $old_roles = role_oids($old);
+is_deeply(rows_of($old, 'app', 'SELECT id, step, who, site FROM ledger ORDER BY id'),
+	[ { id => 1, step => 'paid', who => 'alice', site => 'primary' } ],
+	'old: the ledger has the one execution of "paid"');
 
 ############################################################################################
 # The dumps.
@@ -160,18 +180,18 @@ like($all_sql, qr/^COPY durable_steps\.steps \(.*?^bk\tlater\tsql\t.*\tbob\t/ms,
 # What must come back unchanged: every step but the two the new cluster goes on with, and the
 # history of their attempts (times as epochs: the nodes need not share a TimeZone).
 my $stable = q{
-SELECT string_agg(step_id || '|' || status || '|' || attempt || '|' || owner || '|' ||
-                  coalesce(error_code, '') || '|' || coalesce(result::text, '') || '|' ||
-                  coalesce(extract(epoch FROM next_attempt_at)::text, ''), E'\n' ORDER BY step_id)
-  FROM ds_steps WHERE step_id NOT IN ('soon', 'inflight')};
+SELECT step_id, status, attempt, owner::text AS owner, error_code, result,
+       extract(epoch FROM next_attempt_at)::text AS next_attempt_at_epoch
+  FROM ds_steps WHERE step_id NOT IN ('soon', 'inflight') ORDER BY step_id};
 my $history = q{
-SELECT string_agg(step_id || '|' || attempt || '|' || class || '|' || coalesce(error_code, '') || '|' ||
-                  executor || '|' || role || '|' || extract(epoch FROM started_at) || '|' ||
-                  extract(epoch FROM finished_at), E'\n' ORDER BY step_id, attempt)
-  FROM ds_attempts WHERE step_id NOT IN ('soon', 'inflight')};
-my $old_stable  = $old->safe_psql('app', $stable);
-my $old_history = $old->safe_psql('app', $history);
-my $old_runs    = $old->safe_psql('app', "SELECT run_id || '|' || owner || '|' || policy FROM ds_runs");
+SELECT step_id, attempt, class, error_code, executor, role::text AS role,
+       extract(epoch FROM started_at)::text AS started_at_epoch,
+       extract(epoch FROM finished_at)::text AS finished_at_epoch
+  FROM ds_attempts WHERE step_id NOT IN ('soon', 'inflight') ORDER BY step_id, attempt};
+my $runs = q{SELECT run_id, owner::text AS owner, policy FROM ds_runs};
+my $old_stable  = rows_of($old, 'app', $stable);
+my $old_history = rows_of($old, 'app', $history);
+my $old_runs    = rows_of($old, 'app', $runs);
 
 ############################################################################################
 # The new cluster: the roles come first, in another order and after an extra role. Its worker
@@ -188,10 +208,10 @@ CREATE ROLE alice;
 CREATE ROLE team;
 GRANT team TO alice, bob, carol;
 });
-my $new_roles = $new->safe_psql('postgres',
-	"SELECT string_agg(rolname || '=' || oid, ',' ORDER BY rolname) FROM pg_roles WHERE rolname IN ('alice', 'bob', 'carol')"
-);
-isnt($new_roles, $old_roles, "the roles' OIDs differ between the clusters ($old_roles; $new_roles)");
+my $new_roles = role_oids($new);
+my @oids = map { "$_ $old_roles->{$_} -> $new_roles->{$_}" } qw(alice bob carol);
+ok((grep { $old_roles->{$_} ne $new_roles->{$_} } qw(alice bob carol)),
+	"the roles' OIDs differ between the clusters (" . join(', ', @oids) . ')');
 is($new->safe_psql('postgres', "SELECT count(*) FROM pg_roles WHERE oid = $dave_oid"),
 	'0', "no role of the new cluster has the dropped role's OID $dave_oid");
 
@@ -204,17 +224,24 @@ command_ok(
 is( $new->safe_psql('app',
 		"SELECT count(*) FROM durable_steps.steps s WHERE s.owner::text = 'alice' AND s.owner::oid = 'alice'::regrole::oid"),
 	'2', "new: alice's steps are owned by the new cluster's alice");
-is($new->safe_psql('app', $stable), $old_stable,
+is_deeply(rows_of($new, 'app', $stable), $old_stable,
 	'new: the finished, blocked and long-delayed steps, their owners by name and schedules, as they were');
-is($new->safe_psql('app', $history), $old_history, 'new: their attempt history, as it was');
-is($new->safe_psql('app', "SELECT run_id || '|' || owner || '|' || policy FROM ds_runs"),
-	$old_runs, 'new: the run, its owner by name and its policy');
+is_deeply(rows_of($new, 'app', $history), $old_history, 'new: their attempt history, as it was');
+is_deeply(rows_of($new, 'app', $runs), $old_runs, 'new: the run, its owner by name and its policy');
 
 # Completed steps replay for the roles that own them; the ledger does not move.
-is(call_step($new, 'alice', 'paid', $body{paid}), 'succeeded|1|true', 'new: alice: "paid" replays');
-is(call_step($new, 'alice', 'rejected', $body{rejected}), 'failed|1|true', 'new: alice: "rejected" replays its failure');
-is(call_step($new, 'bob', 'later', $body{later}), 'retrying|1|true', 'new: bob: "later" is not due: the stored state');
-is(call_step($new, 'bob', 'blocked', $body{blocked}), 'blocked|1|true', 'new: bob: "blocked" waits for a person');
+is_deeply(call_step($new, 'alice', 'paid', $body{paid}),
+	{ status => 'succeeded', attempt => 1, replayed => 'true' },
+	'new: alice: "paid" replays');
+is_deeply(call_step($new, 'alice', 'rejected', $body{rejected}),
+	{ status => 'failed', attempt => 1, replayed => 'true' },
+	'new: alice: "rejected" replays its failure');
+is_deeply(call_step($new, 'bob', 'later', $body{later}),
+	{ status => 'retrying', attempt => 1, replayed => 'true' },
+	'new: bob: "later" is not due: the stored state');
+is_deeply(call_step($new, 'bob', 'blocked', $body{blocked}),
+	{ status => 'blocked', attempt => 1, replayed => 'true' },
+	'new: bob: "blocked" waits for a person');
 ($rc, $out, $err) = $new->psql('app',
 	"SET ROLE bob; SELECT * FROM ds_run_step('bk', 'paid', \$\$$body{paid}\$\$)");
 like($err, qr/step bk\/paid belongs to another role/, "new: bob may not act on alice's step");
@@ -226,12 +253,14 @@ ok( $new->poll_query_until(
 		          WHERE step_id IN ('soon', 'inflight')},
 		'inflight:succeeded,soon:succeeded'),
 	'new: the worker finishes the retrying step and the one that was running at dump time');
-is( $new->safe_psql(
-		'app', q{
-SELECT string_agg(attempt || '|' || class || '|' || coalesce(error_code, '') || '|' || executor || '|' || role,
-                  ',' ORDER BY attempt)
-  FROM ds_attempts WHERE step_id = 'inflight'}),
-	'1|retryable|DS002|caller|carol,2|retryable|DS007|worker|carol,3|completed||worker|carol',
+is_deeply(
+	rows_of($new, 'app',
+		q{SELECT attempt, class, error_code, executor, role::text AS role FROM ds_attempts WHERE step_id = 'inflight' ORDER BY attempt}),
+	[
+		{ attempt => 1, class => 'retryable', error_code => 'DS002', executor => 'caller', role => 'carol' },
+		{ attempt => 2, class => 'retryable', error_code => 'DS007', executor => 'worker', role => 'carol' },
+		{ attempt => 3, class => 'completed', error_code => undef,   executor => 'worker', role => 'carol' }
+	],
 	'new: "inflight": the caller\'s attempt, the one running at dump time recorded as lost, the new worker\'s');
 is( $new->safe_psql(
 		'app', q{
@@ -244,9 +273,13 @@ SELECT bool_and(a.class = 'retryable' AND a.error_code IN ('DS002', 'DS007'))
  WHERE step_id = 'soon' GROUP BY s.attempt}),
 	't',
 	'new: "soon": the old cluster\'s attempts, then one completed by the new worker');
-is( $new->safe_psql(
-		'app', "SELECT string_agg(step || ':' || who || ':' || site, ',' ORDER BY step) FROM ledger"),
-	'inflight:carol:restored,paid:alice:primary,soon:carol:restored',
+is_deeply(
+	rows_of($new, 'app', 'SELECT step, who, site FROM ledger ORDER BY step'),
+	[
+		{ step => 'inflight', who => 'carol', site => 'restored' },
+		{ step => 'paid',     who => 'alice', site => 'primary' },
+		{ step => 'soon',     who => 'carol', site => 'restored' }
+	],
 	'new: the ledger: "paid" ran once, in the old cluster; the two others once each, in the new one, as their owner');
 
 # The dropped role's step: a bare OID for an owner. Made due, it fails closed.
@@ -264,16 +297,17 @@ ok( $new->poll_query_until(
 $new->safe_psql('postgres', 'CREATE DATABASE app2');
 command_ok([ 'pg_restore', '-j', '2', '-d', $new->connstr('app2'), "$dir/app.dump" ],
 	'pg_restore -j 2');
-is( $new->safe_psql(
-		'app2', q{
-SELECT string_agg(s.step_id || ':' || s.attempts || ':' ||
-                  (SELECT count(*) FROM ds_attempts a
-                    WHERE a.run_id = s.run_id AND a.step_id = s.step_id), ',' ORDER BY s.step_id)
+is_deeply(
+	rows_of(
+		$new, 'app2', q{
+SELECT s.step_id, s.attempts AS attempts_started,
+       (SELECT count(*) FROM ds_attempts a WHERE a.run_id = s.run_id AND a.step_id = s.step_id) AS attempts_shown
   FROM durable_steps.steps s
  WHERE s.attempts <>
-       (SELECT count(*) FROM ds_attempts a WHERE a.run_id = s.run_id AND a.step_id = s.step_id)}),
-	'', 'pg_restore -j 2: each step shows every attempt it started (an attempt row, or its own row for a running or succeeded worker attempt)');
-is($new->safe_psql('app2', $history), $old_history, 'pg_restore -j 2: the history as it was');
+       (SELECT count(*) FROM ds_attempts a WHERE a.run_id = s.run_id AND a.step_id = s.step_id)
+ ORDER BY s.step_id}),
+	[], 'pg_restore -j 2: each step shows every attempt it started (an attempt row, or its own row for a running or succeeded worker attempt)');
+is_deeply(rows_of($new, 'app2', $history), $old_history, 'pg_restore -j 2: the history as it was');
 
 $old->stop('fast');
 $new->stop('fast');

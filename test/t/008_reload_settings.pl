@@ -1,4 +1,4 @@
-# SIGHUP (README, "Settings"): durable_steps.retention and durable_steps.poll_interval are
+# SIGHUP (docs/reference.md, "Settings"): durable_steps.retention and durable_steps.poll_interval are
 # reloadable; a reload makes a purge pass due at once.
 
 use strict;

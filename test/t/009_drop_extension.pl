@@ -1,4 +1,4 @@
-# DROP EXTENSION while the worker runs in a listed database (README, "The background worker"): it waits for the
+# DROP EXTENSION while the worker runs in a listed database (docs/worker.md): it waits for the
 # extension (one log line, same process), and runs steps again once the extension is back.
 
 use strict;

@@ -1,4 +1,4 @@
-# Immediate shutdown under load (README, "The background worker"): no step is lost, no effect
+# Immediate shutdown under load (docs/worker.md): no step is lost, no effect
 # is duplicated.
 
 use strict;
@@ -6,6 +6,7 @@ use warnings;
 
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Session;
 use DurableSteps::Test;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
@@ -23,10 +24,20 @@ CREATE TABLE load_effects (
     attempt integer NOT NULL,
     pid     integer NOT NULL DEFAULT pg_backend_pid()
 );
+-- one row: the first worker attempt to delete it, once 20 steps have succeeded, waits on the
+-- test's advisory lock, so that the stop surely finds an attempt in flight
+CREATE TABLE load_hold (one integer);
+INSERT INTO load_hold VALUES (1);
 CREATE FUNCTION load_body() RETURNS integer LANGUAGE plpgsql AS $$
 BEGIN
     IF ds_attempt_number() = 1 THEN
         PERFORM ds_retry_after('later', '0 s');
+    END IF;
+    IF (SELECT count(*) FROM durable_steps.steps WHERE run_id = 'load' AND status = 'succeeded') >= 20 THEN
+        DELETE FROM load_hold;
+        IF FOUND THEN
+            PERFORM pg_advisory_xact_lock_shared(4242);
+        END IF;
     END IF;
     INSERT INTO load_effects(step, attempt) VALUES (ds_step_id(), ds_attempt_number());
     PERFORM pg_sleep(0.005);   -- slow enough that the stop finds work in flight
@@ -49,18 +60,16 @@ SELECT count(*) FROM generate_series(1, $n) AS i,
 		$n,
 		"$t: $n steps made due at once");
 
-	# stop as soon as the worker has finished some of them and has a claim in flight (a stop
-	# that fell between two claims would find no attempt to lose)
-	my ($done, $running) = (0, 0);
-	my $tries = 0;
-	while ($tries++ < 10 * $PostgreSQL::Test::Utils::timeout_default)
-	{
-		($done, $running) = split /\|/, $node->safe_psql('postgres',
-			"SELECT count(*) FILTER (WHERE status = 'succeeded') || '|' || count(*) FILTER (WHERE status = 'running') "
-			  . "FROM durable_steps.steps WHERE run_id = 'load'");
-		last if $done >= 20 && $running >= 1;
-		usleep(5_000);
-	}
+	# stop once the worker has finished some of them and an attempt waits on the holder's lock (a
+	# stop that fell between two claims would find no attempt to lose); after the restart the lock
+	# is free and the hold's row back, so the step that takes it again goes on at once
+	my $holder = DurableSteps::Session->new($node, 'postgres');
+	$holder->query_ok('SELECT pg_advisory_lock(4242);');
+	my $held = poll_until($node, 'postgres', q{
+SELECT count(*) >= 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted});
+	my $done = $node->safe_psql('postgres',
+		"SELECT count(*) FROM durable_steps.steps WHERE run_id = 'load' AND status = 'succeeded'");
+	ok($held, "$t: a worker attempt waits on the holder's lock");
 	$node->stop('immediate');
 	note "$t: $done of $n steps had succeeded when the immediate shutdown began";
 	cmp_ok($done, '>=', 1, "$t: the worker had completed some steps before the stop");

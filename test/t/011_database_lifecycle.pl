@@ -1,5 +1,5 @@
 # The worker's database does not exist yet, then is dropped while the worker is connected to
-# it (README, "The background worker"): the launcher waits with one log line, never a crash loop,
+# it (docs/worker.md): the launcher waits with one log line, never a crash loop,
 # and starts the executor again when the database comes back.
 
 use strict;

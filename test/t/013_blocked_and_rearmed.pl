@@ -1,4 +1,4 @@
-# Blocked and exhausted steps (README, "Outcome classes", "Functions"): the worker never retries
+# Blocked and exhausted steps (docs/steps.md, "Outcome classes", "Functions"): the worker never retries
 # a blocked step; ds_retry_step re-arms a blocked step with corrected input, and an exhausted one
 # with a fresh budget of attempts, for the worker to run.
 

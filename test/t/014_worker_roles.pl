@@ -1,5 +1,5 @@
 # The worker runs a step as the role that created it, and that role cannot get out; it uses the
-# search_path the step was created under (README, "Security model").
+# search_path the step was created under (docs/security.md).
 
 use strict;
 use warnings;

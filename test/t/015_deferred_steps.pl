@@ -1,4 +1,4 @@
-# Deferred steps (README, "Deferred steps"): the worker runs attempt 1 of a deferred step after
+# Deferred steps (docs/steps.md, "Deferred steps"): the worker runs attempt 1 of a deferred step after
 # the caller's transaction commits, as the role that created it, and not before its run_at; a
 # rolled-back caller leaves nothing to run.
 use strict;

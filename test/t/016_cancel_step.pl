@@ -1,4 +1,4 @@
-# ds_cancel_step on a step the worker is running (README, "Cancelling a step"): the attempt is
+# ds_cancel_step on a step the worker is running (docs/steps.md, "Cancelling a step"): the attempt is
 # stopped within a moment, recorded as cancelled, never retried, and the executor goes on; a call
 # that rolls back cancels nothing.
 use strict;

@@ -1,5 +1,4 @@
-# The worker serves every database in which the extension is installed (README, "The background
-# worker"): durable_steps.database = '*' (the default) finds them, starts at most
+# The worker serves every database in which the extension is installed (docs/worker.md): durable_steps.database = '*' (the default) finds them, starts at most
 # durable_steps.max_workers executors in each, leaves databases without the extension alone,
 # follows CREATE and DROP EXTENSION and a restart; a list serves only the databases it names, and
 # a call in another database warns once per session.

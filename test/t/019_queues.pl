@@ -1,4 +1,4 @@
-# Queues (README, "Queues"): a slow queue with concurrency 1 does not delay the due steps of
+# Queues (docs/queues.md): a slow queue with concurrency 1 does not delay the due steps of
 # another queue; a queue's concurrency holds across executors; within a queue, lower priority
 # numbers run first; a paused queue (concurrency 0) runs nothing until it is given a limit.
 use strict;

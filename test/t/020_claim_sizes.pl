@@ -1,4 +1,4 @@
-# How much an executor claims at a time (README, "The background worker", claim sizes): a queue's
+# How much an executor claims at a time (docs/worker.md, claim sizes): a queue's
 # first claim (and its first after a pause of 10 s) is small, later ones grow to about 100 ms of
 # work at the queue's recent pace, never past durable_steps.batch_size nor the executor's share of
 # the server's lock table.

@@ -1,4 +1,4 @@
-# Executors take turns to claim from a queue (README, "The background worker"): the executor that
+# Executors take turns to claim from a queue (docs/worker.md): the executor that
 # claims holds the queue's claim lock until its claim commits and says how many steps it takes;
 # another one reads past those (or waits for its turn, a little) instead of reading the same rows.
 # A claim can be stuck -- its UPDATE waits for a row lock an operator's open transaction holds --

@@ -1,4 +1,4 @@
-# A claim writes no index entry (README, "The background worker", steps 1 and 2): a step of a
+# A claim writes no index entry (docs/worker.md, steps 1 and 2): a step of a
 # queue without a limit is claimed by a HOT update, a step of a limited queue is counted against
 # its limit through running_queue, and an attempt lost while running (a running step is in no
 # index of its own) is found when its executor ends, without waiting for the poll interval, and

@@ -1,4 +1,4 @@
-# Runs (README, "Runs"): ds_start_run is idempotent by its run key, and a run starts only once the
+# Runs (docs/runs.md): ds_start_run is idempotent by its run key, and a run starts only once the
 # transaction that started it commits -- a rolled-back start starts nothing.
 
 use strict;

@@ -1,4 +1,4 @@
-# Runs (README, "Runs"): a workflow's steps replay, a step that must wait for its retry suspends
+# Runs (docs/runs.md): a workflow's steps replay, a step that must wait for its retry suspends
 # the run, each attempt is recorded once, a step that used up its attempts throws
 # DS102 into the workflow (caught: the workflow goes on; uncaught: the run fails), and the
 # workflow runs as the role that started the run, isolated like a worker attempt.

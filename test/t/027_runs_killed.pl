@@ -1,4 +1,4 @@
-# Runs (README, "Runs"): kill -9 of the executor in the middle of a turn -- in the workflow
+# Runs (docs/runs.md): kill -9 of the executor in the middle of a turn -- in the workflow
 # between two steps, and inside a step's body. The steps completed before stay committed; the
 # crash rolls the turn back; the run is found running with its executor gone, runs again, and no
 # step's effect is committed twice.
@@ -43,6 +43,29 @@ BEGIN
 END $$;
 });
 
+# The effects in the ledger of the runs $where selects, one row per step: run, step, effects.
+sub effects_by_step
+{
+	my ($where) = @_;
+	return rows_of($node, 'postgres',
+		"SELECT run, step, count(*) AS effects FROM ledger WHERE $where GROUP BY run, step ORDER BY run, step");
+}
+
+# The attempts of run $run's steps, by step and number: step_id, attempt, class, error_code.
+sub run_attempts
+{
+	my ($run) = @_;
+	return rows_of($node, 'postgres',
+		"SELECT step_id, attempt, class, error_code FROM ds_attempts WHERE run_id = '$run' ORDER BY step_id, attempt");
+}
+
+# s2's attempt lost with a turn (DS007), then its next one completed; s1 and s3 completed at once
+my @s2_lost_once = (
+	{ step_id => 's1', attempt => 1, class => 'completed', error_code => undef },
+	{ step_id => 's2', attempt => 1, class => 'retryable', error_code => 'DS007' },
+	{ step_id => 's2', attempt => 2, class => 'completed', error_code => undef },
+	{ step_id => 's3', attempt => 1, class => 'completed', error_code => undef });
+
 for my $where ('between', 'body')
 {
 	my $t = "killed $where steps";
@@ -56,9 +79,8 @@ SELECT count(*) = 1 FROM pg_stat_activity
 		"$t: the executor sleeps in the turn");
 	is($node->safe_psql('postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}),
 		'running', "$t: the run is running");
-	is( $node->safe_psql('postgres',
-			qq{SELECT string_agg(step, ',' ORDER BY step) FROM ledger WHERE run = '$run'}),
-		's1', "$t: s1's effect committed before the kill (its own turn), nothing else");
+	is_deeply(effects_by_step("run = '$run'"), [ { run => $run, step => 's1', effects => 1 } ],
+		"$t: s1's effect committed before the kill (its own turn), nothing else");
 	$node->safe_psql('postgres', qq{UPDATE naps SET on_ = false WHERE place = '$where'});
 	my $pid = executor_pid($node);
 	my $off = log_offset($node);
@@ -70,27 +92,26 @@ SELECT count(*) = 1 FROM pg_stat_activity
 		"$t: after the crash restart the run succeeds");
 	like(log_since($node, $off), qr/the turn of run $run was lost with its executor; running it again/,
 		"$t: the lost turn is logged");
-	is( $node->safe_psql('postgres',
-			qq{SELECT string_agg(step || ':' || n, ',' ORDER BY step)
-			     FROM (SELECT step, count(*) AS n FROM ledger WHERE run = '$run' GROUP BY step) s}),
-		's1:1,s2:1,s3:1', "$t: each step's effect is committed once");
-	is( $node->safe_psql('postgres',
-			qq{SELECT string_agg(step_id || ':' || attempt || ':' || class, ',' ORDER BY step_id)
-			     FROM ds_attempts WHERE run_id = '$run'}),
-		's1:1:completed,s2:1:completed,s3:1:completed',
-		"$t: one completed attempt per step (the lost turn recorded nothing)");
-	is( $node->safe_psql('postgres',
-			qq{SELECT output::text || '|' || turns || '|' || (claimed_by IS NULL)
-			     FROM durable_steps.runs WHERE run_id = '$run'}),
-		'[1, ' . ($where eq 'body' ? 2 : 1) . ', 1]|5|true',
-		"$t: the output, and five turns: one per step, the lost one, and the one that finished");
+	is_deeply(
+		effects_by_step("run = '$run'"),
+		[ map { { run => $run, step => $_, effects => 1 } } qw(s1 s2 s3) ],
+		"$t: each step's effect is committed once");
+	# the turn lost in the crash may have run s2's body (it did, killed in the body): nobody knows
+	# after a crash, so s2 is charged the attempt (DS007), as a plain step's lost claim is, and its
+	# next attempt has the next number
+	is_deeply(run_attempts($run), \@s2_lost_once,
+		"$t: s2's attempt lost with the turn is recorded (DS007), then its next one completed");
+	is_deeply(
+		row_of($node, 'postgres', qq{SELECT output, turns, claimed_by FROM durable_steps.runs WHERE run_id = '$run'}),
+		{ output => '[1, ' . ($where eq 'body' ? 2 : 1) . ', 1]', turns => 5, claimed_by => undef },
+		"$t: the output, and five turns: one per step, the lost one, and the one that finished; not claimed");
 }
 
 {
 	# a run the executor keeps between its turns (its step done, the next one due): killed there,
 	# outside any turn, it is lost like a turn in flight and taken up again. alice's run and bob's
 	# are claimed together (a restarted executor knows no pace of turns yet and claims up to ten
-	# runs: README, "Claim sizes"); the executor takes alice's first turn (her s1) in a transaction
+	# runs: docs/worker.md, "Claim sizes"); the executor takes alice's first turn (her s1) in a transaction
 	# of its own and keeps her run, then bob's first turn naps: that is when it is killed.
 	my $t = 'killed while holding a run between turns';
 	$node->restart;
@@ -118,14 +139,12 @@ COMMIT;
 SELECT count(*) = 1 FROM pg_stat_activity
  WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep'}),
 		"$t: the executor naps in bob's turn");
-	is( $node->safe_psql('postgres',
-			q{SELECT string_agg(run_id || ':' || status || ':' || turns, ',' ORDER BY run_id)
-			    FROM ds_runs WHERE run_id LIKE 'held-%'}),
-		'held-a:running:2,held-b:running:1',
+	is_deeply(
+		rows_of($node, 'postgres', q{SELECT run_id, status, turns FROM ds_runs WHERE run_id LIKE 'held-%' ORDER BY run_id}),
+		[ { run_id => 'held-a', status => 'running', turns => 2 }, { run_id => 'held-b', status => 'running', turns => 1 } ],
 		"$t: alice's run is held, running, its next turn counted; bob's turn runs");
-	is( $node->safe_psql('postgres',
-			q{SELECT string_agg(run || ':' || step, ',' ORDER BY step) FROM ledger WHERE run LIKE 'held-%'}),
-		'held-a:s1', "$t: alice's s1 committed before the kill (a transaction of its own)");
+	is_deeply(effects_by_step(q{run LIKE 'held-%'}), [ { run => 'held-a', step => 's1', effects => 1 } ],
+		"$t: alice's s1 committed before the kill (a transaction of its own)");
 	$node->safe_psql('postgres', q{UPDATE naps SET on_ = false WHERE place = 'held'});
 	my $pid = executor_pid($node);
 	kill 'KILL', $pid;
@@ -137,20 +156,23 @@ SELECT count(*) = 1 FROM pg_stat_activity
 		"$t: after the crash restart both runs succeed");
 	like(log_since($node, $off), qr/the turn of run held-a was lost with its executor; running it again/,
 		"$t: the held run's counted turn is logged as lost");
-	is( $node->safe_psql('postgres',
-			q{SELECT string_agg(run || ':' || step || ':' || n, ',' ORDER BY run, step)
-			     FROM (SELECT run, step, count(*) AS n FROM ledger WHERE run LIKE 'held-%' GROUP BY run, step) s}),
-		'held-a:s1:1,held-a:s2:1,held-a:s3:1,held-b:b1:1', "$t: each step's effect is committed once");
-	is( $node->safe_psql('postgres',
-			q{SELECT string_agg(step_id || ':' || attempt || ':' || class, ',' ORDER BY step_id)
-			     FROM ds_attempts WHERE run_id = 'held-a'}),
-		's1:1:completed,s2:1:completed,s3:1:completed',
-		"$t: one completed attempt per step of alice's run");
-	is( $node->safe_psql('postgres',
-			q{SELECT output::text || '|' || turns || '|' || (claimed_by IS NULL)
-			     FROM durable_steps.runs WHERE run_id = 'held-a'}),
-		'[1, 1, 1]|5|true',
-		"$t: alice's output, and five turns: s1's, the lost one, s2's, s3's and the one that finished");
+	is_deeply(
+		effects_by_step(q{run LIKE 'held-%'}),
+		[
+			{ run => 'held-a', step => 's1', effects => 1 },
+			{ run => 'held-a', step => 's2', effects => 1 },
+			{ run => 'held-a', step => 's3', effects => 1 },
+			{ run => 'held-b', step => 'b1', effects => 1 }
+		],
+		"$t: each step's effect is committed once");
+	# the counted turn had not begun, but a crash leaves nobody who knows: the step the run
+	# reaches next is charged the attempt, as every claim of a crashed executor is
+	is_deeply(run_attempts('held-a'), \@s2_lost_once,
+		"$t: alice's s2 is charged the lost turn's attempt (DS007), then completes");
+	is_deeply(
+		row_of($node, 'postgres', q{SELECT output, turns, claimed_by FROM durable_steps.runs WHERE run_id = 'held-a'}),
+		{ output => '[1, 1, 1]', turns => 5, claimed_by => undef },
+		"$t: alice's output, and five turns: s1's, the lost one, s2's, s3's and the one that finished; not claimed");
 }
 
 {
@@ -159,7 +181,7 @@ SELECT count(*) = 1 FROM pg_stat_activity
 	# run's work with it. `poisoned` naps in every turn until the test lets it go; it starts as
 	# one whose last turn was lost (lost_turns = 1, as the recovery of a lost turn leaves it),
 	# together with `bystander`, and one claim takes both: a restarted executor knows no pace of
-	# turns yet and claims up to ten runs (README, "Claim sizes").
+	# turns yet and claims up to ten runs (docs/worker.md, "Claim sizes").
 	my $t = 'a run that lost turns runs alone';
 	$node->restart;
 	my $off = log_offset($node);
@@ -181,13 +203,13 @@ COMMIT;
 SELECT count(*) = 1 FROM pg_stat_activity
  WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep'}),
 		"$t: the poisoned run's turn naps");
-	is( $node->safe_psql('postgres',
-			q{SELECT string_agg(run_id || ':' || status, ',' ORDER BY run_id)
-			    FROM ds_runs WHERE run_id IN ('poisoned', 'bystander')}),
-		'bystander:running,poisoned:running', "$t: one claim took both");
-	is( $node->safe_psql('postgres',
-			q{SELECT string_agg(step, ',' ORDER BY step) FROM ledger WHERE run = 'bystander'}),
-		's1', "$t: the bystander's turn committed its step before the poisoned run's turn began");
+	is_deeply(
+		rows_of($node, 'postgres',
+			q{SELECT run_id, status FROM ds_runs WHERE run_id IN ('poisoned', 'bystander') ORDER BY run_id}),
+		[ { run_id => 'bystander', status => 'running' }, { run_id => 'poisoned', status => 'running' } ],
+		"$t: one claim took both");
+	is_deeply(effects_by_step(q{run = 'bystander'}), [ { run => 'bystander', step => 's1', effects => 1 } ],
+		"$t: the bystander's turn committed its step before the poisoned run's turn began");
 	$node->safe_psql('postgres', q{UPDATE naps SET on_ = false WHERE place = 'poison'});
 	my $pid = executor_pid($node);
 	kill 'KILL', $pid;
@@ -198,11 +220,14 @@ SELECT count(*) = 1 FROM pg_stat_activity
 			q{SELECT count(*) FROM ds_runs WHERE run_id IN ('poisoned', 'bystander') AND status = 'succeeded'},
 			'2'),
 		"$t: both runs succeed in the end");
-	is( $node->safe_psql('postgres',
-			q{SELECT string_agg(run || ':' || step || ':' || n, ',' ORDER BY run, step)
-			     FROM (SELECT run, step, count(*) AS n FROM ledger
-			            WHERE run IN ('poisoned', 'bystander') GROUP BY run, step) s}),
-		'bystander:s1:1,bystander:s2:1,bystander:s3:1,poisoned:p1:1',
+	is_deeply(
+		effects_by_step(q{run IN ('poisoned', 'bystander')}),
+		[
+			{ run => 'bystander', step => 's1', effects => 1 },
+			{ run => 'bystander', step => 's2', effects => 1 },
+			{ run => 'bystander', step => 's3', effects => 1 },
+			{ run => 'poisoned',  step => 'p1', effects => 1 }
+		],
 		"$t: each step's effect is committed once");
 }
 
@@ -236,13 +261,33 @@ SELECT count(*) FROM generate_series(1, 60) g, ds_start_run('wf3', '{}', 'many-'
 	ok( poll_until($node, 'postgres',
 			q{SELECT count(*) = 60 FROM ds_runs WHERE run_id LIKE 'many-%' AND status = 'succeeded'}),
 		"$t: all 60 runs succeed");
+	is_deeply(
+		row_of($node, 'postgres',
+			q{SELECT count(*) AS effects, count(DISTINCT (run, step)) AS steps FROM ledger WHERE run LIKE 'many-%'}),
+		{ effects => 180, steps => 180 },
+		"$t: each of the 180 steps took effect exactly once");
 	is( $node->safe_psql('postgres',
-			q{SELECT count(*) || '|' || count(DISTINCT (run, step)) FROM ledger WHERE run LIKE 'many-%'}),
-		'180|180', "$t: each of the 180 steps took effect exactly once");
-	is( $node->safe_psql('postgres',
-			q{SELECT count(*) FILTER (WHERE class = 'completed') || '|' || count(*)
+			q{SELECT count(*) FILTER (WHERE class = 'completed')
 			    FROM ds_attempts WHERE run_id LIKE 'many-%'}),
-		'180|180', "$t: one completed attempt recorded per step, nothing else");
+		'180', "$t: one completed attempt recorded per step");
+	# every other attempt is one a lost turn may have run, charged to the step it reached: the
+	# step's attempts are numbered 1, 2, ... without a hole, its last one the completed one
+	is_deeply(
+		row_of(
+			$node, 'postgres',
+			q{SELECT count(*) FILTER (WHERE class <> 'completed' AND error_code IS DISTINCT FROM 'DS007')
+			           AS others_not_lost,
+			         count(*) FILTER (WHERE class = 'retryable' AND error_code = 'DS007')
+			           = count(*) FILTER (WHERE class <> 'completed') AS others_all_retryable_ds007,
+			         bool_and(n = top AND last_class = 'completed') AS numbered_without_a_hole_ending_completed
+			    FROM (SELECT run_id, step_id, error_code, class, count(*) OVER w AS n,
+			                 max(attempt) OVER w AS top,
+			                 last_value(class) OVER (w ORDER BY attempt
+			                     ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS last_class
+			            FROM ds_attempts WHERE run_id LIKE 'many-%'
+			          WINDOW w AS (PARTITION BY run_id, step_id)) a}),
+		{ others_not_lost => 0, others_all_retryable_ds007 => 'true', numbered_without_a_hole_ending_completed => 'true' },
+		"$t: the other attempts are lost ones (DS007), each step's numbered without a hole and ending completed");
 	is( $node->safe_psql('postgres',
 			q{SELECT count(*) FROM ds_runs WHERE run_id LIKE 'many-%' AND output <> '[1, 1, 1]'}),
 		'0', "$t: every run's output");

@@ -1,4 +1,4 @@
-# Runs (README, "Runs"): ds_sleep, events, cancelling, resuming and re-arming, a workflow that
+# Runs (docs/runs.md): ds_sleep, events, cancelling, resuming and re-arming, a workflow that
 # catches its suspension, and many runs started at once.
 
 use strict;
@@ -100,9 +100,8 @@ ok(poll_until($node, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'ev
 is($node->safe_psql('postgres', q{SELECT output FROM ds_runs WHERE run_id = 'ev-early'}),
 	'{"n": 1}', "$t: with the first payload");
 $node->safe_psql('postgres', q{SELECT ds_start_run('waiter', '{"event": "late"}', 'ev-late')});
-ok( poll_until($node, 'postgres',
-		q{SELECT status || '|' || wait_event || '|' || current_step || '|' || (next_wake_at IS NULL)
-		    FROM ds_runs WHERE run_id = 'ev-late'}, 'waiting|late|ship|true'),
+ok( poll_row($node, 'postgres', q{SELECT status, wait_event, current_step, next_wake_at FROM ds_runs WHERE run_id = 'ev-late'},
+		{ status => 'waiting', wait_event => 'late', current_step => 'ship', next_wake_at => undef }),
 	"$t: a run waits for an event not yet emitted, with no wake-up time");
 my $t0 = time();
 $node->safe_psql('postgres', q{SELECT ds_emit_event('late', '"here"')});
@@ -112,8 +111,8 @@ cmp_ok(time() - $t0, '<', 5, "$t: at once (not by a poll of its own)");
 is($node->safe_psql('postgres', q{SELECT output FROM ds_runs WHERE run_id = 'ev-late'}),
 	'"here"', "$t: the workflow got the payload");
 $node->safe_psql('postgres', q{SELECT ds_start_run('reserve_then_wait', '{}', 'ev-reserve')});
-ok( poll_until($node, 'postgres',
-		q{SELECT status || '|' || wait_event FROM ds_runs WHERE run_id = 'ev-reserve'}, 'waiting|shipped:ev-reserve'),
+ok( poll_row($node, 'postgres', q{SELECT status, wait_event FROM ds_runs WHERE run_id = 'ev-reserve'},
+		{ status => 'waiting', wait_event => 'shipped:ev-reserve' }),
 	"$t: a run waits for its event after a step");
 is($node->safe_psql('postgres', q{SELECT count(*) FROM ledger WHERE run = 'ev-reserve'}),
 	'1', "$t: the step before the wait has taken effect while the run waits");
@@ -126,10 +125,12 @@ $node->safe_psql('postgres',
 	q{SELECT ds_start_run('waiter', '{"event": "never", "timeout": "300 ms"}', 'ev-timeout')});
 ok(poll_until($node, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'ev-timeout'}, 'failed'),
 	"$t: an uncaught timeout fails the run");
-is( $node->safe_psql('postgres',
-		q{SELECT r.error_code || '|' || s.status || '|' || s.error_code
+is_deeply(
+	row_of($node, 'postgres',
+		q{SELECT r.error_code AS run_error_code, s.status AS step_status, s.error_code AS step_error_code
 		    FROM ds_runs r JOIN ds_steps s USING (run_id) WHERE run_id = 'ev-timeout'}),
-	'DS408|failed|DS408', "$t: with DS408, the wait's step recorded failed");
+	{ run_error_code => 'DS408', step_status => 'failed', step_error_code => 'DS408' },
+	"$t: with DS408, the wait's step recorded failed");
 $node->safe_psql('postgres', q{SELECT ds_start_run('patient', '{}', 'ev-caught')});
 ok(poll_until($node, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'ev-caught'}, 'succeeded'),
 	"$t: a caught timeout lets the workflow go on");
@@ -142,12 +143,17 @@ $node->safe_psql('postgres', q{SELECT ds_start_run('waiter', '{"event": "nope"}'
 ok( poll_until($node, 'postgres',
 		q{SELECT count(*) = 2 FROM ds_runs WHERE run_id IN ('c-sleep', 'c-wait') AND status = 'waiting'}),
 	"$t: a sleeping and an event-waiting run wait");
-is($node->safe_psql('postgres', q{SELECT ds_cancel_run('c-sleep') || ds_cancel_run('c-wait')}),
-	'cancelledcancelled', "$t: both are cancelled");
-is( $node->safe_psql('postgres',
-		q{SELECT string_agg(run_id || ':' || status || ':' || (finished_at IS NOT NULL), ',' ORDER BY run_id)
-		    FROM ds_runs WHERE run_id IN ('c-sleep', 'c-wait')}),
-	'c-sleep:cancelled:true,c-wait:cancelled:true', "$t: recorded cancelled");
+is_deeply(row_of($node, 'postgres', q{SELECT ds_cancel_run('c-sleep') AS c_sleep, ds_cancel_run('c-wait') AS c_wait}),
+	{ c_sleep => 'cancelled', c_wait => 'cancelled' }, "$t: both are cancelled");
+is_deeply(
+	rows_of($node, 'postgres',
+		q{SELECT run_id, status, finished_at IS NOT NULL AS finished FROM ds_runs
+		   WHERE run_id IN ('c-sleep', 'c-wait') ORDER BY run_id}),
+	[
+		{ run_id => 'c-sleep', status => 'cancelled', finished => 'true' },
+		{ run_id => 'c-wait',  status => 'cancelled', finished => 'true' }
+	],
+	"$t: recorded cancelled");
 is($node->safe_psql('postgres', q{SELECT status FROM ds_steps WHERE run_id = 'c-wait'}),
 	'cancelled', "$t: the event wait's step is cancelled with its run");
 $node->safe_psql('postgres', q{SELECT ds_start_run('busy', '{}', 'c-busy')});
@@ -159,10 +165,11 @@ $t0 = time();
 is($node->safe_psql('postgres', q{SELECT ds_cancel_run('c-busy')}), 'cancelled',
 	"$t: a running run is cancelled");
 cmp_ok(time() - $t0, '<', 10, "$t: without waiting for its step to end");
-is( $node->safe_psql('postgres',
-		q{SELECT r.status || '|' || (SELECT count(*) FROM ledger WHERE run = 'c-busy')
+is_deeply(
+	row_of($node, 'postgres',
+		q{SELECT r.status, (SELECT count(*) FROM ledger WHERE run = 'c-busy') AS effects
 		   FROM ds_runs r WHERE run_id = 'c-busy'}),
-	'cancelled|0', "$t: the step it ran took no effect");
+	{ status => 'cancelled', effects => 0 }, "$t: the step it ran took no effect");
 my ($rc, $out, $err) = $node->psql('postgres', q{SELECT ds_cancel_run('nap')},
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/DS103.*run nap is succeeded and cannot be cancelled/, "$t: a finished run cannot be");
@@ -192,23 +199,23 @@ is($node->safe_psql('postgres', q{SELECT status FROM ds_retry_step('gated', 'gat
 ok(poll_until($node, 'postgres', q{SELECT status FROM ds_steps WHERE run_id = 'gated'}, 'succeeded'),
 	"$t: the worker runs the re-armed step");
 is($node->safe_psql('postgres', q{SELECT ds_resume_run('gated')}), 'waiting', "$t: the run is resumed");
-ok(poll_until($node, 'postgres', q{SELECT status || '|' || output FROM ds_runs WHERE run_id = 'gated'},
-		'succeeded|"through"'), "$t: and succeeds with the step's result");
+ok( poll_row($node, 'postgres', q{SELECT status, output::text AS output FROM ds_runs WHERE run_id = 'gated'},
+		{ status => 'succeeded', output => '"through"' }),
+	"$t: and succeeds with the step's result");
 
 $t = 'blocked';
 $node->safe_psql('postgres', q{SELECT ds_start_run('blocker', '{"ok": false}', 'blocked')});
-ok( poll_until($node, 'postgres',
-		q{SELECT status || '|' || wait_reason FROM ds_runs WHERE run_id = 'blocked'},
-		'blocked|step check is blocked: send ok'),
+ok( poll_row($node, 'postgres', q{SELECT status, wait_reason FROM ds_runs WHERE run_id = 'blocked'},
+		{ status => 'blocked', wait_reason => 'step check is blocked: send ok' }),
 	"$t: a run whose step is blocked is blocked, with the remediation");
 $node->safe_psql('postgres', q{SELECT ds_retry_step('blocked', 'check', '{"ok": true}')});
-ok(poll_until($node, 'postgres', q{SELECT status || '|' || output FROM ds_runs WHERE run_id = 'blocked'},
-		'succeeded|"fine"'),
+ok( poll_row($node, 'postgres', q{SELECT status, output::text AS output FROM ds_runs WHERE run_id = 'blocked'},
+		{ status => 'succeeded', output => '"fine"' }),
 	"$t: re-armed with corrected input, the run goes on with the step as it was re-armed");
-is( $node->safe_psql('postgres',
-		q{SELECT string_agg(attempt || ':' || class, ',' ORDER BY attempt) FROM ds_attempts
-		   WHERE run_id = 'blocked'}),
-	'1:correctable,2:completed', "$t: the step's attempts");
+is_deeply(
+	rows_of($node, 'postgres', q{SELECT attempt, class FROM ds_attempts WHERE run_id = 'blocked' ORDER BY attempt}),
+	[ { attempt => 1, class => 'correctable' }, { attempt => 2, class => 'completed' } ],
+	"$t: the step's attempts");
 
 $t = 'many runs';
 $t0 = time();
@@ -228,8 +235,8 @@ $t = 'an emit whose wake-up was lost';
 # and the executor ends before it looks once more after its commit: written here by hand, the
 # event with no wake-up at all. An executor that ends makes the others look for such runs.
 $node->safe_psql('postgres', q{SELECT ds_start_run('waiter', '{"event": "lost-wake"}', 'ev-lost')});
-ok( poll_until($node, 'postgres',
-		q{SELECT status || '|' || wait_event FROM ds_runs WHERE run_id = 'ev-lost'}, 'waiting|lost-wake'),
+ok( poll_row($node, 'postgres', q{SELECT status, wait_event FROM ds_runs WHERE run_id = 'ev-lost'},
+		{ status => 'waiting', wait_event => 'lost-wake' }),
 	"$t: the run waits");
 $node->safe_psql('postgres', q{
 INSERT INTO durable_steps.events (owner, name, payload)
@@ -237,8 +244,8 @@ SELECT owner, 'lost-wake', '"found"' FROM durable_steps.runs WHERE run_id = 'ev-
 my $executor = $node->safe_psql('postgres',
 	"SELECT min(pid) FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'");
 is($node->safe_psql('postgres', "SELECT pg_terminate_backend($executor)"), 't', "$t: an executor ends");
-ok(poll_until($node, 'postgres', q{SELECT status || '|' || output FROM ds_runs WHERE run_id = 'ev-lost'},
-		'succeeded|"found"'),
+ok( poll_row($node, 'postgres', q{SELECT status, output::text AS output FROM ds_runs WHERE run_id = 'ev-lost'},
+		{ status => 'succeeded', output => '"found"' }),
 	"$t: the run is woken, finds its event and succeeds");
 
 unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed');

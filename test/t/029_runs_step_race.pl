@@ -1,5 +1,5 @@
 # A run and a step created under its run_id at the same time meet as they would one after the
-# other (README, "Runs"): another role can neither start a run over a step being created nor
+# other (docs/runs.md): another role can neither start a run over a step being created nor
 # create a step in a run being started (42501), and the owner's step created while its run is
 # being started takes the run's policy. The run_id's lock serializes the two, in either order:
 # the second waits for the first to commit or roll back, then sees it.

@@ -1,5 +1,4 @@
-# An unprivileged role trying to hold back other roles' work in the worker (README, "Security
-# model", "Queues"): a hook that sleeps, a workflow that never returns, a workflow that suspends
+# An unprivileged role trying to hold back other roles' work in the worker (docs/security.md, "Queues"): a hook that sleeps, a workflow that never returns, a workflow that suspends
 # for ever, and a paused queue that runs' steps should respect. One executor, so that whatever
 # mallory occupies is all there is.
 
@@ -116,7 +115,7 @@ ok(poll_until($node, 'postgres', q{SELECT status FROM durable_steps.runs WHERE r
 	"$t: and so does mallory's run");
 cmp_ok(time() - $opened, '<', 30, "$t: woken by ds_set_queue, not by its once-a-minute look");
 is($node->safe_psql('postgres', q{SELECT count(*) FROM public.effects}), '1', "$t: its step took effect once");
-# (A limit above 0 does not count a run's turns nor the step attempts they run: README, "Queues".)
+# (A limit above 0 does not count a run's turns nor the step attempts they run: docs/queues.md.)
 
 unlike(slurp_file($node->logfile), $DurableSteps::Test::crash_re, 'no server process crashed');
 $node->stop;

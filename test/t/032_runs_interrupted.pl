@@ -1,5 +1,5 @@
 # A turn stopped by a query cancel that is not ds_cancel_run's -- an operator's pg_cancel_backend()
-# of the executor -- is interrupted, not failed (README, "Runs"): it rolls back like a lost turn and
+# of the executor -- is interrupted, not failed (docs/runs.md): it rolls back like a lost turn and
 # the run runs again; only max_attempts such turns in a row fail the run. The fault trials
 # (scripts/faults) found that the run failed with 57014 at the first one.
 

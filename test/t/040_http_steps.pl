@@ -1,4 +1,4 @@
-# HTTP steps (README, "HTTP steps"): the HTTP worker sends a committed step's request once, with
+# HTTP steps (docs/http.md): the HTTP worker sends a committed step's request once, with
 # the step's idempotency key, and stores the response as its result; a replayed call, a
 # rolled-back caller, a role without durable_steps_http, a host not allowed and a file: URL send
 # nothing; connections are reused; SQL executors never run HTTP steps.
@@ -186,7 +186,7 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM ds_steps WHERE run_id = 'm
 cmp_ok($p->counts->{connections} - $before, '<=', 10, 'over at most 10 connections');
 
 # identities with CR, LF, spaces and '%': the key on the wire is header-safe and injective
-# (README, "Keys"): no header is injected, identities differing in a control byte or a trailing
+# (docs/steps.md, "Keys"): no header is injected, identities differing in a control byte or a trailing
 # space are charged apart, and ds_attempts shows the key each request carried
 my $inj = $p->url('inject');
 $node->safe_psql('postgres', qq{SET ROLE app;

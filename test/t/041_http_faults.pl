@@ -1,4 +1,4 @@
-# HTTP faults (README, "HTTP steps", classification): for every fault the provider injects, each
+# HTTP faults (docs/http.md, classification): for every fault the provider injects, each
 # step is charged at most once, ends with one accepted fact, and its attempts say what happened.
 # The provider closes every connection, so libcurl never repeats a request on its own.
 use strict;

@@ -1,4 +1,4 @@
-# The HTTP worker killed while a request is in flight (README, "HTTP steps"): the attempt is
+# The HTTP worker killed while a request is in flight (docs/http.md): the attempt is
 # recorded as lost (DS007) by the executors' recovery and sent again with the same idempotency
 # key, so the provider charges once; a request without a key and with a non-idempotent method is
 # not sent again: its step ends uncertain.
@@ -52,7 +52,7 @@ is($p->requests('unkeyed'), 1, 'unkeyed: not sent again');
 
 # The HTTP worker terminated (it exits; no crash restart, so the executors go on) while a request
 # is in flight, with an hour's poll interval: the worker says on its way out that attempts may be
-# lost, which wakes the executors to record it at once (README, "The background worker", step 1).
+# lost, which wakes the executors to record it at once (docs/worker.md, step 1).
 ok(reload_executors($node, "ALTER SYSTEM SET durable_steps.poll_interval = '1h'"),
 	'the executors reloaded: they look again in an hour');
 my @executors = split /,/, $node->safe_psql('postgres',

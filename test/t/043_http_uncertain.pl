@@ -1,4 +1,4 @@
-# Uncertain HTTP outcomes (README, "HTTP steps", "Uncertain steps and reconciliation"): a POST
+# Uncertain HTTP outcomes (docs/http.md, "Uncertain steps and reconciliation"): a POST
 # without an idempotency header that times out or loses its connection after sending ends
 # uncertain and is never sent again by itself; ds_resolve_step records what the operator found,
 # ds_retry_step sends it again; an idempotent method is retried by itself.

@@ -1,4 +1,4 @@
-# ds_http inside a run's workflow (README, "Runs" and "HTTP steps"): an HTTP charge between two
+# ds_http inside a run's workflow (docs/runs.md and "HTTP steps"): an HTTP charge between two
 # SQL steps, retried by the HTTP worker once, charges once and the run goes on with its response;
 # a refused request (400) blocks the run; an uncertain one blocks it until ds_resolve_step.
 

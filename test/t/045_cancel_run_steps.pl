@@ -1,4 +1,4 @@
-# ds_cancel_run leaves none of the run's steps able to act after it commits (README, "Runs"):
+# ds_cancel_run leaves none of the run's steps able to act after it commits (docs/runs.md):
 # an uncertain HTTP step is cancelled (no ds_resolve_step or ds_retry_step revives it); an HTTP
 # request in flight is waited for and its step then cancelled, not retried; an attempt of the
 # run's SQL step that an executor claimed as a plain step is stopped and its step cancelled. The

@@ -1,4 +1,4 @@
-# HTTP steps go through a proxy only when a superuser's setting names one (README, "HTTP steps"):
+# HTTP steps go through a proxy only when a superuser's setting names one (docs/http.md):
 # the http_proxy, https_proxy and all_proxy variables of the postmaster's environment, which
 # libcurl would otherwise honour, send no request (nor its Authorization header) anywhere.
 use strict;

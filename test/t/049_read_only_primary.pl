@@ -1,4 +1,4 @@
-# A primary held read-only (README, "The background worker"): while default_transaction_read_only
+# A primary held read-only (docs/worker.md): while default_transaction_read_only
 # is on -- as pg_auto_failover sets it in its draining and stop_replication states -- the
 # executors and the HTTP worker write nothing and wait, instead of failing on their first write
 # and being restarted every second; once the server accepts writes they run what came due.

@@ -1,4 +1,4 @@
-# An HTTP step is sent only while its owner may send it (README, "Security model"): the owner's
+# An HTTP step is sent only while its owner may send it (docs/security.md): the owner's
 # existence and its privileges of durable_steps_http are checked before every send, as the host
 # allow-list is. A step whose owner was dropped, or lost the membership, fails closed -- blocked,
 # nothing sent -- and re-arming it sends nothing until the right is back.

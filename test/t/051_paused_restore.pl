@@ -1,4 +1,4 @@
-# A restored copy that must not act at once (README, "Backups"): with durable_steps.paused on
+# A restored copy that must not act at once (docs/backups.md): with durable_steps.paused on
 # before it first starts, a copy made by a base backup runs no due step and sends no HTTP
 # request -- its secrets go nowhere -- until an operator turns the setting off; then it runs
 # what is due, once.

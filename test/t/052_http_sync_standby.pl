@@ -1,4 +1,4 @@
-# No HTTP request leaves before its claim is as durable as a commit (README, "HTTP steps"): with a
+# No HTTP request leaves before its claim is as durable as a commit (docs/http.md): with a
 # synchronous standby, a cancel of the HTTP worker while its claim's commit waits for the standby
 # ("committed locally, but might not have been replicated") does not let it send -- it waits for
 # the standby again -- so a failover cannot make the promoted server send the same attempt again.

@@ -7,6 +7,15 @@
 #   reload_executors($node, @alter_system)   # ALTER SYSTEM, reload, every executor applied it
 #   my $node = retry_node('name');   # a worker node with the extension and the retry fixtures
 #   create_retry_fixtures($node); settle, attempts, ran_in_worker, gap, started_within ($node, run, step, ...)
+#   row_of($node, $db, $query), rows_of(...)   # rows as hashes of named columns, for is_deeply
+#   row_sql($query), decode_row($text)         # the same through a DurableSteps::Session
+#   poll_row($node, $db, $query, {column => value, ...})   # poll until the row has those values
+#   psql_as($node, $role, $sql), psql_as_ok(...)   # psql as a LOGIN role of database postgres
+#   claims_node('name'); claim_sql($run, nowait => 1); claim_counts($node, $run); claim_effects(...)
+#   worker_attempt($node, $role, $step, $body [, $extra])   # attempt 2 of a step run by the worker
+#   attempts_of($node, $run, $step)            # a step's attempts as named rows
+#   fields($hash, @keys)                       # the hash with only those keys
+#   my $up = DurableSteps::Upgrade->prepare;   # TAP 046, 047, 064: a cluster upgraded across majors
 package DurableSteps::Test;
 
 use strict;
@@ -14,6 +23,7 @@ use warnings;
 
 use Exporter 'import';
 use IPC::Run;
+use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -21,7 +31,8 @@ use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(worker_node executors_running retry_node settled_and_sound log_since log_offset count_matches poll_log poll_until executor_pid
   wait_executor_loops reload_executors $crash_re create_retry_fixtures settle attempts ran_in_worker gap
-  started_within);
+  started_within row_of rows_of row_sql decode_row poll_row psql_as psql_as_ok
+  claims_node claim_sql claim_counts claim_effects worker_attempt attempts_of fields);
 
 # The test framework turns restart_after_crash off; a crash restart is what some tests are about.
 our $preload = qq{
@@ -295,5 +306,651 @@ SELECT b.started_at >= a.finished_at + interval '$lo'
   FROM ds_attempts a JOIN ds_attempts b USING (run_id, step_id)
  WHERE run_id = '$run' AND step_id = '$step' AND a.attempt = $n - 1 AND b.attempt = $n});
 }
+
+# Rows as hashes of named columns, so that a test compares what it names: with is_deeply, a
+# column that differs is shown by its name. Each value is the column's text as to_jsonb gives it
+# (a boolean is 'true' or 'false', a jsonb column its JSON text, a jsonb string without quotes),
+# undef for NULL.
+
+# SQL that returns each row of $query as one line of JSON (an object of its columns' text).
+sub row_sql
+{
+	my ($query) = @_;
+	$query =~ s/;\s*$//;
+	return qq{SELECT (SELECT jsonb_object_agg(k, v) FROM jsonb_each_text(to_jsonb(q)) AS e(k, v))
+  FROM ($query) AS q;};
+}
+
+# A line of row_sql's output as a hash (undef for no line).
+sub decode_row
+{
+	my ($text) = @_;
+	return undef if !defined $text || $text eq '';
+	die "more than one row: $text" if $text =~ /\n/;
+	return decode_json($text);
+}
+
+# The one row $query returns in database $db (undef when none; dies when there are more).
+sub row_of
+{
+	my ($node, $db, $query) = @_;
+	return decode_row($node->safe_psql($db, row_sql($query)));
+}
+
+# Every row $query returns in database $db, in its order, as an array of hashes.
+sub rows_of
+{
+	my ($node, $db, $query) = @_;
+	my $text = $node->safe_psql($db, row_sql($query));
+	return [ map { decode_json($_) } grep { $_ ne '' } split /\n/, $text ];
+}
+
+# Like poll_until, for the one row of $query: waits until the columns named in %$expected have
+# those values (text as row_of gives it, undef for NULL; columns not named are not compared). True
+# when they do; on giving up, shows the row as it last was.
+sub poll_row
+{
+	my ($node, $db, $query, $expected) = @_;
+	my $want = JSON::PP->new->canonical->encode(
+		{ map { $_ => (defined $expected->{$_} ? "$expected->{$_}" : undef) } keys %$expected });
+	$want =~ s/'/''/g;
+	(my $q = $query) =~ s/;\s*$//;
+	my $ok = poll_until($node, $db, qq{
+SELECT coalesce((SELECT jsonb_object_agg(k, v) FROM jsonb_each_text(to_jsonb(q)) AS e(k, v))
+                @> '$want'::jsonb, false)
+  FROM ($q) AS q});
+	diag('the row was: ', explain(eval { row_of($node, $db, $query) } // 'none')) unless $ok;
+	return $ok;
+}
+
+# psql in database postgres as the LOGIN role $role: (exit code, stdout, stderr). Errors are
+# verbose: stderr shows their SQLSTATE.
+sub psql_as
+{
+	my ($node, $role, $sql) = @_;
+	my ($rc, $out, $err) = $node->psql('postgres', $sql,
+		connstr => $node->connstr('postgres') . " user=$role",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	return ($rc, $out, $err);
+}
+
+# psql_as's stdout; dies with its stderr when psql fails.
+sub psql_as_ok
+{
+	my ($node, $role, $sql) = @_;
+	my ($rc, $out, $err) = psql_as($node, $role, $sql);
+	die "as $role: $sql\n$err" if $rc != 0;
+	return $out;
+}
+
+# The tests of callers claiming one step identity (001, 023, 024, 039, 059): a started node without
+# a worker, with the extension, the table effects (one row per execution of a step body, with the
+# backend that ran it) and flaky(tag), which inserts an effect and then raises P0001.
+sub claims_node
+{
+	my ($name) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'durable_steps'");
+	$node->start;
+	$node->safe_psql(
+		'postgres', q{
+CREATE EXTENSION durable_steps;
+CREATE TABLE effects (
+    id  serial PRIMARY KEY,
+    k   text NOT NULL,
+    pid integer NOT NULL DEFAULT pg_backend_pid()
+);
+CREATE FUNCTION flaky(tag text) RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO effects(k) VALUES (tag);
+    RAISE EXCEPTION 'x';
+END
+$$;
+});
+	return $node;
+}
+
+# The call of the step under test, as row_sql: run $run, step s1, whose body inserts one effect
+# tagged $run and returns its id, with the same SQL and input on every call (the fingerprint
+# always matches). Its row has status, result, attempt and replayed.
+sub claim_sql
+{
+	my ($run, %opt) = @_;
+	my $nowait = $opt{nowait} ? ', nowait => true' : '';
+	return row_sql("SELECT status, result, attempt, replayed FROM ds_run_step('$run', 's1', "
+		  . q{$body$INSERT INTO effects(k) VALUES ($1->>'k') RETURNING id$body$, }
+		  . qq{'{"k": "$run"}'::jsonb$nowait)});
+}
+
+# What run $run has left, as others see it: its step rows in the view and in the table, its
+# attempts, its effects.
+sub claim_counts
+{
+	my ($node, $run) = @_;
+	return row_of(
+		$node, 'postgres', qq{
+SELECT (SELECT count(*) FROM ds_steps WHERE run_id = '$run') AS steps_in_view,
+       (SELECT count(*) FROM durable_steps.steps WHERE run_id = '$run') AS steps,
+       (SELECT count(*) FROM ds_attempts WHERE run_id = '$run') AS attempts,
+       (SELECT count(*) FROM effects WHERE k = '$run') AS effects});
+}
+
+# The effects of run $run in order, each with its id and the backend that wrote it.
+sub claim_effects
+{
+	my ($node, $run) = @_;
+	return rows_of($node, 'postgres', "SELECT id, pid FROM effects WHERE k = '$run' ORDER BY id");
+}
+
+# A step of run 'iso' whose attempt 2 runs $body in the worker (TAP 007, 060-063): attempt 1 runs
+# in the caller as $role and asks for a retry at once; $extra adds arguments of ds_run_step. Once
+# the worker has run attempt 2: the step's status, its result as text and its error_code ('' for
+# none).
+sub worker_attempt
+{
+	my ($node, $role, $step, $body, $extra) = @_;
+	$extra //= '';
+	(my $quoted = $body) =~ s/'/''/g;
+	my $status = $node->safe_psql(
+		'postgres', qq{
+SET ROLE $role;
+SELECT status FROM ds_run_step('iso', '$step',
+  'SELECT CASE WHEN ds_attempt_number() = 1 THEN ds_retry_after(''to the worker'', ''0 s'')::text
+               ELSE ($quoted)::text END'$extra);
+});
+	is($status, 'retrying', "$step: attempt 1 handed the step to the worker");
+	ok( $node->poll_query_until('postgres',
+			"SELECT status NOT IN ('retrying', 'running', 'pending') FROM ds_steps "
+			  . "WHERE run_id = 'iso' AND step_id = '$step'"),
+		"$step: the worker ran attempt 2");
+	return row_of($node, 'postgres',
+		"SELECT status, coalesce(result #>> '{}', '') AS result, coalesce(error_code, '') AS error_code "
+		  . "FROM ds_steps WHERE run_id = 'iso' AND step_id = '$step'");
+}
+
+# The attempts of step (run, step) in order, each with its attempt number, class ('running' for
+# one not ended), error_code (undef for none) and executor.
+sub attempts_of
+{
+	my ($node, $run, $step) = @_;
+	return rows_of($node, 'postgres', qq{
+SELECT attempt, coalesce(class, 'running') AS class, error_code, executor
+  FROM ds_attempts WHERE run_id = '$run' AND step_id = '$step' ORDER BY attempt});
+}
+
+# The hash $h with only the keys @keys, to compare what a test names.
+sub fields
+{
+	my ($h, @keys) = @_;
+	return { map { $_ => $h->{$_} } @keys };
+}
+
+# pg_upgrade from one major to a newer one (docs/backups.md; TAP 046, 047 and 064 each show one
+# property of the cluster this makes). The old cluster runs the install whose bin directory is
+# DS_UPGRADE_OLD_BINDIR (scripts/test sets it to the PostgreSQL 16 it has just tested, with this
+# same build of the extension), the new one the PostgreSQL on PATH. prepare() starts each cluster
+# as the scenario needs:
+#   old, worker on (one executor)  makes the steps and runs; stopped while an attempt runs;
+#   old, max_workers = 0           makes the due work that only the new cluster may run;
+#   pg_upgrade                     both clusters preloading the library, as in TAP 006;
+#   new, max_workers = 0           what prepare() returns: started, nothing can move in it but
+#                                  what the test does.
+# Steps in every status that can be at rest (succeeded in a caller and in the worker, retrying
+# and pending not yet due, blocked, failed permanently and exhausted, cancelled, HTTP steps
+# succeeded, refused and uncertain, one running when the old server stopped), their attempt
+# history, runs (succeeded, sleeping, waiting for an event), events, queue limits and the owners
+# (two ordinary roles, by name and OID); due work for the new cluster: a retry, a deferred step, a
+# pending HTTP step, an event emitted before any run waits for it.
+package DurableSteps::Upgrade;
+
+use strict;
+use warnings;
+
+use File::Basename qw(dirname);
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use PostgreSQL::Version;
+use Test::More;
+use Time::HiRes qw(time);
+
+# DurableSteps::Test's helpers, defined above (its @EXPORT is not assigned yet when this compiles).
+# DurableSteps::Http, which uses DurableSteps::Test, is loaded by prepare() at run time.
+BEGIN
+{
+	no strict 'refs';
+	*{"DurableSteps::Upgrade::$_"} = \&{"DurableSteps::Test::$_"} for qw(poll_until poll_row row_of rows_of fields);
+}
+
+my $json = JSON::PP->new->canonical->allow_nonref;
+
+# the SQL steps, all of run 'up': owner, body, input and the other arguments of ds_run_step
+my %sql_step = (
+	'paid'     => { role => 'alice', sql => q{SELECT book('paid')} },
+	'worked'   => { role => 'alice', sql => q{SELECT book('worked')}, args => 'defer => true' },
+	'later'    => { role => 'bob', sql => q{SELECT ds_retry_after('not before an hour', '1 h')} },
+	'scheduled' => {
+		role => 'alice',
+		sql  => q{SELECT book('scheduled')},
+		args => q{defer => true, queue => 'slow', priority => 5},
+		first => q{, run_at => now() + interval '1 hour'}
+	},
+	'fixed'     => { role => 'bob',   sql => q{SELECT book_when_ok('fixed', $1)} },
+	'declined'  => { role => 'alice', sql => q{SELECT ds_non_retriable('card declined')} },
+	'exhausted' => {
+		role => 'bob',
+		sql  => q{SELECT always_fails('exhausted')},
+		args => q{policy => '{"max_attempts": 2, "initial_delay": "10 ms"}'}
+	},
+	'dropped'   => { role => 'alice', sql => q{SELECT ds_retry_after('not before an hour', '1 h')} },
+	'in-flight' => {
+		role => 'alice',
+		sql  => q{SELECT book_after_a_long_attempt_1('in-flight')},
+		args => q{defer => true, policy => '{"initial_delay": "10 ms"}'}
+	},
+	'due-retry' => {
+		role => 'bob',
+		sql  => q{SELECT book_at_attempt_2('due-retry')},
+		args => q{policy => '{"initial_delay": "1 s"}'}
+	},
+	'due-deferred' => { role => 'alice', sql => q{SELECT book('due-deferred')}, args => 'defer => true' },);
+
+# The state the upgrade must keep: every column of the extension's tables, the attempt history as
+# the view shows it (it also reads the attempts recorded in step rows), the ledger. Owners and
+# roles by name (to_jsonb of a regrole) and by OID.
+my %state = (
+	'step' => [
+		q{durable_steps.steps}, q{run_id || '/' || step_id},
+		q{jsonb_build_object('owner (oid)', t.owner::oid)}
+	],
+	'attempt' => [
+		q{ds_attempts}, q{run_id || '/' || step_id || ' attempt ' || attempt},
+		q{jsonb_build_object('role (oid)', t.role::oid)}
+	],
+	'run'   => [ q{durable_steps.runs}, q{run_id}, q{jsonb_build_object('owner (oid)', t.owner::oid)} ],
+	'event' => [
+		q{durable_steps.events}, q{owner::text || ':' || name},
+		q{jsonb_build_object('owner (oid)', t.owner::oid)}
+	],
+	'queue'  => [ q{durable_steps.queues}, q{name},    q{'{}'::jsonb} ],
+	'ledger' => [ q{ledger},               q{id::text}, q{'{}'::jsonb} ],);
+
+our %plural = (step => 'steps', attempt => 'attempts', run => 'runs', event => 'events',
+	queue => 'queue limits', ledger => 'ledger rows');
+
+# ds_run_step of a step of %sql_step as its owner, the answer as a hash; $first adds the
+# arguments only the first call passes
+sub call_step
+{
+	my ($self, $node, $step, $first) = @_;
+	my $s = $sql_step{$step};
+	my $args = $s->{args} ? ", $s->{args}" : '';
+	$args .= $s->{first} // '' if $first;
+	return decode_json(
+		$node->safe_psql(
+			'postgres', qq{SET ROLE $s->{role};
+SELECT to_jsonb(r) FROM ds_run_step('up', '$step', \$body\$$s->{sql}\$body\$, '{}'$args) r}));
+}
+
+# ds_http_step of a step of run 'up-http', alice's, against the fake provider (tag up-<step>)
+sub call_http
+{
+	my ($self, $node, $step) = @_;
+	my $s = $self->{http_step}{$step};
+	my $args = $s->{args} ? ", $s->{args}" : '';
+	return decode_json(
+		$node->safe_psql(
+			'postgres', qq{SET ROLE alice;
+SELECT to_jsonb(r) FROM ds_http_step('up-http', '$step', '$s->{request}'$args) r}));
+}
+
+sub step_status
+{
+	my ($node, $run, $step) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT status FROM ds_steps WHERE run_id = '$run' AND step_id = '$step'");
+}
+
+# The rows of one part of %state, by key: every column, as JSON.
+sub snapshot
+{
+	my ($self, $node, $what) = @_;
+	my ($from, $key, $extra) = @{ $state{$what} };
+	return decode_json(
+		$node->safe_psql(
+			'postgres', qq{SET TimeZone = 'UTC';
+SELECT coalesce(jsonb_object_agg($key, to_jsonb(t) || $extra), '{}') FROM $from t}));
+}
+
+# What the provider was asked: requests, charges and idempotency keys by tag (its connection
+# count also counts the test's own /counts requests).
+sub provider_requests
+{
+	my ($self) = @_;
+	my $c = $self->{p}->counts;
+	return { map { $_ => $c->{$_} } qw(requests charges keys) };
+}
+
+# One test per row: the row $key of $what is in $is as it was in $was, every column; the
+# columns that differ are shown.
+sub unchanged
+{
+	my ($self, $name, $what, $key, $was, $is) = @_;
+	my @differ = grep { $json->encode($is->{$key}{$_}) ne $json->encode($was->{$key}{$_}) }
+	  sort keys %{ { %{ $was->{$key} // {} }, %{ $is->{$key} // {} } } };
+	ok(!@differ, $name)
+	  or diag(join("\n",
+			map { "$what $key: $_ was " . $json->encode($was->{$key}{$_}) . ', is ' . $json->encode($is->{$key}{$_}) }
+			  @differ));
+}
+
+# The scenario up to the upgraded cluster, started without a worker (or skip_all when there is
+# no older major to upgrade from). With `newest_only`, a part that repeats the whole upgrade
+# to show one more property runs for one major of the matrix, the newest (scripts/test sets
+# DS_UPGRADE_NEWEST for it), so that the upgrades stay a small share of CI. The object: old and new (the clusters), p (the fake provider),
+# old_num and new_num (their server_version_num), before (every part of %state in the old cluster
+# as it stopped), requests_before (provider_requests then).
+sub prepare
+{
+	my ($class, %opt) = @_;
+	my $old_bindir = $ENV{DS_UPGRADE_OLD_BINDIR} // '';
+	plan skip_all =>
+	  'DS_UPGRADE_OLD_BINDIR names no PostgreSQL 16 install (scripts/test sets it when the matrix runs 16 before 18)'
+	  if $old_bindir eq '';
+	plan skip_all => 'this part of the upgrade scenario runs for the newest major of the matrix only'
+	  if $opt{newest_only} && !$ENV{DS_UPGRADE_NEWEST};
+	$old_bindir =~ s{/+$}{};
+	my $old_version = PostgreSQL::Version->new(scalar qx{"$old_bindir/pg_config" --version});
+	die "$old_bindir/pg_config --version failed" if $? != 0;
+	my $new_version = PostgreSQL::Version->new(scalar qx{pg_config --version});
+	die "pg_config --version failed" if $? != 0;
+	plan skip_all =>
+	  "the PostgreSQL under test ($new_version) is not a newer major than DS_UPGRADE_OLD_BINDIR's ($old_version): nothing to upgrade"
+	  if $new_version->major <= $old_version->major;
+
+	require DurableSteps::Http;
+	my $conf = $DurableSteps::Test::preload;
+	my $p = DurableSteps::Http::Provider->start(close => 1);
+	my $self = bless { p => $p }, $class;
+	# the HTTP steps: one to succeed, one to be uncertain (a keyless POST whose connection is
+	# dropped after the provider charged), one refused (400), one pending at the upgrade
+	$self->{http_step} = {
+		'charge' => {
+			request =>
+			  qq({"method": "POST", "url": "@{[$p->url('up-charge')]}", "expect": "json", "json": {"amount": 4200}})
+		},
+		'unsure' => {
+			request => qq({"method": "POST", "url": "@{[$p->url('up-unsure', 'fault=drop')]}"}),
+			args    => 'idempotency_header => NULL'
+		},
+		'refused' =>
+		  { request => qq({"method": "POST", "url": "@{[$p->url('up-refused', 'fault=400')]}", "expect": "json"}) },
+		'after'   => { request => qq({"method": "POST", "url": "@{[$p->url('up-after')]}", "expect": "json"}) },
+	};
+
+	my $old = PostgreSQL::Test::Cluster->new('old', install_path => dirname($old_bindir));
+	$self->{old} = $old;
+	# a fresh initdb (never a template of the newer major's), without data checksums like the new
+	# cluster below
+	$old->init(force_initdb => 1);
+	# One executor: the one whose attempt the stop interrupts is the only one that could record it
+	# lost (it does not, on its way out), and while that attempt runs no turn of a run is taken.
+	$old->append_conf('postgresql.conf', $conf . "durable_steps.max_workers = 1\n");
+	$old->start;
+	$self->{old_num} = $old->safe_psql('postgres', q{SELECT current_setting('server_version_num')});
+	my $old_server = $old->safe_psql('postgres', q{SHOW server_version});
+
+	$old->safe_psql(
+		'postgres', q{
+CREATE ROLE alice;
+CREATE ROLE bob;
+CREATE EXTENSION durable_steps;
+GRANT durable_steps_http TO alice;
+-- every effect of a step is a row here, naming the role and the server that wrote it
+CREATE TABLE ledger (
+    id     serial PRIMARY KEY,
+    tag    text NOT NULL,
+    who    text NOT NULL DEFAULT current_user,
+    server integer NOT NULL DEFAULT current_setting('server_version_num')::integer
+);
+GRANT SELECT, INSERT ON ledger TO alice, bob;
+GRANT USAGE ON SEQUENCE ledger_id_seq TO alice, bob;
+-- one effect; the result is the server's version number
+CREATE FUNCTION book(tag text) RETURNS integer LANGUAGE sql
+    AS $$INSERT INTO ledger(tag) VALUES (tag) RETURNING server$$;
+-- blocked until re-armed with {"ok": true}
+CREATE FUNCTION book_when_ok(tag text, input jsonb) RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    IF (input->>'ok') IS NULL THEN
+        PERFORM ds_blocked('not ok', 'Re-arm it with {"ok": true}.');
+    END IF;
+    RETURN book(tag);
+END $$;
+-- fails retryably (P0001) at attempt 1
+CREATE FUNCTION book_at_attempt_2(tag text) RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    IF ds_attempt_number() < 2 THEN
+        RAISE EXCEPTION 'not yet: attempt %', ds_attempt_number();
+    END IF;
+    RETURN book(tag);
+END $$;
+-- attempt 1 runs until the server stops it
+CREATE FUNCTION book_after_a_long_attempt_1(tag text) RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    IF ds_attempt_number() = 1 THEN
+        PERFORM pg_sleep(3600);
+    END IF;
+    RETURN book(tag);
+END $$;
+CREATE FUNCTION always_fails(tag text) RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'always fails: %', tag;
+END $$;
+-- workflows
+CREATE FUNCTION short(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN ds_step('one', 'SELECT book(''done:one'')');
+END $$;
+CREATE FUNCTION napper(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    before jsonb;
+BEGIN
+    before := ds_step('before', 'SELECT book(''nap:before'')');
+    PERFORM ds_sleep('nap', (input->>'for')::interval);
+    RETURN jsonb_build_object('before', before, 'after', ds_step('after', 'SELECT book(''nap:after'')'));
+END $$;
+CREATE FUNCTION shipper(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    reserved jsonb;
+    shipment jsonb;
+BEGIN
+    reserved := ds_step('reserve', 'SELECT book(''ship:reserve'')');
+    shipment := ds_await_event('shipped', 'shipped:' || run_id);
+    RETURN jsonb_build_object('reserve', reserved, 'shipment', shipment,
+                              'confirm', ds_step('confirm', 'SELECT book(''ship:confirm'')'));
+END $$;
+CREATE FUNCTION waiter(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN ds_await_event('wait', input->>'event');
+END $$;
+SELECT ds_set_queue('slow', 1);
+});
+
+	my $t = 'old';
+	ok( poll_until(
+			$old, 'postgres',
+			q{SELECT count(*) FILTER (WHERE backend_type = 'durable_steps worker') = 1
+			     AND count(*) FILTER (WHERE backend_type = 'durable_steps http') = 1
+			    FROM pg_stat_activity WHERE datname = 'postgres'}),
+		"$t: an executor and the HTTP worker serve database postgres");
+
+	# steps in every status a step can rest in
+	my $r = $self->call_step($old, 'paid', 1);
+	is_deeply(fields($r, qw(status attempt)), { status => 'succeeded', attempt => 1 }, "$t: paid: succeeded in the caller");
+	$r = $self->call_step($old, 'worked', 1);
+	is($r->{status}, 'pending', "$t: worked: deferred");
+	ok(poll_until($old, 'postgres', q{SELECT status FROM ds_steps WHERE step_id = 'worked'}, 'succeeded'),
+		"$t: worked: succeeded in the worker");
+	$r = $self->call_step($old, 'later', 1);
+	is_deeply(fields($r, qw(status attempt)), { status => 'retrying', attempt => 1 }, "$t: later: retrying in an hour");
+	$r = $self->call_step($old, 'scheduled', 1);
+	is_deeply(fields($r, qw(status attempt)), { status => 'pending', attempt => 0 },
+		"$t: scheduled: pending, due in an hour");
+	$r = $self->call_step($old, 'fixed', 1);
+	is_deeply(fields($r, qw(status error_class)), { status => 'blocked', error_class => 'correctable' },
+		"$t: fixed: blocked");
+	$r = $self->call_step($old, 'declined', 1);
+	is_deeply(
+		fields($r, qw(status error_class error_code)),
+		{ status => 'failed', error_class => 'permanent', error_code => 'DS001' },
+		"$t: declined: failed permanently");
+	$r = $self->call_step($old, 'exhausted', 1);
+	is($r->{status}, 'retrying', "$t: exhausted: attempt 1 failed");
+	ok( poll_row($old, 'postgres', q{SELECT status, error_class, attempt FROM ds_steps WHERE step_id = 'exhausted'},
+			{ status => 'failed', error_class => 'exhausted', attempt => 2 }),
+		"$t: exhausted: attempt 2 in the worker failed too: exhausted");
+	$r = $self->call_step($old, 'dropped', 1);
+	is($r->{status}, 'retrying', "$t: dropped: retrying");
+	is($old->safe_psql('postgres', q{SET ROLE alice; SELECT status FROM ds_cancel_step('up', 'dropped')}),
+		'cancelled', "$t: dropped: cancelled");
+
+	# HTTP steps: one succeeded, one refused (400: blocked), one uncertain (a keyless POST whose
+	# connection was dropped after the provider charged)
+	for my $step (qw(charge unsure refused))
+	{
+		is($self->call_http($old, $step)->{status}, 'pending', "$t: HTTP $step: stored");
+	}
+	is(DurableSteps::Http::settle_http($old, 'up-http', 'charge'),  'succeeded', "$t: HTTP charge: succeeded");
+	is(DurableSteps::Http::settle_http($old, 'up-http', 'refused'), 'blocked',   "$t: HTTP refused: blocked by the 400");
+	is(DurableSteps::Http::settle_http($old, 'up-http', 'unsure'),  'uncertain', "$t: HTTP unsure: uncertain");
+	is_deeply({ charges => $p->charges('up-charge'), requests => $p->requests('up-charge') },
+		{ charges => 1, requests => 1 }, "$t: HTTP charge: sent once, charged once");
+	is($p->keys_seen('up-charge'), 'up-http:charge', "$t: HTTP charge: with its idempotency key");
+
+	# runs: one succeeded, one sleeping, one waiting for an event
+	$old->safe_psql('postgres', q{SET ROLE alice; SELECT ds_start_run('short', '{}', 'done-run')});
+	ok(poll_until($old, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'done-run'}, 'succeeded'),
+		"$t: done-run: succeeded");
+	# The sleep must not end before the one executor is taken by the step below, whose attempt
+	# holds it until the server stops (within moments); the phases after that have no worker.
+	# Should the sleep end first, the run goes on in the old cluster, and the next phase says so.
+	$old->safe_psql('postgres', q{SET ROLE alice; SELECT ds_start_run('napper', '{"for": "10 s"}', 'nap-run')});
+	$old->safe_psql('postgres', q{SET ROLE bob; SELECT ds_start_run('shipper', '{}', 'ship-run')});
+	ok( poll_row(
+			$old, 'postgres',
+			q{SELECT n.status AS nap_run, n.current_step AS nap_run_step, n.wait_event AS nap_run_event,
+			         s.status AS ship_run, s.current_step AS ship_run_step, s.wait_event AS ship_run_event
+			    FROM ds_runs n, ds_runs s WHERE n.run_id = 'nap-run' AND s.run_id = 'ship-run'},
+			{
+				nap_run => 'waiting',
+				nap_run_step => 'nap',
+				nap_run_event => undef,
+				ship_run => 'waiting',
+				ship_run_step => 'shipped',
+				ship_run_event => 'shipped:ship-run'
+			}),
+		"$t: nap-run sleeps, ship-run waits for its event");
+
+	# the step whose attempt is running when the server stops: its executor is stopped with it
+	$r = $self->call_step($old, 'in-flight', 1);
+	is($r->{status}, 'pending', "$t: in-flight: deferred");
+	ok( poll_until(
+			$old, 'postgres',
+			q{SELECT s.status = 'running' AND EXISTS (SELECT FROM pg_stat_activity
+			                                           WHERE backend_type = 'durable_steps worker' AND wait_event = 'PgSleep')
+			    FROM ds_steps s WHERE step_id = 'in-flight'}),
+		"$t: in-flight: its attempt 1 runs in the executor");
+	$old->stop;
+
+	# Without a worker: the work that must be done by the new cluster, due before it starts
+	$t = 'old without a worker';
+	$old->append_conf('postgresql.conf', "durable_steps.max_workers = 0\n");
+	$old->start;
+	is( $old->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'durable_steps%'}),
+		'0', "$t: no durable_steps process runs");
+	is(step_status($old, 'up', 'in-flight'), 'running', "$t: in-flight: still running (no executor found it lost)");
+	is_deeply(
+		row_of(
+			$old, 'postgres', q{
+SELECT status, current_step,
+       (SELECT count(*) FROM ds_steps WHERE run_id = 'nap-run' AND step_id = 'after') AS steps_after_the_sleep
+  FROM ds_runs WHERE run_id = 'nap-run'}),
+		{ status => 'waiting', current_step => 'nap', steps_after_the_sleep => 0 },
+		"$t: nap-run: still asleep, its step after the sleep not begun");
+	$r = $self->call_step($old, 'due-retry', 1);
+	is_deeply(
+		fields($r, qw(status attempt error_code)),
+		{ status => 'retrying', attempt => 1, error_code => 'P0001' },
+		"$t: due-retry: attempt 1 failed, its retry due in a second");
+	$r = $self->call_step($old, 'due-deferred', 1);
+	is_deeply(fields($r, qw(status attempt)), { status => 'pending', attempt => 0 }, "$t: due-deferred: pending, due now");
+	is($self->call_http($old, 'after')->{status}, 'pending', "$t: HTTP after: stored, due now");
+	is($old->safe_psql('postgres', q{SET ROLE alice; SELECT ds_emit_event('before-the-upgrade', '{"n": 1}')}),
+		't', "$t: alice emits an event no run waits for yet");
+
+	$self->{before} = { map { $_ => $self->snapshot($old, $_) } keys %state };
+	is_deeply(
+		[ sort keys %{ { map { $_->{status} => 1 } values %{ $self->{before}{step} } } } ],
+		[qw(blocked cancelled failed pending retrying running succeeded uncertain)],
+		"$t: the steps to upgrade are in every status");
+	is_deeply([ sort keys %{ { map { $_->{owner} => 1 } values %{ $self->{before}{step} } } } ],
+		[qw(alice bob)], "$t: owned by alice and bob");
+	$self->{requests_before} = $self->provider_requests;
+	$old->stop;
+
+	# pg_upgrade
+	my $new = PostgreSQL::Test::Cluster->new('new');
+	$self->{new} = $new;
+	# initdb of 18 and later turns data checksums on by default; the old cluster has none
+	$new->init(force_initdb => 1, $new_version->major >= 18 ? (extra => ['--no-data-checksums']) : ());
+	$new->append_conf('postgresql.conf', $conf . "durable_steps.max_workers = 0\n");
+	my $new_bindir = $new->config_data('--bindir');
+	note("upgrading from PostgreSQL $old_server ($old_bindir) to PostgreSQL $new_version ($new_bindir)");
+
+	# pg_upgrade writes its files under the new data directory and the current directory
+	chdir ${PostgreSQL::Test::Utils::tmp_check};
+	my $t0 = time();
+	my $upgraded = ok(
+		run_log(
+			[
+				'pg_upgrade', '--no-sync',
+				'-d', $old->data_dir, '-D', $new->data_dir,
+				'-b', $old_bindir, '-B', $new_bindir,
+				'-p', $old->port, '-P', $new->port,
+				'-s', $new->host
+			]),
+		"pg_upgrade from $old_version to $new_version with the library preloaded in both clusters");
+	note(sprintf('pg_upgrade took %.1f s', time() - $t0));
+	if (!$upgraded)
+	{
+		for my $log (glob($new->data_dir . '/pg_upgrade_output.d/*/log/*'),
+			glob($new->data_dir . '/pg_upgrade_output.d/*/*.txt'))
+		{
+			diag("$log:\n" . slurp_file($log));
+		}
+		done_testing();
+		exit;
+	}
+
+	# The new cluster without a worker
+	$new->start;
+	$self->{new_num} = $new->safe_psql('postgres', q{SELECT current_setting('server_version_num')});
+	note("upgraded from PostgreSQL $old_server to PostgreSQL " . $new->safe_psql('postgres', 'SHOW server_version'));
+	return $self;
+}
+
+# At the end of a test: no process of either server crashed; the new server is stopped and the
+# provider too (now, not in the global destruction at the test's exit).
+sub finish
+{
+	my ($self) = @_;
+	unlike(slurp_file($self->{old}->logfile), $DurableSteps::Test::crash_re, 'no process of the old server crashed');
+	unlike(slurp_file($self->{new}->logfile), $DurableSteps::Test::crash_re, 'no process of the new server crashed');
+	$self->{new}->stop;
+	delete $self->{p};
+}
+
+package DurableSteps::Test;
 
 1;

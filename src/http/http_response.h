@@ -1,0 +1,48 @@
+/*
+ * http_response.h -- what a finished HTTP transfer means for its step (docs/http.md,
+ * "Classification").
+ */
+#ifndef DS_HTTP_RESPONSE_H
+#define DS_HTTP_RESPONSE_H
+
+#include "base/compat.h"
+
+#include <curl/curl.h>
+
+#include "utils/jsonb.h"
+
+#include "base/attempt_outcome.h"
+
+/* Longest response header section kept, in bytes; a longer one is an oversized response. */
+#define DS_HTTP_MAX_HEADER_BYTES (64 * 1024)
+
+/* A finished transfer, as libcurl left it. */
+typedef struct HttpResponse
+{
+	CURLcode	code;			/* CURLE_OK: a whole response arrived */
+	long		status;			/* HTTP status; 0 when none arrived */
+	bool		sent;			/* the request may have left (libcurl reached
+								 * its pre-transfer stage): a failure from
+								 * here on is uncertain */
+	bool		too_large;		/* body or headers over their limit: the
+								 * transfer was stopped */
+	const char *body;			/* NUL-terminated; body_len bytes */
+	size_t		body_len;
+	const char *head;			/* the raw header lines of the last response */
+	size_t		head_len;
+	const char *error;			/* libcurl's message for a failed transfer */
+} HttpResponse;
+
+/*
+ * Classify a finished transfer into *outcome (class, SQLSTATE, message, result, Retry-After).
+ * `repeat_safe`: the request carries an idempotency header or has an idempotent method, so an
+ * uncertain outcome may be retried. *kept: the response to keep on a step that did not succeed
+ * (blocked, retrying or failed with a response), else NULL.
+ */
+extern void ds_http_classify(const HttpResponse *resp, bool expect_json, bool repeat_safe,
+							 int max_response_size, AttemptOutcome *outcome, Jsonb **kept);
+
+/* The delay a Retry-After value asks for, in microseconds, capped at 24 h; -1 if malformed. */
+extern int64 ds_http_retry_after_usecs(const char *value, TimestampTz now);
+
+#endif							/* DS_HTTP_RESPONSE_H */

@@ -1,0 +1,57 @@
+/*
+ * unstarted_claims.h -- which of a gone executor's claims never started (docs/worker.md, "Security model").
+ *
+ * An executor commits a batch of claims as started before it runs any of them. When it ends
+ * midway -- a body that ignored its cancellation, pg_terminate_backend, an error it could not
+ * recover from -- the claims it had not reached are still marked running. Each executor tells
+ * shared memory, as it exits, which attempts it had started in the transaction still open (those
+ * may have run); whoever then records its lost attempts gives the others their attempt back
+ * instead of charging them. A crash resets shared memory: every claim is then charged, as any
+ * attempt whose fate nobody knows.
+ */
+#ifndef DS_UNSTARTED_CLAIMS_H
+#define DS_UNSTARTED_CLAIMS_H
+
+#include "base/compat.h"
+#include "utils/timestamp.h"
+
+/* What is known of a lost claim of a gone executor. */
+typedef enum ClaimFate
+{
+	CLAIM_FATE_UNKNOWN,			/* not an executor's, or its record is gone:
+								 * charge it */
+	CLAIM_STARTED,				/* its body may have run: charge it */
+	CLAIM_IGNORED_CANCEL,		/* its body ignored its cancellation and ended
+								 * the executor */
+	CLAIM_HOOK_IGNORED_CANCEL,	/* its outcome hook ignored its cancellation */
+	CLAIM_NEVER_STARTED			/* its executor ended before it: give its
+								 * attempt back */
+} ClaimFate;
+
+/* In an executor: attempt `key` (ds_attempt_cancel_key) starts now, in the open transaction. */
+extern void ds_claim_starting(uint64 key);
+
+/*
+ * In an executor: is there room for one more attempt in the open transaction? (At most
+ * DS_STARTED_CLAIMS_MAX: worker.c commits before it starts more.)
+ */
+extern bool ds_claim_start_room(void);
+
+/* In an executor: the transaction of the started attempts committed (or rolled back). */
+extern void ds_claims_settled(void);
+
+/*
+ * In an exiting executor: publish the attempts of the open transaction, for the processes that
+ * record this executor's lost claims. `ignored_cancel`: the last one's body ignored its
+ * cancellation, which is why the executor ends; `hook_ignored_cancel`: the outcome hook of the
+ * last one did.
+ */
+extern void ds_publish_started_claims(bool ignored_cancel, bool hook_ignored_cancel);
+
+/*
+ * The fate of attempt `key` claimed at `claimed_at` by process `pid`, which is gone (the
+ * claim's lock was free).
+ */
+extern ClaimFate ds_lost_claim_fate(int pid, TimestampTz claimed_at, uint64 key);
+
+#endif							/* DS_UNSTARTED_CLAIMS_H */

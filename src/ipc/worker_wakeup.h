@@ -1,0 +1,224 @@
+/*
+ * worker_wakeup.h -- shared state of the background workers, and waking them at commit.
+ */
+#ifndef DS_WORKER_WAKEUP_H
+#define DS_WORKER_WAKEUP_H
+
+#include "base/compat.h"
+#include "base/step_kind.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+
+/* executor slots shared by all the databases served */
+#define DS_MAX_WORKERS 32
+/* HTTP workers, one per served database (http_worker.c) */
+#define DS_MAX_HTTP_WORKERS 64
+/* databases that may ask the launcher at once to be served */
+#define DS_SERVE_REQUESTS 16
+
+/* most attempts one transaction of an executor starts (unstarted_claims.c) */
+#define DS_STARTED_CLAIMS_MAX 256
+
+/*
+ * The attempts an executor that ended had started in its last, uncommitted transaction
+ * (unstarted_claims.c): its other claims never started. Written once as it exits, read by
+ * whoever records its lost claims; pid is 0 while it is written.
+ */
+typedef struct EndedExecutor
+{
+	pg_atomic_uint32 pid;
+	TimestampTz started_at;		/* the process's start, and its end: no other
+								 * process with */
+	TimestampTz ended_at;		/* the pid claimed in between */
+	bool		ignored_cancel; /* the last attempt's body ignored its
+								 * cancellation */
+	bool		hook_ignored_cancel;	/* the outcome hook of the last
+										 * attempt did */
+	int			n_started;
+	uint64		started[DS_STARTED_CLAIMS_MAX]; /* ds_attempt_cancel_key of
+												 * each */
+} EndedExecutor;
+
+/* What an executor slot's last executor found (ExecutorSlot.state). */
+typedef enum ExecutorState
+{
+	EXECUTOR_STARTING = 0,		/* started, has not looked for the extension
+								 * yet */
+	EXECUTOR_SERVING,			/* found the extension: runs its database's
+								 * steps */
+	EXECUTOR_NO_EXTENSION		/* every-database mode: found no extension and
+								 * exited */
+} ExecutorState;
+
+/*
+ * One executor slot, shared by all the databases served (launcher.c hands them out): what its
+ * running executor says of itself, and what others ask of it. Written without a lock, each field
+ * by its one writer (the executor, or a backend asking it to cancel), read by anybody.
+ */
+typedef struct ExecutorSlot
+{
+	Latch	   *latch;			/* the running executor's latch; NULL when the
+								 * slot is idle */
+	pg_atomic_uint32 pid;		/* its process, 0 when the slot is idle */
+	pg_atomic_uint32 db;		/* its database, InvalidOid when the slot is
+								 * idle */
+	pg_atomic_uint32 state;		/* ExecutorState, as its last executor left it */
+	/* ds_cancel_step's request: the key of the attempt to stop; 0 = none */
+	pg_atomic_uint64 cancel_request;
+
+	/*
+	 * The claim it is taking now (claim_size.c): the key of its database and
+	 * queue in the high 32 bits, the number of steps it takes in the low
+	 * ones; 0 when it is not claiming
+	 */
+	pg_atomic_uint64 claiming;
+
+	/*
+	 * The owner of the attempt (or workflow turn) it runs now, and since when
+	 * (executor_load.c); InvalidOid and 0 between claims
+	 */
+	pg_atomic_uint32 attempt_owner;
+	pg_atomic_uint64 attempt_since;
+	/* the slot's last executor that ended (unstarted_claims.c) */
+	EndedExecutor ended;
+} ExecutorSlot;
+
+/* The HTTP worker of one served database (http_worker.c). */
+typedef struct HttpWorkerSlot
+{
+	pg_atomic_uint32 db;		/* its database, InvalidOid when the slot is
+								 * free */
+	Latch	   *latch;
+} HttpWorkerSlot;
+
+typedef struct WorkerShared
+{
+	ExecutorSlot executor[DS_MAX_WORKERS];
+	/* lets a committing backend wake the executors in turn */
+	pg_atomic_uint32 next_executor;
+
+	/*
+	 * bumped by every DELETE, UPDATE or TRUNCATE of durable_steps.steps by
+	 * SQL: replay_cache.c
+	 */
+	pg_atomic_uint64 replay_generation;
+	/* the launcher's latch, NULL while no launcher runs */
+	Latch	   *launcher_latch;
+
+	/*
+	 * databases whose backends committed work while none of their executors
+	 * ran; 0 = free
+	 */
+	pg_atomic_uint32 serve_request[DS_SERVE_REQUESTS];
+	HttpWorkerSlot http[DS_MAX_HTTP_WORKERS];
+
+	/*
+	 * Bumped whenever an attempt may have been left running with nobody to
+	 * finish it: a worker process ended, or could not record an outcome; 1
+	 * when the server starts. Executors look for lost attempts when it moves
+	 * (ds_lost_attempts_epoch).
+	 */
+	pg_atomic_uint64 lost_epoch;
+
+	/*
+	 * bumped after every commit that kept an HTTP outcome for the executors
+	 * to record
+	 */
+	pg_atomic_uint64 kept_outcomes;
+} WorkerShared;
+
+/* how long an attempt runs before its executor counts as busy (executor_load.h) */
+#define DS_BUSY_ATTEMPT_MS 1000
+
+/*
+ * The owner of the attempt executor slot `slot` has run for DS_BUSY_ATTEMPT_MS or more in
+ * database `dbid`; InvalidOid when the slot runs none so long (or serves another database).
+ */
+static inline Oid
+ds_slot_busy_owner(WorkerShared *shared, int slot, Oid dbid, TimestampTz now)
+{
+	Oid			owner;
+	TimestampTz since;
+
+	if (pg_atomic_read_u32(&shared->executor[slot].pid) == 0 ||
+		pg_atomic_read_u32(&shared->executor[slot].db) != dbid)
+		return InvalidOid;
+	owner = pg_atomic_read_u32(&shared->executor[slot].attempt_owner);
+	since = (TimestampTz) pg_atomic_read_u64(&shared->executor[slot].attempt_since);
+	if (!OidIsValid(owner) || since == 0 ||
+		!TimestampDifferenceExceeds(since, now, DS_BUSY_ATTEMPT_MS))
+		return InvalidOid;
+	return owner;
+}
+
+/* The key of attempt `attempt` of step (run_id, step_id) in cancel requests; never 0. */
+extern uint64 ds_attempt_cancel_key(const char *run_id, const char *step_id, int attempt);
+
+/*
+ * Ask the executor `pid` to stop the attempt `key` it runs. False when no executor of this
+ * cluster has that pid.
+ */
+extern bool ds_request_cancel(int pid, uint64 key);
+
+/*
+ * An attempt may have been left running by a process that cannot finish it (it is ending, or
+ * failed to record the outcome and let go of the step's lock): bump the epoch of lost attempts
+ * and wake every executor, which then looks for them (worker.c).
+ */
+extern void ds_attempts_may_be_lost(void);
+
+/* The epoch of lost attempts: it moves when ds_attempts_may_be_lost() is called. */
+extern uint64 ds_lost_attempts_epoch(void);
+
+/* In an executor: has the attempt `key` been asked to stop? (Safe in a signal handler.) */
+extern bool ds_cancel_requested(uint64 key);
+
+/* In an executor: forget a request for attempt `key` (it ended). */
+extern void ds_cancel_request_clear(uint64 key);
+
+/* In the launcher: the next database that asked to be served; InvalidOid when none. */
+extern Oid	ds_take_serve_request(void);
+
+/* The executor's slot, set once when it starts; -1 in other processes. */
+extern int	ds_executor_slot;
+
+/* Set up in _PG_init when loaded through shared_preload_libraries. */
+extern void ds_worker_shmem_init_module(void);
+
+/* NULL when the library was not preloaded (no worker can exist). */
+extern WorkerShared *ds_worker_shared(void);
+
+/*
+ * The current transaction made a step due (or due later): wake an executor once it has
+ * committed and released its locks, so that the executor sees the step and recomputes when to
+ * wake next. Warns once per backend when no worker can exist because the library is not
+ * preloaded.
+ */
+extern void ds_worker_wake_at_commit(void);
+
+/*
+ * In the HTTP worker: the current transaction kept an HTTP outcome for the executors
+ * (step_attempt.h): after its commit, move the generation of kept outcomes and wake one.
+ */
+extern void ds_worker_kept_outcome_at_commit(void);
+
+/* Moves after each such commit; executors look for kept outcomes when it moved (worker.c). */
+extern uint64 ds_kept_outcomes_generation(void);
+
+/* The same, without the warnings: the install script's call (CREATE EXTENSION). */
+extern void ds_worker_serve_at_commit(void);
+
+/*
+ * ds_worker_wake_at_commit for a step of kind `kind`: the HTTP worker for the kinds it sends
+ * (step_kind.h), the executors for the others.
+ */
+extern void ds_worker_wake_kind_at_commit(StepKind kind);
+
+/*
+ * In the HTTP worker: take a slot for this database, so that commits wake this process; false
+ * when another HTTP worker of this database holds one. The slot is let go at exit.
+ */
+extern bool ds_http_worker_take_slot(void);
+
+#endif							/* DS_WORKER_WAKEUP_H */

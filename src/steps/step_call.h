@@ -1,0 +1,62 @@
+/*
+ * step_call.h -- what every kind of step call shares (step_call.c): checked identities,
+ * fingerprints, the answer of a stored step, the step's lock (docs/steps.md, "How a step behaves").
+ */
+#ifndef DS_STEP_CALL_H
+#define DS_STEP_CALL_H
+
+#include "base/compat.h"
+#include "fmgr.h"
+#include "utils/jsonb.h"
+
+#include "store/step_store.h"
+
+/* Argument `argno`, a run_id or step_id: not NULL, not empty, at most 255 characters. */
+extern char *ds_step_identity_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+
+/* Argument `argno`, a step timeout, in microseconds: 0 for NULL, else in (0, 24 hours]. */
+extern int64 ds_step_timeout_arg(FunctionCallInfo fcinfo, int argno);
+
+/* The fingerprint of a definition: `sql` (never NULL), `input` and the hooks (may be NULL). */
+extern char *ds_step_fingerprint(const char *sql, Jsonb *input, const char *on_success,
+								 const char *on_failure);
+
+/* The ds_step_result of the step as `rec` holds it. */
+extern Datum ds_step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec, bool replayed);
+
+/*
+ * Only the step's owner is answered (42501); a different fingerprint is a conflict (DS422).
+ * True when the stored state is the answer, false when an attempt is due now.
+ */
+extern bool ds_step_answer_from_store(const StepRecord *rec, const char *fingerprint);
+
+/* 42501 unless the current user is the step's owner. */
+extern void ds_step_check_owner(const StepRecord *rec);
+
+/* The same for step (run_id, step_id) owned by `owner` (a replay remembered without its row). */
+extern void ds_step_check_owner_id(Oid owner, const char *run_id, const char *step_id);
+
+/*
+ * A new step is about to be stored under run_id `run_id`: if that is a run's, raises 42501 unless
+ * the caller may add steps to that run (docs/security.md). Serialized with ds_start_run
+ * by the run_id's lock (docs/runs.md); with nowait, a run being started in another transaction
+ * raises DS409 instead of being waited for. Returns the run's default policy, or NULL.
+ */
+extern Jsonb *ds_new_step_run_policy(const char *run_id, bool nowait);
+
+/*
+ * Take the step's transaction lock (waiting, or with nowait DS409) and read it locked; false
+ * when there is no such step.
+ */
+extern bool ds_step_lock_and_read(const char *run_id, const char *step_id, bool nowait,
+								  StepRecord *rec);
+
+/*
+ * Lock and read a step the caller may see (its owner's roles and durable_steps_admin); DS404
+ * for any other, at once. With stop_running, an attempt a worker runs is asked to stop first,
+ * so that its lock comes free soon.
+ */
+extern void ds_step_lock_visible(const char *run_id, const char *step_id, bool stop_running,
+								 StepRecord *rec);
+
+#endif							/* DS_STEP_CALL_H */

@@ -1,0 +1,125 @@
+/*
+ * retention.c -- finished steps and runs, and old events, are purged after durable_steps.retention.
+ *
+ * Each batch is its own short transaction that deletes at most RETENTION_BATCH rows chosen with
+ * SKIP LOCKED, so a purge never holds long locks and never waits for a step someone is using.
+ * Only finished work is purged: blocked and uncertain steps wait for a person and stay.
+ */
+#include "base/compat.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "base/policy.h"
+#include "store/retention.h"
+#include "store/step_store.h"
+
+/* seconds; 0 keeps everything */
+static int	retention_seconds = 7 * 24 * 3600;
+static TimestampTz last_purge = 0;
+static SPIPlanPtr purge_steps_plan = NULL;
+static SPIPlanPtr purge_runs_plan = NULL;
+static SPIPlanPtr purge_events_plan = NULL;
+
+void
+ds_retention_init_module(void)
+{
+	DefineCustomIntVariable("durable_steps.retention",
+							"How long finished steps, their attempts and finished runs are kept.",
+							"0 keeps them forever.",
+							&retention_seconds,
+							7 * 24 * 3600,
+							0,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+bool
+ds_retention_purge_due(void)
+{
+	return retention_seconds > 0 &&
+		TimestampDifferenceExceeds(last_purge, GetCurrentTimestamp(), 60 * 1000);
+}
+
+void
+ds_retention_purge_done(void)
+{
+	last_purge = GetCurrentTimestamp();
+}
+
+void
+ds_retention_purge_done_reset(void)
+{
+	last_purge = 0;
+}
+
+/* Run one purge statement (it returns the count it deleted) with $1 = cutoff, $2 = batch. */
+static int
+purge(SPIPlanPtr *slot, const char *sql, Datum *args)
+{
+	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+	bool		isnull;
+	int			rc = SPI_execute_plan(ds_prepare_kept(slot, sql, 2, types), args, NULL, false, 0);
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "purge failed: %s", SPI_result_code_string(rc));
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+int
+ds_retention_purge_batch(void)
+{
+	Datum		args[2];
+	int			deleted;
+	StoreSpi	spi;
+
+	args[0] = TimestampTzGetDatum(GetCurrentTimestamp() - (int64) retention_seconds * USECS_PER_SEC);
+	args[1] = Int32GetDatum(RETENTION_BATCH);
+	ds_store_spi_begin(&spi);
+
+	/*
+	 * the steps' attempts go with them: the trigger steps_delete_attempts
+	 * deletes those
+	 */
+	deleted = purge(&purge_steps_plan,
+					"WITH gone AS ("
+					" DELETE FROM durable_steps.steps WHERE ctid IN ("
+					"  SELECT ctid FROM durable_steps.steps"
+	/* created before it finished: the BRIN index on created_at finds them */
+					"  WHERE finished_at < $1 AND created_at < $1"
+					"  AND status IN ('succeeded', 'failed', 'cancelled')"
+	/* a run that has not finished replays its steps: they stay with it */
+					"  AND NOT EXISTS (SELECT FROM durable_steps.runs r"
+					"   WHERE r.run_id OPERATOR(pg_catalog.=) steps.run_id AND r.finished_at IS NULL)"
+					"  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+					"SELECT count(*)::int4 FROM gone", args);
+	deleted += purge(&purge_runs_plan,
+					 "WITH gone AS ("
+					 " DELETE FROM durable_steps.runs WHERE ctid IN ("
+					 "  SELECT ctid FROM durable_steps.runs"
+					 "  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
+					 "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+					 "SELECT count(*)::int4 FROM gone", args);
+
+	/*
+	 * An event is kept as long as a finished step: long enough for the runs
+	 * that were to wait for it to start, and never while a run waits for it.
+	 */
+	deleted += purge(&purge_events_plan,
+					 "WITH gone AS ("
+					 " DELETE FROM durable_steps.events WHERE ctid IN ("
+					 "  SELECT ctid FROM durable_steps.events e"
+					 "  WHERE emitted_at < $1"
+					 "  AND NOT EXISTS (SELECT FROM durable_steps.runs r"
+					 "   WHERE r.status OPERATOR(pg_catalog.=) 'waiting'"
+					 "   AND r.wait_event OPERATOR(pg_catalog.=) e.name"
+					 "   AND r.owner OPERATOR(pg_catalog.=) e.owner)"
+					 "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+					 "SELECT count(*)::int4 FROM gone", args);
+	ds_store_spi_end(&spi);
+	return deleted;
+}

@@ -1,0 +1,190 @@
+/*
+ * step_lock.c -- serializing executions of one step identity.
+ *
+ * A claim is a row in durable_steps.steps, but an uncommitted row is invisible to other
+ * transactions, so it cannot by itself make a second caller wait (or, with nowait, refuse).
+ * Every executor therefore first takes a heavyweight lock on the identity: an advisory-type lock
+ * tag whose fourth field is our own, so it can never collide with the application's
+ * pg_advisory_lock() keys (those use 1 and 2 there). It is held to the end of the transaction
+ * that will commit the claim, which is exactly as long as the step is "in flight". Waits are
+ * visible in pg_locks and take part in deadlock detection like any other lock.
+ */
+#include "base/compat.h"
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/hsearch.h"
+
+#include "store/step_lock.h"
+
+/* 'DS' in the objsubid column of pg_locks */
+#define DS_LOCKTAG_FIELD4 0x4453
+
+/* The lock tag of identity (run_id, step_id). */
+static void
+step_locktag(LOCKTAG *tag, const char *run_id, const char *step_id)
+{
+	size_t		run_len = strlen(run_id);
+	size_t		step_len = strlen(step_id);
+	char	   *buf = palloc(run_len + step_len + 1);
+	uint64		hash;
+
+	/* the NUL between the parts keeps ("ab","c") and ("a","bc") apart */
+	memcpy(buf, run_id, run_len + 1);
+	memcpy(buf + run_len + 1, step_id, step_len);
+	hash = hash_bytes_extended((const unsigned char *) buf, (int) (run_len + 1 + step_len), 0);
+	pfree(buf);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 DS_LOCKTAG_FIELD4);
+}
+
+/*
+ * The session locks this process holds (the worker's claimed steps). PostgreSQL's local lock
+ * table counts a session lock and a transaction lock of the same tag as one, so without this set
+ * a step body run by the worker that calls ds_run_step() on another step of the same claimed
+ * batch would "acquire" that step's lock and run it behind the worker's back.
+ */
+static HTAB *held_session_locks = NULL;
+
+/* The key of a lock tag in held_session_locks. */
+static uint64
+locktag_key(const LOCKTAG *tag)
+{
+	return ((uint64) tag->locktag_field2 << 32) | tag->locktag_field3;
+}
+
+/* Does this process hold that identity for its session (a claim of the worker)? */
+static bool
+held_by_this_process(const LOCKTAG *tag)
+{
+	uint64		key = locktag_key(tag);
+
+	return held_session_locks != NULL &&
+		hash_search(held_session_locks, &key, HASH_FIND, NULL) != NULL;
+}
+
+bool
+ds_step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
+{
+	LOCKTAG		tag;
+
+	step_locktag(&tag, run_id, step_id);
+	if (held_by_this_process(&tag))
+		return false;			/* in flight in this very process: never wait
+								 * for ourselves */
+	return LockAcquire(&tag, ExclusiveLock, false, nowait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+bool
+ds_step_lock_try_session(const char *run_id, const char *step_id)
+{
+	LOCKTAG		tag;
+	uint64		key;
+
+	step_locktag(&tag, run_id, step_id);
+	if (held_by_this_process(&tag) ||
+		LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	if (held_session_locks == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(uint64);
+		ctl.entrysize = sizeof(uint64);
+		held_session_locks = hash_create("durable_steps session locks", 256, &ctl,
+										 HASH_ELEM | HASH_BLOBS);
+	}
+	key = locktag_key(&tag);
+	(void) hash_search(held_session_locks, &key, HASH_ENTER, NULL);
+	return true;
+}
+
+void
+ds_step_lock_release_session(const char *run_id, const char *step_id)
+{
+	LOCKTAG		tag;
+	uint64		key;
+
+	step_locktag(&tag, run_id, step_id);
+	key = locktag_key(&tag);
+	if (held_session_locks != NULL)
+		(void) hash_search(held_session_locks, &key, HASH_REMOVE, NULL);
+	LockRelease(&tag, ExclusiveLock, true);
+}
+
+void
+ds_step_lock_pin(const char *run_id, const char *step_id)
+{
+	LOCKTAG		tag;
+
+	step_locktag(&tag, run_id, step_id);
+	/* held already, so granted locally: never waits */
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+}
+
+/*
+ * The lock of a run_id, to the end of the transaction: ExclusiveLock while ds_start_run stores a
+ * run, ShareLock while a new step outside a run's workflow is stored (run_step.c), so that either
+ * waits for the other to commit and then sees it. Its own tag ('DR' in objsubid): it never meets
+ * the steps' locks.
+ */
+#define DS_RUN_ID_LOCKTAG_FIELD4 0x4452
+
+/* The lock tag of one name (a run_id, a queue) in the tag space `field4` of this database. */
+static void
+name_locktag(LOCKTAG *tag, const char *name, uint16 field4)
+{
+	uint64		hash = hash_bytes_extended((const unsigned char *) name, (int) strlen(name), 0);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash, field4);
+}
+
+bool
+ds_run_id_lock(const char *run_id, bool exclusive, bool nowait)
+{
+	LOCKTAG		tag;
+
+	name_locktag(&tag, run_id, DS_RUN_ID_LOCKTAG_FIELD4);
+	return LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, nowait) !=
+		LOCKACQUIRE_NOT_AVAIL;
+}
+
+/*
+ * The claim lock of a queue, to the end of the transaction ('DQ' in objsubid). Executors read a
+ * queue's due steps without row locks (step_claims.c): two that read the same range at once see
+ * the same rows, and the one that loses them reads again, past them. Taking turns to claim from
+ * a queue keeps them from reading the same rows at all: the second reads past the steps the
+ * first says it takes (claim_size.c), or after the first's claim committed, when its rows have
+ * left the range. Never waits: the caller decides how to wait.
+ */
+#define DS_QUEUE_CLAIM_LOCKTAG_FIELD4 0x4451
+
+bool
+ds_queue_claim_lock_try(const char *queue)
+{
+	LOCKTAG		tag;
+
+	name_locktag(&tag, queue, DS_QUEUE_CLAIM_LOCKTAG_FIELD4);
+	return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+void
+ds_queue_claim_lock_release(const char *queue)
+{
+	LOCKTAG		tag;
+
+	name_locktag(&tag, queue, DS_QUEUE_CLAIM_LOCKTAG_FIELD4);
+	LockRelease(&tag, ExclusiveLock, false);
+}
+
+void
+ds_step_lock_release_all_session(void)
+{
+	LockReleaseSession(USER_LOCKMETHOD);
+	if (held_session_locks != NULL)
+	{
+		hash_destroy(held_session_locks);
+		held_session_locks = NULL;
+	}
+}

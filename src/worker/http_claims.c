@@ -1,0 +1,163 @@
+/*
+ * http_claims.c -- the HTTP worker's view of durable_steps.steps.
+ *
+ * The same two phases as the SQL executors' claims (step_claims.c): lock due rows, skipping
+ * rows others hold; take each step's session lock, skipping steps someone is acting on; then
+ * mark those running in one statement. SQL executors never claim kind 'http', and this never
+ * claims anything else. HTTP steps are not served by queue: all of them sit in the queue
+ * DS_HTTP_QUEUE at priority 0, one range of steps_due_idx read up to its first step not yet due,
+ * and durable_steps.http_max_inflight bounds them.
+ */
+#include "base/compat.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+#include "worker/http_claims.h"
+#include "base/policy.h"
+#include "store/replay_cache.h"
+#include "steps/step_exec.h"
+#include "store/step_lock.h"
+#include "store/step_store.h"
+
+static SPIPlanPtr due_plan = NULL;
+static SPIPlanPtr mark_running_plan = NULL;
+static SPIPlanPtr next_due_plan = NULL;
+
+/* HTTP claims in the order they are sent: earliest due first. */
+static int
+compare_due_times(const void *a, const void *b)
+{
+	TimestampTz x = ((const ClaimedStep *) a)->rec.next_attempt_at;
+	TimestampTz y = ((const ClaimedStep *) b)->rec.next_attempt_at;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* How many of role `owner`'s requests are counted in owners[0..*n-1]; adds it when new. */
+static int *
+owner_count(Oid *owners, int *counts, int *n, Oid owner)
+{
+	for (int i = 0; i < *n; i++)
+		if (owners[i] == owner)
+			return &counts[i];
+	owners[*n] = owner;
+	counts[*n] = 0;
+	return &counts[(*n)++];
+}
+
+int
+ds_claim_due_http_steps(int limit, const Oid *inflight_owners, int n_inflight, int per_role,
+						MemoryContext cxt, ClaimedStep **claims)
+{
+	Oid			due_types[3] = {INT4OID, TIMESTAMPTZOID, OIDARRAYOID};
+	Datum		args[3];
+	Datum	   *tids;
+	Oid		   *owners;
+	int		   *counts;
+	Datum	   *capped;
+	int			n_owners = 0;
+	int			n_capped = 0;
+	int			n_locked = 0;
+	int			n_claimed;
+	uint64		n_due;
+	int			rc;
+	StoreSpi	spi;
+	bool		isnull;
+
+	*claims = NULL;
+
+	/*
+	 * the roles in flight, and those at their share already: the query passes
+	 * them by
+	 */
+	owners = palloc(sizeof(Oid) * (n_inflight + 2 * limit + 1));
+	counts = palloc(sizeof(int) * (n_inflight + 2 * limit + 1));
+	capped = palloc(sizeof(Datum) * (n_inflight + 1));
+	for (int i = 0; i < n_inflight; i++)
+		(*owner_count(owners, counts, &n_owners, inflight_owners[i]))++;
+	for (int i = 0; i < n_owners; i++)
+		if (counts[i] >= per_role)
+			capped[n_capped++] = ObjectIdGetDatum(owners[i]);
+	ds_store_spi_begin(&spi);
+
+	/*
+	 * read past the first `limit`: those may be one role's, more than its
+	 * share
+	 */
+	args[0] = Int32GetDatum(2 * limit);
+
+	/*
+	 * a parameter, not clock_timestamp(): the bound of the index range, not a
+	 * filter
+	 */
+	args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[2] = PointerGetDatum(construct_array(capped, n_capped, OIDOID, sizeof(Oid), true,
+											  TYPALIGN_INT));
+	rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
+										  "SELECT run_id, step_id, ctid, owner::pg_catalog.oid FROM durable_steps.steps"
+										  " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
+										  " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+										  " AND next_attempt_at <= $2 AND kind = 'http'"
+										  " AND owner::pg_catalog.oid OPERATOR(pg_catalog.<>) ALL ($3)"
+										  " ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+										  3, due_types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "due HTTP step query failed: %s", SPI_result_code_string(rc));
+	n_due = SPI_processed;
+	if (n_due == 0)
+	{
+		ds_store_spi_end(&spi);
+		return 0;
+	}
+	tids = palloc(sizeof(Datum) * n_due);
+	for (uint64 i = 0; i < n_due && n_locked < limit; i++)
+	{
+		char	   *run_id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		char	   *step_id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		Oid			owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+														   SPI_tuptable->tupdesc, 4, &isnull));
+		int		   *count = owner_count(owners, counts, &n_owners, owner);
+
+		/*
+		 * no role takes more than its share of the slots (docs/security.md)
+		 */
+		if (*count >= per_role)
+			continue;
+		/* ds_retry_step or ds_cancel_step may be acting on it right now */
+		if (ds_step_lock_try_session(run_id, step_id))
+		{
+			tids[n_locked++] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3,
+											 &isnull);
+			(*count)++;
+		}
+	}
+	if (n_locked == 0)
+	{
+		ds_store_spi_end(&spi);
+		return 0;
+	}
+	n_claimed = ds_mark_steps_running(tids, n_locked, false, &mark_running_plan, cxt, claims,
+									  compare_due_times);
+	/* the rows are locked by this transaction: every locked one is claimed */
+	if (n_claimed != n_locked)
+		elog(ERROR, "claimed %d of %d locked HTTP steps", n_claimed, n_locked);
+	ds_store_spi_end(&spi);
+	return n_claimed;
+}
+
+TimestampTz
+ds_next_http_due_time(void)
+{
+	return ds_store_query_time(&next_due_plan,
+							   "SELECT min(next_attempt_at) FROM durable_steps.steps"
+							   " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
+							   " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							   " AND kind = 'http'",
+							   "next due HTTP step");
+}

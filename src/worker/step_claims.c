@@ -1,0 +1,850 @@
+/*
+ * step_claims.c -- the worker's view of durable_steps.steps.
+ *
+ * The worker runs as a superuser with search_path pinned to pg_catalog (see worker.c); the
+ * statements here still name the extension's schema explicitly. Executors claim and count SQL
+ * steps only (kind 'sql'): HTTP steps are the HTTP worker's (http_claims.c).
+ */
+#include "base/compat.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/itemptr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "base/ds_errcodes.h"
+#include "base/policy.h"
+#include "store/replay_cache.h"
+#include "steps/step_attempt.h"
+#include "worker/step_claims.h"
+#include "steps/step_exec.h"
+#include "store/step_lock.h"
+#include "store/step_store.h"
+
+static SPIPlanPtr queues_plan = NULL;
+static SPIPlanPtr queue_lock_plan = NULL;
+static SPIPlanPtr running_count_plan = NULL;
+static SPIPlanPtr level_plan = NULL;
+static SPIPlanPtr due_plan = NULL;
+static SPIPlanPtr due_share_plan = NULL;
+static SPIPlanPtr mark_running_plan = NULL;
+static SPIPlanPtr running_plan = NULL;
+static SPIPlanPtr next_due_plan = NULL;
+static SPIPlanPtr kept_outcomes_plan = NULL;
+
+/* the owners of a limited queue's running steps counted apart (more are rare: see below) */
+#define DS_QUEUE_HOLDERS_MAX 64
+/*
+ * How many due steps of one priority a limited queue's share looks through for another owner's
+ * (take_due_steps): the first ones, in due order
+ */
+#define DS_SHARE_WINDOW 1000
+
+/*
+ * The (queue, priority) groups of waiting steps, walked through steps_due_idx one group at a
+ * time: each row of the recursion is one index descent to the next group, however many steps a
+ * group holds. PostgreSQL 15 has no skip scan; this is the "loose index scan" written out.
+ */
+#define WAITING_GROUPS \
+	"WITH RECURSIVE g(queue, priority) AS (" \
+	" (SELECT queue, priority FROM durable_steps.steps" \
+	"   WHERE next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')" \
+	"   ORDER BY queue, priority LIMIT 1)" \
+	" UNION ALL" \
+	" SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL" \
+	"  (SELECT s.queue, s.priority FROM durable_steps.steps s" \
+	"    WHERE s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')" \
+	"      AND (s.queue, s.priority) > (g.queue, g.priority)" \
+	"    ORDER BY s.queue, s.priority LIMIT 1) n) "
+
+/*
+ * A queue with due steps, its first priority with due steps, and its concurrency as last read
+ * (-1: none, no limit).
+ */
+typedef struct DueQueue
+{
+	char	   *name;
+	int32		first_priority;
+	int			concurrency;
+} DueQueue;
+
+/* The queues with due steps, in name order (C collation: byte order, as strcmp). */
+static int
+due_queues(TimestampTz now, DueQueue **out)
+{
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		args[1];
+	int			rc;
+	int			n;
+	bool		isnull;
+
+	args[0] = TimestampTzGetDatum(now);
+	rc = SPI_execute_plan(ds_prepare_kept(&queues_plan,
+										  WAITING_GROUPS
+										  "SELECT DISTINCT ON (g.queue) g.queue, q.concurrency, g.priority FROM g"
+										  " LEFT JOIN durable_steps.queues q ON q.name = g.queue"
+										  " WHERE EXISTS (SELECT FROM durable_steps.steps s"
+										  "  WHERE s.queue = g.queue AND s.priority = g.priority"
+										  "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
+										  "   AND s.next_attempt_at <= $1 AND s.kind = 'sql')"
+										  " ORDER BY g.queue, g.priority",
+										  1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "due queue query failed: %s", SPI_result_code_string(rc));
+	n = (int) SPI_processed;
+	*out = palloc(sizeof(DueQueue) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		Datum		c = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+
+		(*out)[i].name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		(*out)[i].concurrency = isnull ? -1 : DatumGetInt32(c);
+		(*out)[i].first_priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
+															   SPI_tuptable->tupdesc, 3, &isnull));
+	}
+	return n;
+}
+
+/* The steps of a limited queue running now, by owner (queue_capacity). */
+typedef struct QueueHolders
+{
+	int			concurrency;	/* as read under the queue's row lock; -1: no
+								 * limit */
+	int			n;
+	Oid			owner[DS_QUEUE_HOLDERS_MAX];
+	int			running[DS_QUEUE_HOLDERS_MAX];
+} QueueHolders;
+
+/*
+ * How many steps of a limited queue this claim may take: its concurrency less the steps of it
+ * claimed and not yet recorded (running_queue names it), at most `limit`; *holders says whose
+ * they are. The queue's row stays locked
+ * until the claim commits, so executors claiming from the same queue take turns and each counts
+ * the claims committed before it; an executor that finds the row locked passes the queue by (0)
+ * and serves another. Runs under READ COMMITTED (see worker.c): the count's snapshot is taken
+ * after the row lock.
+ */
+static int
+queue_capacity(const char *queue, int limit, QueueHolders *holders)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1];
+	int			rc;
+	bool		isnull;
+	Datum		d;
+	int64		running = 0;
+	int			concurrency;
+
+	holders->n = 0;
+	holders->concurrency = -1;
+	args[0] = CStringGetTextDatum(queue);
+	rc = SPI_execute_plan(ds_prepare_kept(&queue_lock_plan,
+										  "SELECT concurrency FROM durable_steps.queues"
+										  " WHERE name = $1 FOR UPDATE SKIP LOCKED", 1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "queue lock failed: %s", SPI_result_code_string(rc));
+
+	/*
+	 * another executor is claiming from it (or the row went away): serve
+	 * another queue
+	 */
+	if (SPI_processed != 1)
+		return 0;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return limit;
+	concurrency = DatumGetInt32(d);
+	holders->concurrency = concurrency;
+	if (concurrency <= 0)
+		return 0;
+	rc = SPI_execute_plan(ds_prepare_kept(&running_count_plan,
+										  "SELECT owner::pg_catalog.oid, pg_catalog.count(*)"
+										  " FROM durable_steps.steps"
+										  " WHERE running_queue = $1 GROUP BY 1", 1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "running step count failed: %s", SPI_result_code_string(rc));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	t = SPI_tuptable->vals[i];
+		int64		n = DatumGetInt64(SPI_getbinval(t, SPI_tuptable->tupdesc, 2, &isnull));
+
+		running += n;
+		if (holders->n < DS_QUEUE_HOLDERS_MAX)
+		{
+			holders->owner[holders->n] = DatumGetObjectId(SPI_getbinval(t, SPI_tuptable->tupdesc,
+																		1, &isnull));
+			holders->running[holders->n] = (int) Min(n, (int64) PG_INT32_MAX);
+			holders->n++;
+		}
+	}
+	return (int) Min((int64) limit, Max((int64) concurrency - running, 0));
+}
+
+/*
+ * Take up to `limit` due steps of `queue`, lowest priority number first and, within a priority,
+ * earliest due first: each priority is one range of steps_due_idx, read up to its first step
+ * not yet due. A step is taken by its step lock (step_lock.c), the lock every executor and
+ * synchronous caller takes before it runs or claims a step, and not by a row lock: FOR UPDATE
+ * would write a WAL record (and often a full-page image) for every claimed row, which is a
+ * tenth of a drained step's WAL, for an exclusion the step lock already gives. The price is
+ * that two executors reading at once see the same rows: the one that loses a step lock reads
+ * the range again, passing the rows it lost (ctid <> ALL), a few times at most (the winner's
+ * claim commits within milliseconds, and the rows then leave the range). A row read here may
+ * change before it is claimed: ds_mark_steps_running checks again that it is due. The first
+ * `offset` steps of the first range read are passed: other executors are claiming them now.
+ * The steps taken are all one owner's, the owner of the first step taken (docs/queues.md, "Fair share between roles"): a batch runs its steps one after another, and another role's step must not
+ * wait in it behind a slow one; no step of an owner in passed_owners[0..n_passed_owners-1] is
+ * taken. Rows of other owners are passed over like rows others hold, in C rather than by the
+ * statement: a filter on the owner would make the planner expect a handful of rows and sort the
+ * whole range instead of reading the index in order (the statement is the drain's hottest).
+ * With `holders` (a limited queue's running steps by owner), the owner takes no more than brings
+ * its running steps to `share`. Appends to the arrays from *n on; counts the steps others held
+ * in *skipped.
+ */
+#define CLAIM_READS_PER_PRIORITY 4
+
+static bool
+owner_passed(Oid owner, const Oid *passed_owners, int n_passed_owners)
+{
+	for (int i = 0; i < n_passed_owners; i++)
+		if (passed_owners[i] == owner)
+			return true;
+	return false;
+}
+
+/* How many more steps of a limited queue `owner` may hold: `share` less those it runs now. */
+static int
+owner_share_left(const QueueHolders *holders, int share, Oid owner)
+{
+	for (int i = 0; i < holders->n; i++)
+		if (holders->owner[i] == owner)
+			return Max(share - holders->running[i], 0);
+	return share;
+}
+
+static void
+take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
+			   const Oid *passed_owners, int n_passed_owners, const QueueHolders *holders,
+			   int share, char **run_ids, char **step_ids, ItemPointerData *tids, int *n,
+			   int *skipped)
+{
+	Oid			level_types[2] = {TEXTOID, INT4OID};
+	Oid			due_types[8] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID, INT4OID,
+	INT4OID, OIDARRAYOID};
+	Datum		args[8];
+	Oid			batch_owner = InvalidOid;
+	int32		from = PG_INT32_MIN;
+	int			taken = 0;
+	bool		isnull;
+
+	/*
+	 * rows passed over by the range's next read -- those others held, other
+	 * owners', and those taken: at most `limit` a read
+	 */
+	Datum	   *passed = palloc(sizeof(Datum) * limit * CLAIM_READS_PER_PRIORITY);
+	ItemPointerData *passed_tids = palloc(sizeof(ItemPointerData) * limit * CLAIM_READS_PER_PRIORITY);
+	int			n_passed = 0;
+
+	args[0] = CStringGetTextDatum(queue->name);
+	if (holders != NULL)
+	{
+		Datum	   *owners = palloc(sizeof(Datum) * Max(n_passed_owners, 1));
+
+		for (int i = 0; i < n_passed_owners; i++)
+			owners[i] = ObjectIdGetDatum(passed_owners[i]);
+		args[6] = Int32GetDatum(DS_SHARE_WINDOW);
+		args[7] = PointerGetDatum(construct_array(owners, n_passed_owners, OIDOID, sizeof(Oid),
+												  true, TYPALIGN_INT));
+	}
+	while (taken < limit)
+	{
+		int			rc;
+		int32		priority;
+		Datum		d;
+
+		if (from == PG_INT32_MIN)
+			priority = queue->first_priority;	/* due_queues() found it */
+		else
+		{
+			args[1] = Int32GetDatum(from);
+			rc = SPI_execute_plan(ds_prepare_kept(&level_plan,
+												  "SELECT priority FROM durable_steps.steps"
+												  " WHERE queue = $1 AND next_attempt_at IS NOT NULL"
+												  " AND status IN ('pending', 'retrying')"
+												  " AND priority >= $2 AND kind = 'sql' ORDER BY priority LIMIT 1",
+												  2, level_types),
+								  args, NULL, false, 0);
+			if (rc != SPI_OK_SELECT)
+				elog(ERROR, "priority query failed: %s", SPI_result_code_string(rc));
+			if (SPI_processed == 0)
+				break;
+			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+			priority = DatumGetInt32(d);
+		}
+		args[1] = Int32GetDatum(priority);
+
+		/*
+		 * a parameter, not clock_timestamp(): the bound of the index range,
+		 * not a filter
+		 */
+		args[3] = TimestampTzGetDatum(now);
+		/* rows passed over in another priority's range are not in this one */
+		n_passed = 0;
+
+		/*
+		 * the steps other executors are claiming now are the first of the
+		 * first range
+		 */
+		args[5] = Int32GetDatum(from == PG_INT32_MIN ? offset : 0);
+		for (int read = 0; read < CLAIM_READS_PER_PRIORITY && taken < limit; read++)
+		{
+			int			lost = 0;
+			int			others = 0;
+			uint64		n_read;
+
+			args[2] = Int32GetDatum(limit - taken);
+			args[4] = PointerGetDatum(construct_array(passed, n_passed, TIDOID,
+													  sizeof(ItemPointerData), false,
+													  TYPALIGN_SHORT));
+			if (holders == NULL)
+				rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
+													  "SELECT run_id, step_id, ctid, owner::pg_catalog.oid"
+													  " FROM durable_steps.steps"
+													  " WHERE queue = $1 AND priority = $2"
+													  " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+													  " AND next_attempt_at <= $4 AND kind = 'sql'"
+													  " AND ctid <> ALL ($5)"
+													  " ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
+													  6, due_types),
+									  args, NULL, false, 0);
+			else
+
+				/*
+				 * A limited queue's share: the passed owners' rows may be
+				 * many before another owner's, so they are passed in the
+				 * statement, over a window of the range read in index order
+				 * (the inner LIMIT keeps the planner's estimate, and so the
+				 * ordered index scan, of the statement above).
+				 */
+				rc = SPI_execute_plan(ds_prepare_kept(&due_share_plan,
+													  "SELECT run_id, step_id, ctid, owner FROM"
+													  " (SELECT run_id, step_id, ctid, owner::pg_catalog.oid AS owner,"
+													  "   next_attempt_at FROM durable_steps.steps"
+													  "  WHERE queue = $1 AND priority = $2"
+													  "  AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+													  "  AND next_attempt_at <= $4 AND kind = 'sql'"
+													  "  AND ctid <> ALL ($5)"
+													  "  ORDER BY next_attempt_at LIMIT $7) w"
+													  " WHERE owner <> ALL ($8)"
+													  " ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
+													  8, due_types),
+									  args, NULL, false, 0);
+			if (rc != SPI_OK_SELECT)
+				elog(ERROR, "due step query failed: %s", SPI_result_code_string(rc));
+			n_read = SPI_processed;
+
+			/*
+			 * a limited queue's share may have lowered the limit after the
+			 * read
+			 */
+			for (uint64 i = 0; i < n_read && taken < limit; i++)
+			{
+				HeapTuple	t = SPI_tuptable->vals[i];
+				TupleDesc	td = SPI_tuptable->tupdesc;
+				char	   *run_id = SPI_getvalue(t, td, 1);
+				char	   *step_id = SPI_getvalue(t, td, 2);
+				ItemPointer tid = (ItemPointer) DatumGetPointer(SPI_getbinval(t, td, 3, &isnull));
+				Oid			owner = DatumGetObjectId(SPI_getbinval(t, td, 4, &isnull));
+
+				/*
+				 * another owner's than the batch's, or a busy one's: the next
+				 * claim's, or another executor's
+				 */
+				if ((OidIsValid(batch_owner) && owner != batch_owner) ||
+					owner_passed(owner, passed_owners, n_passed_owners))
+				{
+					passed_tids[n_passed] = *tid;
+					passed[n_passed] = PointerGetDatum(&passed_tids[n_passed]);
+					n_passed++;
+					others++;
+					continue;
+				}
+				/* another executor, or a synchronous caller, has it */
+				if (!ds_step_lock_try_session(run_id, step_id))
+				{
+					passed_tids[n_passed] = *tid;
+					passed[n_passed] = PointerGetDatum(&passed_tids[n_passed]);
+					n_passed++;
+					lost++;
+					(*skipped)++;
+					continue;
+				}
+				run_ids[*n] = run_id;
+				step_ids[*n] = step_id;
+				tids[*n] = *tid;
+				(*n)++;
+				taken++;
+
+				/*
+				 * a limited queue's share: the owner's running steps and
+				 * these, at most `share`
+				 */
+				if (!OidIsValid(batch_owner) && holders != NULL)
+					limit = Min(limit, owner_share_left(holders, share, owner));
+				batch_owner = owner;
+
+				/*
+				 * the range's next read passes it too: it stays due until the
+				 * claim commits
+				 */
+				passed_tids[n_passed] = *tid;
+				passed[n_passed] = PointerGetDatum(&passed_tids[n_passed]);
+				n_passed++;
+			}
+
+			/*
+			 * the range is read to its end, or nobody else nor another owner
+			 * was in it
+			 */
+			if ((lost == 0 && others == 0) || n_read < (uint64) DatumGetInt32(args[2]))
+				break;
+		}
+		if (priority == PG_INT32_MAX)
+			break;
+		from = priority + 1;
+	}
+}
+
+/*
+ * Take up to this claim's share of queue q's due steps (its size, its concurrency's room),
+ * passing the first `offset` due steps, which other executors are claiming.
+ */
+static void
+claim_from_queue(const ClaimSizer *sizer, const DueQueue *q, int limit, int offset,
+				 TimestampTz now, const Oid *passed_owners, int n_passed_owners, char **run_ids,
+				 char **step_ids, ItemPointerData *tids, int *n, int *skipped)
+{
+	int			capacity = ds_claim_size(sizer, q->name, limit);
+	QueueHolders holders = {0};
+
+	if (q->concurrency > 0)
+		capacity = queue_capacity(q->name, capacity, &holders);
+	if (capacity <= 0)
+		return;
+	/* while it reads, others that come read past as many steps as it may take */
+	ds_claim_announce(q->name, capacity);
+	if (holders.concurrency >= 2)
+	{
+		/*
+		 * A limited queue's last slot goes to an owner that holds all the
+		 * others only when no other owner's step is due in it
+		 * (docs/queues.md, "Fair share between roles"): first the owners
+		 * holding concurrency - 1 of its slots are passed by and the others
+		 * take up to that share; then, when that found nothing, anybody's
+		 * steps as the room allows.
+		 */
+		Oid		   *passed = palloc(sizeof(Oid) * (n_passed_owners + holders.n + 1));
+		int			n_passed = n_passed_owners;
+		int			before = *n;
+
+		if (n_passed_owners > 0)
+			memcpy(passed, passed_owners, sizeof(Oid) * n_passed_owners);
+		for (int i = 0; i < holders.n; i++)
+			if (holders.running[i] >= holders.concurrency - 1)
+				passed[n_passed++] = holders.owner[i];
+		take_due_steps(q, capacity, offset, now, passed, n_passed, &holders,
+					   holders.concurrency - 1, run_ids, step_ids, tids, n, skipped);
+		if (*n == before)
+			take_due_steps(q, capacity, offset, now, passed_owners, n_passed_owners, NULL, 0,
+						   run_ids, step_ids, tids, n, skipped);
+	}
+	else
+		take_due_steps(q, capacity, offset, now, passed_owners, n_passed_owners, NULL, 0,
+					   run_ids, step_ids, tids, n, skipped);
+
+	/*
+	 * then past those it took: a claim whose UPDATE waits for a row lock (an
+	 * operator's open transaction) may keep its turn for long, and must not
+	 * hide more steps than it holds
+	 */
+	ds_claim_announce(q->name, *n);
+}
+
+/*
+ * Wait for the claim lock of `queue`, which another executor holds while it claims without
+ * having said yet how many steps it takes (so that they cannot be read past): a claim's
+ * transaction lasts milliseconds. A claim that waits longer (its UPDATE waits for a row lock an
+ * operator's transaction holds) is not waited for: the caller then reads the range anyway,
+ * passing the rows it loses (take_due_steps). Returns whether the lock was taken.
+ */
+#define CLAIM_TURN_WAIT_MS 50
+#define CLAIM_TURN_POLL_US 200
+
+static bool
+wait_for_claim_turn(const char *queue)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CLAIM_TURN_WAIT_MS);
+
+	while (!ds_queue_claim_lock_try(queue))
+	{
+		if (GetCurrentTimestamp() >= until)
+			return false;
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(CLAIM_TURN_POLL_US);
+	}
+	return true;
+}
+
+/*
+ * Claims in the order executors run them: those whose last attempt was lost after all others
+ * (each then runs alone: worker.c), then priority, then owner (one transaction each), then due
+ * time.
+ */
+static int
+compare_step_claims(const void *a, const void *b)
+{
+	const StepRecord *x = &((const ClaimedStep *) a)->rec;
+	const StepRecord *y = &((const ClaimedStep *) b)->rec;
+	bool		x_alone = ((const ClaimedStep *) a)->alone;
+	bool		y_alone = ((const ClaimedStep *) b)->alone;
+
+	if (x_alone != y_alone)
+		return x_alone ? 1 : -1;
+	if (x->priority != y->priority)
+		return x->priority < y->priority ? -1 : 1;
+	if (x->owner != y->owner)
+		return x->owner < y->owner ? -1 : 1;
+	if (x->next_attempt_at != y->next_attempt_at)
+		return x->next_attempt_at < y->next_attempt_at ? -1 : 1;
+	return 0;
+}
+
+int
+ds_mark_steps_running(Datum *tids, int n, bool limited, SPIPlanPtr *plan, MemoryContext cxt,
+					  ClaimedStep **claims, int (*order) (const void *, const void *))
+{
+	Oid			types[6] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, BOOLOID};
+	Datum		args[6];
+	int			rc;
+	int			n_claimed;
+
+	args[0] = PointerGetDatum(construct_array(tids, n, TIDOID, sizeof(ItemPointerData), false,
+											  TYPALIGN_SHORT));
+	args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[2] = Int32GetDatum(MyProcPid);
+
+	/*
+	 * no worker attempt runs longer than the ceiling, whatever its own
+	 * timeout
+	 */
+	args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_max_worker_attempt_usecs()));
+
+	/*
+	 * and a step without a timeout of its own has
+	 * durable_steps.default_timeout
+	 */
+	args[4] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
+	args[5] = BoolGetDatum(limited);
+	/* claims never touch a succeeded row: no backend need forget its replays */
+	ds_replay_cache_internal_update(true);
+	if (*plan == NULL)
+		(void) ds_prepare_kept(plan,
+
+		/*
+		 * No column of an index changes (next_attempt_at stays; see
+		 * steps_due_idx), but running_queue for a limited queue: a HOT
+		 * update, which writes no index entry and stays on its page.
+		 */
+							   psprintf("UPDATE durable_steps.steps s SET status = 'running',"
+										"  attempts = s.attempts + 1, updated_at = $2,"
+										"  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
+										"  claimed_by = $3,"
+										"  running_queue = CASE WHEN $6 THEN s.queue END"
+										" WHERE s.ctid = ANY ($1) AND s.next_attempt_at IS NOT NULL"
+										"  AND s.status IN ('pending', 'retrying')"
+
+		/*
+		 * read without a row lock: a row changed since then (a re-arm with a
+		 * later run_at) is checked again here
+		 */
+										"  AND s.next_attempt_at <= $2"
+										" RETURNING %s, s.ctid",
+										ds_step_column_list()),
+							   6, types);
+	rc = SPI_execute_plan(*plan, args, NULL, false, 0);
+	ds_replay_cache_internal_update(false);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
+	n_claimed = (int) SPI_processed;
+	*claims = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_claimed, 1));
+	for (int i = 0; i < n_claimed; i++)
+	{
+		ClaimedStep *claim = &(*claims)[i];
+
+		ds_store_record_from_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 0, cxt,
+								   &claim->rec);
+		claim->run_id = claim->rec.run_id;
+		claim->step_id = claim->rec.step_id;
+		claim->attempt = claim->rec.attempts;
+
+		/*
+		 * the error of the attempt before this one: its process ended while
+		 * running it
+		 */
+		claim->alone = claim->rec.error_code != NULL &&
+			strcmp(claim->rec.error_code, unpack_sql_state(ERRCODE_DS_INVOCATION_LOST)) == 0;
+	}
+
+	/*
+	 * sorted here rather than by the statement, which would copy every row
+	 * once more to sort it
+	 */
+	qsort(*claims, n_claimed, sizeof(ClaimedStep), order);
+	return n_claimed;
+}
+
+int
+ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
+				   const Oid *passed_owners, int n_passed_owners, ClaimedQueue *served,
+				   MemoryContext cxt, ClaimedStep **claims, int *skipped)
+{
+	char	  **run_ids;
+	char	  **step_ids;
+	ItemPointerData *row_tids;
+	Datum	   *tids;
+	int			n_locked = 0;
+	int			n_claimed = 0;
+	StoreSpi	spi;
+	DueQueue   *queues;
+	int			n_queues;
+	int			first = 0;
+	DueQueue   *busy = NULL;
+	TimestampTz now;
+
+	*skipped = 0;
+	*claims = NULL;
+	served->name[0] = '\0';
+	served->limited = false;
+	ds_store_spi_begin(&spi);
+	now = GetCurrentTimestamp();
+	n_queues = due_queues(now, &queues);
+	run_ids = palloc(sizeof(char *) * limit);
+	step_ids = palloc(sizeof(char *) * limit);
+	row_tids = palloc(sizeof(ItemPointerData) * limit);
+	tids = palloc(sizeof(Datum) * limit);
+
+	/*
+	 * fair serving: each executor takes the queues in turn, from the one
+	 * after its last
+	 */
+	while (first < n_queues && strcmp(queues[first].name, after_queue) <= 0)
+		first++;
+	for (int k = 0; k < n_queues && n_locked == 0; k++)
+	{
+		DueQueue   *q = &queues[(first + k) % n_queues];
+		bool		turn;
+		int			offset = 0;
+
+		if (q->concurrency == 0)
+			continue;			/* paused */
+		turn = ds_queue_claim_lock_try(q->name);
+		if (!turn)
+		{
+			/*
+			 * another executor is claiming from it: read past the steps it
+			 * takes
+			 */
+			offset = ds_claims_in_progress(q->name);
+			/* it has not said how many yet: serve another queue first */
+			if (offset == 0)
+			{
+				if (busy == NULL)
+					busy = q;
+				continue;
+			}
+		}
+		claim_from_queue(sizer, q, limit, offset, now, passed_owners, n_passed_owners, run_ids,
+						 step_ids, row_tids, &n_locked, skipped);
+		if (n_locked > 0)
+		{
+			strlcpy(served->name, q->name, sizeof(served->name));
+			served->limited = q->concurrency > 0;
+		}
+		else if (turn)
+			ds_queue_claim_lock_release(q->name);	/* a claim holds one
+													 * queue's lock at most */
+	}
+
+	/*
+	 * every queue with due steps was being claimed from: wait for the first
+	 * one's turn
+	 */
+	if (n_locked == 0 && busy != NULL)
+	{
+		bool		turn = wait_for_claim_turn(busy->name);
+
+		claim_from_queue(sizer, busy, limit, 0, now, passed_owners, n_passed_owners, run_ids,
+						 step_ids, row_tids, &n_locked, skipped);
+		if (turn && n_locked == 0)
+			ds_queue_claim_lock_release(busy->name);
+		if (n_locked > 0)
+		{
+			strlcpy(served->name, busy->name, sizeof(served->name));
+			served->limited = busy->concurrency > 0;
+		}
+	}
+	for (int i = 0; i < n_locked; i++)
+		tids[i] = PointerGetDatum(&row_tids[i]);
+	if (n_locked > 0)
+	{
+		/*
+		 * the steps are ours (their step locks); their rows are where they
+		 * were read, or moved
+		 */
+		n_claimed = ds_mark_steps_running(tids, n_locked, served->limited, &mark_running_plan,
+										  cxt, claims, compare_step_claims);
+		if (n_claimed < n_locked)
+		{
+			/*
+			 * A row changed since it was read (an operator re-armed,
+			 * cancelled or deferred the step): it is not claimed, and its
+			 * step lock must not outlive this claim.
+			 */
+			for (int i = 0; i < n_locked; i++)
+				ds_step_lock_release_session(run_ids[i], step_ids[i]);
+			for (int i = 0; i < n_claimed; i++)
+				(void) ds_step_lock_try_session((*claims)[i].run_id, (*claims)[i].step_id);
+		}
+	}
+	ds_store_spi_end(&spi);
+	return n_claimed;
+}
+
+/*
+ * The (run_id, step_id) of every row SPI just read (its first two columns), copied into cxt out
+ * of SPI's memory, which SPI_finish() releases. Returns how many.
+ */
+static uint64
+copy_identities(MemoryContext cxt, char ***run_ids, char ***step_ids)
+{
+	uint64		n = SPI_processed;
+
+	*run_ids = MemoryContextAlloc(cxt, sizeof(char *) * Max(n, 1));
+	*step_ids = MemoryContextAlloc(cxt, sizeof(char *) * Max(n, 1));
+	for (uint64 i = 0; i < n; i++)
+	{
+		(*run_ids)[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
+															  SPI_tuptable->tupdesc, 1));
+		(*step_ids)[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
+															   SPI_tuptable->tupdesc, 2));
+	}
+	return n;
+}
+
+int
+ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
+{
+	int			n = 0;
+	int			rc;
+	uint64		n_running;
+	StoreSpi	spi;
+	char	  **run_ids;
+	char	  **step_ids;
+
+	*recovered = NULL;
+	ds_store_spi_begin(&spi);
+
+	/*
+	 * Every running step, not the first `limit` of them: those of live
+	 * executors, which may be many, would otherwise hide the lost ones behind
+	 * them. No row lock: the step lock tells which are lost, and
+	 * ds_store_lock_step locks the row of each before it is recorded.
+	 */
+	rc = SPI_execute_plan(ds_prepare_kept(&running_plan,
+										  "SELECT run_id, step_id FROM durable_steps.steps"
+										  " WHERE next_attempt_at IS NOT NULL AND status = 'running'"
+	/* an outcome kept for an executor is not lost (worker.c) */
+										  " AND kept_outcome IS NULL",
+										  0, NULL),
+						  NULL, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "running step query failed: %s", SPI_result_code_string(rc));
+	n_running = copy_identities(cxt, &run_ids, &step_ids);
+	ds_store_spi_end(&spi);
+
+	*recovered = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(Min(n_running, (uint64) limit), 1));
+	for (uint64 i = 0; i < n_running && n < limit; i++)
+	{
+		StepRecord	rec;
+
+		/*
+		 * a free lock on a running step means its executor is gone: that is
+		 * the lease ending
+		 */
+		if (!ds_step_lock_try_session(run_ids[i], step_ids[i]))
+			continue;
+		(*recovered)[n].run_id = run_ids[i];
+		(*recovered)[n].step_id = step_ids[i];
+		n++;
+
+		/*
+		 * a kept HTTP outcome (kept since the running steps were read) is an
+		 * executor's to record
+		 */
+		if (!ds_store_lock_step(run_ids[i], step_ids[i], &rec) ||
+			rec.status != STEP_RUNNING || rec.kept_outcome != NULL)
+			continue;
+		(*recovered)[n - 1].attempt = rec.attempts;
+		ds_record_lost_attempt(&rec);
+	}
+	return n;
+}
+
+int
+ds_find_kept_outcomes(int limit, MemoryContext cxt, char ***run_ids, char ***step_ids)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		args[1];
+	int			rc;
+	int			n;
+	StoreSpi	spi;
+
+	ds_store_spi_begin(&spi);
+	args[0] = Int32GetDatum(limit);
+	rc = SPI_execute_plan(ds_prepare_kept(&kept_outcomes_plan,
+										  "SELECT run_id, step_id FROM durable_steps.steps"
+										  " WHERE kept_outcome IS NOT NULL AND status = 'running'"
+										  " ORDER BY updated_at LIMIT $1", 1, types),
+						  args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "kept outcome query failed: %s", SPI_result_code_string(rc));
+	n = (int) copy_identities(cxt, run_ids, step_ids);
+	ds_store_spi_end(&spi);
+	return n;
+}
+
+TimestampTz
+ds_next_due_time(void)
+{
+	return ds_store_query_time(&next_due_plan,
+							   WAITING_GROUPS
+							   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
+							   "  FROM durable_steps.steps s"
+							   "  WHERE s.queue = g.queue AND s.priority = g.priority"
+							   "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
+							   "   AND s.kind = 'sql'"
+							   "  ORDER BY s.next_attempt_at LIMIT 1))"
+							   " FROM g LEFT JOIN durable_steps.queues q ON q.name = g.queue"
+	/* a full or paused queue has nothing for an idle executor */
+							   " WHERE q.concurrency IS NULL OR q.concurrency >"
+							   "  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
+							   "    WHERE r.running_queue = g.queue)",
+							   "next due step");
+}
