@@ -873,9 +873,11 @@ sub make_http_step
 #     runs in the worker, its hook stubborn at attempt K only. The outcome's transaction ends with
 #     its executor: attempt K is lost (DS007) and retried by the policy (docs/worker.md, "Lost
 #     attempts"), the body's effect and the hook's row rolled back; attempt K+1 ends as scripted
-#     beyond the plan (succeeds) with a hook that returns. Whoever records a lost last attempt
-#     runs on_failure itself, so on_failure is never stubborn at an attempt that may be a step's
-#     last.
+#     beyond the plan (succeeds) with a hook that returns. When K is the step's last attempt
+#     (on_success), the loss fails it for good (failed/exhausted) and on_failure runs: a lost
+#     on_success is not a hook the loss would run again. on_failure is never stubborn at an
+#     attempt that may be a step's last (whoever records that loss blocks the step instead:
+#     TAP 065 shows it).
 #   HTTP: h_ok, h_5xx, h_429, on_success stubborn at every attempt: the answered step ends blocked
 #     by its lost hook (DS007), the response kept, the hook never run again by itself
 #     (docs/http.md, "Outcome hooks").

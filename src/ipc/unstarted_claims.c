@@ -40,7 +40,7 @@ ds_claims_settled(void)
 }
 
 void
-ds_publish_started_claims(bool ignored_cancel, bool hook_ignored_cancel)
+ds_publish_started_claims(ExecutorEndCause cause)
 {
 	WorkerShared *shared = ds_worker_shared();
 	EndedExecutor *e;
@@ -52,12 +52,29 @@ ds_publish_started_claims(bool ignored_cancel, bool hook_ignored_cancel)
 	pg_write_barrier();
 	e->started_at = MyStartTimestamp;
 	e->ended_at = GetCurrentTimestamp();
-	e->ignored_cancel = ignored_cancel && n_started > 0;
-	e->hook_ignored_cancel = hook_ignored_cancel && n_started > 0;
+	e->end_cause = n_started > 0 ? (int) cause : (int) EXECUTOR_END_OTHER;
 	e->n_started = n_started;
 	memcpy(e->started, started, sizeof(uint64) * n_started);
 	pg_write_barrier();
 	pg_atomic_write_u32(&e->pid, (uint32) MyProcPid);
+}
+
+/* The fate of the last claim an executor started, by why it ended. */
+static ClaimFate
+claim_fate_of_end(int cause)
+{
+	switch ((ExecutorEndCause) cause)
+	{
+		case EXECUTOR_END_BODY:
+			return CLAIM_IGNORED_CANCEL;
+		case EXECUTOR_END_SUCCESS_HOOK:
+			return CLAIM_SUCCESS_HOOK_IGNORED_CANCEL;
+		case EXECUTOR_END_FAILURE_HOOK:
+			return CLAIM_FAILURE_HOOK_IGNORED_CANCEL;
+		case EXECUTOR_END_OTHER:
+			break;
+	}
+	return CLAIM_STARTED;
 }
 
 ClaimFate
@@ -81,9 +98,7 @@ ds_lost_claim_fate(int pid, TimestampTz claimed_at, uint64 key)
 		n = Min(e->n_started, DS_STARTED_CLAIMS_MAX);
 		for (int k = 0; k < n; k++)
 			if (e->started[k] == key)
-				fate = k != n - 1 ? CLAIM_STARTED :
-					e->hook_ignored_cancel ? CLAIM_HOOK_IGNORED_CANCEL :
-					e->ignored_cancel ? CLAIM_IGNORED_CANCEL : CLAIM_STARTED;
+				fate = k != n - 1 ? CLAIM_STARTED : claim_fate_of_end(e->end_cause);
 		pg_read_barrier();
 		if (pg_atomic_read_u32(&e->pid) != (uint32) pid)
 			return CLAIM_FATE_UNKNOWN;	/* written again meanwhile */

@@ -15,6 +15,17 @@
 #include "base/compat.h"
 #include "utils/timestamp.h"
 
+/* Why an executor ended, as far as it knows as it exits. */
+typedef enum ExecutorEndCause
+{
+	EXECUTOR_END_OTHER,			/* a signal, an error it could not recover
+								 * from, the end of the server */
+	EXECUTOR_END_BODY,			/* the last attempt's body ignored its
+								 * cancellation past the grace */
+	EXECUTOR_END_SUCCESS_HOOK,	/* its on_success hook did */
+	EXECUTOR_END_FAILURE_HOOK	/* its on_failure hook did */
+} ExecutorEndCause;
+
 /* What is known of a lost claim of a gone executor. */
 typedef enum ClaimFate
 {
@@ -23,7 +34,9 @@ typedef enum ClaimFate
 	CLAIM_STARTED,				/* its body may have run: charge it */
 	CLAIM_IGNORED_CANCEL,		/* its body ignored its cancellation and ended
 								 * the executor */
-	CLAIM_HOOK_IGNORED_CANCEL,	/* its outcome hook ignored its cancellation */
+	CLAIM_SUCCESS_HOOK_IGNORED_CANCEL,	/* its on_success hook ignored its
+										 * cancellation */
+	CLAIM_FAILURE_HOOK_IGNORED_CANCEL,	/* its on_failure hook did */
 	CLAIM_NEVER_STARTED			/* its executor ended before it: give its
 								 * attempt back */
 } ClaimFate;
@@ -42,11 +55,10 @@ extern void ds_claims_settled(void);
 
 /*
  * In an exiting executor: publish the attempts of the open transaction, for the processes that
- * record this executor's lost claims. `ignored_cancel`: the last one's body ignored its
- * cancellation, which is why the executor ends; `hook_ignored_cancel`: the outcome hook of the
- * last one did.
+ * record this executor's lost claims, and why it ends: `cause` names what of the last one
+ * ignored its cancellation, if anything did.
  */
-extern void ds_publish_started_claims(bool ignored_cancel, bool hook_ignored_cancel);
+extern void ds_publish_started_claims(ExecutorEndCause cause);
 
 /*
  * The fate of attempt `key` claimed at `claimed_at` by process `pid`, which is gone (the

@@ -31,10 +31,9 @@ typedef struct EndedExecutor
 	TimestampTz started_at;		/* the process's start, and its end: no other
 								 * process with */
 	TimestampTz ended_at;		/* the pid claimed in between */
-	bool		ignored_cancel; /* the last attempt's body ignored its
-								 * cancellation */
-	bool		hook_ignored_cancel;	/* the outcome hook of the last
-										 * attempt did */
+	int			end_cause;		/* ExecutorEndCause (unstarted_claims.h): what
+								 * of the last attempt ignored its
+								 * cancellation, if anything did */
 	int			n_started;
 	uint64		started[DS_STARTED_CLAIMS_MAX]; /* ds_attempt_cancel_key of
 												 * each */

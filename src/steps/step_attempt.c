@@ -511,15 +511,21 @@ ds_record_lost_attempt(StepRecord *rec)
 					rec->attempts, rec->run_id, rec->step_id)));
 
 	/*
-	 * The outcome hook the attempt's outcome ran ignored its cancellation
-	 * until the executor ended: running it again here would end this process
-	 * the same way, and the next, for ever. The hook the loss would run
-	 * blocks the step instead (DS007), as a lost hook of an HTTP step does
-	 * (docs/steps.md, "Outcome hooks").
+	 * The on_failure hook the attempt's outcome ran ignored its cancellation
+	 * until the executor ended: running it again here, when the loss exhausts
+	 * the step, would end this process the same way, and the next, for ever.
+	 * It blocks the step instead (DS007), as a lost hook of an HTTP step does
+	 * (docs/steps.md, "Outcome hooks"). A lost on_success hook is not one a
+	 * loss runs: the loss is retried, or runs on_failure, which has not
+	 * failed anyone yet.
 	 */
-	hook_lost = fate == CLAIM_HOOK_IGNORED_CANCEL;
+	hook_lost = fate == CLAIM_FAILURE_HOOK_IGNORED_CANCEL;
 	if (fate == CLAIM_IGNORED_CANCEL)
 		detail = psprintf("Attempt %d ignored its cancellation past its time limit; its process was ended.",
+						  rec->attempts);
+	else if (fate == CLAIM_SUCCESS_HOOK_IGNORED_CANCEL || fate == CLAIM_FAILURE_HOOK_IGNORED_CANCEL)
+		detail = psprintf("The %s hook of attempt %d ignored its cancellation past its time limit; its process was ended.",
+						  fate == CLAIM_SUCCESS_HOOK_IGNORED_CANCEL ? "on_success" : "on_failure",
 						  rec->attempts);
 	else
 		detail = psprintf("The process running attempt %d ended before recording its outcome.",

@@ -48,6 +48,9 @@
 static void hook_deadline_passed(void);
 static DeadlineTimer hook_deadline_timer = DEADLINE_TIMER_INIT(hook_deadline_passed);
 
+/* The worker hook the timer bounds now (`on_failure`, or not): the one an ended executor names. */
+static bool timed_hook_is_on_failure = false;
+
 /* Timeout handler (signal context): cancel the hook, and past the grace period end the executor. */
 static void
 hook_deadline_passed(void)
@@ -107,6 +110,7 @@ ds_run_outcome_hook(const OutcomeHook *hook, ErrorData **error)
 	if (in_worker)
 	{
 		deadline = GetCurrentTimestamp() + ds_worker_attempt_limit_usecs(hook->timeout);
+		timed_hook_is_on_failure = strcmp(hook->name, "on_failure") == 0;
 		arm_hook_deadline(deadline);
 	}
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
@@ -392,8 +396,10 @@ ds_check_hook_sql(const char *name, const char *sql)
 	ds_check_one_statement(name, sql);
 }
 
-bool
-ds_hook_ignored_cancel(void)
+ExecutorEndCause
+ds_hook_end_cause(void)
 {
-	return hook_deadline_timer.ended_process;
+	if (!hook_deadline_timer.ended_process)
+		return EXECUTOR_END_OTHER;
+	return timed_hook_is_on_failure ? EXECUTOR_END_FAILURE_HOOK : EXECUTOR_END_SUCCESS_HOOK;
 }

@@ -9,6 +9,7 @@
 #include "utils/elog.h"
 #include "utils/jsonb.h"
 
+#include "ipc/unstarted_claims.h"
 #include "store/step_store.h"
 
 /* One hook to run: whose it is, what it runs and what it is given. */
@@ -75,7 +76,10 @@ ds_step_blocked_by_success_hook(const StepRecord *rec)
  */
 extern void ds_check_hook_sql(const char *name, const char *sql);
 
-/* In an executor: the hook running now ignored its cancellation, so the executor is ending. */
-extern bool ds_hook_ignored_cancel(void);
+/*
+ * In an executor: EXECUTOR_END_SUCCESS_HOOK or EXECUTOR_END_FAILURE_HOOK when the hook running
+ * now ignored its cancellation, so that the executor is ending; else EXECUTOR_END_OTHER.
+ */
+extern ExecutorEndCause ds_hook_end_cause(void);
 
 #endif							/* DS_STEP_HOOKS_H */

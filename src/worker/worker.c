@@ -154,7 +154,8 @@ release_slot(int code, Datum arg)
 static void
 publish_started_claims(int code, Datum arg)
 {
-	ds_publish_started_claims(ds_worker_body_ignored_cancel(), ds_hook_ignored_cancel());
+	ds_publish_started_claims(ds_worker_body_ignored_cancel() ? EXECUTOR_END_BODY :
+							  ds_hook_end_cause());
 }
 
 /* Say in shared memory what this executor found: the launcher reads it (launcher.c). */

@@ -2,7 +2,9 @@
 # (docs/steps.md, "Outcome hooks"). The step's last attempt fails for good in the worker, its
 # on_failure hook catches every cancellation until the executor is ended; recording that lost
 # attempt must not run the hook again (which would end the next executor the same way): the step
-# is blocked by its lost hook (DS007), and the worker goes on with other work.
+# is blocked by its lost hook (DS007), and the worker goes on with other work. A stubborn
+# on_success hook at the last attempt is another matter: the loss it causes runs on_failure,
+# a hook that has not failed anyone, so that step fails for good and its dead-letter path runs.
 
 use strict;
 use warnings;
@@ -54,6 +56,31 @@ is(count_matches(log_since($node, $off), qr/background worker "durable_steps wor
 	1, 'one executor was ended by the hook, no other');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM hook_runs'), '0',
 	'the hook\'s writes rolled back with it (it never returned)');
+
+# on_success ignores its cancellation at the step's last attempt: the attempt is lost (its body's
+# writes and the hook's rolled back), and recording the loss exhausts the step, which runs its
+# on_failure hook, once
+$node->safe_psql('postgres', q{
+CREATE TABLE dead_letters (step text, attempt int, code text);
+CREATE TABLE body_writes (n int);
+SELECT status FROM ds_run_step('hooked', 'success_hook', $$INSERT INTO body_writes VALUES (1)$$,
+    policy => '{"max_attempts": 1}', timeout => '1 s', defer => true,
+    on_success => 'SELECT stubborn_hook()',
+    on_failure => $$INSERT INTO dead_letters SELECT $1->>'step_id', ($1->>'attempt')::int, $1->>'error_code'$$)});
+ok( poll_until($node, 'postgres',
+		q{SELECT status || '/' || error_class || '/' || error_code FROM ds_steps WHERE run_id = 'hooked' AND step_id = 'success_hook'},
+		'failed/exhausted/DS007'),
+	'a lost on_success hook at the last attempt: the step fails for good (not blocked)');
+is( $node->safe_psql('postgres', q{SELECT step || ':' || attempt || ':' || code FROM dead_letters}),
+	'success_hook:1:DS007', 'its on_failure hook ran once, with the lost attempt');
+is( $node->safe_psql('postgres',
+		q{SELECT error_detail FROM ds_attempts WHERE run_id = 'hooked' AND step_id = 'success_hook'}),
+	'The on_success hook of attempt 1 ignored its cancellation past its time limit; its process was ended.',
+	'the lost attempt says which hook ended its executor');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM body_writes') . '/' . $node->safe_psql('postgres', 'SELECT count(*) FROM hook_runs'),
+	'0/0', 'the body\'s writes and the hook\'s rolled back with the lost attempt');
+is(count_matches(log_since($node, $off), qr/background worker "durable_steps worker" \(PID \d+\) exited with exit code 1/),
+	2, 'the on_success hook ended one executor, and on_failure none');
 
 unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed');
 $node->stop;
