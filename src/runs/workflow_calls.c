@@ -315,14 +315,19 @@ ds_step(PG_FUNCTION_ARGS)
 	/*
 	 * A step that was re-armed (ds_retry_step, maybe with corrected input)
 	 * runs as it was armed: the workflow passes what it passed before, and
-	 * the correction must not be a conflict.
+	 * the correction must not be a conflict. Its definition is read under the
+	 * step's lock, taken before its row's, as every writer of a step takes
+	 * them: an executor may be running the re-armed step as a plain step, and
+	 * its record of the attempt waits for the row; a row lock held here while
+	 * ds_run_step waits for the step's lock would deadlock the turn with it
+	 * (the run failed with 40P01 though its step succeeded).
 	 */
 	{
 		StepRecord	armed;
 
 		if (probe.attempt_base > 0 && probe.owner == GetUserId() &&
 			probe.kind == STEP_KIND_SQL &&
-			ds_store_lock_step(run_id, step_id, &armed) && armed.sql != NULL)
+			ds_step_lock_and_read(run_id, step_id, false, &armed) && armed.sql != NULL)
 		{
 			args[2] = CStringGetTextDatum(armed.sql);
 			nulls[2] = ' ';

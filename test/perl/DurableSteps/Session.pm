@@ -3,7 +3,7 @@
 # Sessions are driven through psql processes of our own (IPC::Run), so that the tests work with
 # every PostgreSQL 15 minor release, whatever background_psql() returns there.
 #
-#   my $s = DurableSteps::Session->new($node);   # connects to database postgres
+#   my $s = DurableSteps::Session->new($node [, $name [, $db]]);   # database postgres by default
 #   $s->send('BEGIN; SELECT ...');                # does not wait
 #   my $out = $s->wait;                           # output up to the end of what was sent
 #   $s->query_ok('SELECT 1');  $s->pid;  $s->quit;
@@ -22,7 +22,7 @@ use Carp;
 
 sub new
 {
-	my ($class, $node, $name) = @_;
+	my ($class, $node, $name, $db) = @_;
 	my $self = bless {
 		name => $name,
 		in => '',
@@ -39,7 +39,7 @@ sub new
 			'psql', '-X', '-A', '-t', '-q',
 			'-v', 'ON_ERROR_STOP=0',
 			'-v', 'VERBOSITY=verbose',
-			'-d', $node->connstr('postgres'),
+			'-d', $node->connstr($db // 'postgres'),
 			'-f', '-'
 		],
 		'<', \$self->{in},
@@ -111,6 +111,13 @@ sub quit
 	my ($self) = @_;
 	$self->{in} .= "\\q\n";
 	$self->{h}->finish;
+}
+
+# Ends a session that cannot go on (its server went away, a statement timed out).
+sub abandon
+{
+	my ($self) = @_;
+	eval { $self->{h}->kill_kill(grace => 1) };
 }
 
 

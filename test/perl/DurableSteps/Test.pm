@@ -26,6 +26,7 @@ use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use DurableSteps::Session;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
@@ -98,34 +99,47 @@ sub poll_log
 # A process that died of a signal other than our own kill -9 (SIGSEGV, SIGABRT, ...).
 our $crash_re = qr/^.*was terminated by signal (?!9:)\d+.*$/m;
 
-# Like poll_query_until, with two differences: the query goes on psql's command line (a psql that
-# cannot connect, as during a crash restart, never reads its stdin, and IPC::Run then dies of the
-# broken pipe), and it gives up at once, showing the log line, when a server process crashed:
-# waiting out the timeout of a crash-looping server tells nothing more.
+# Like poll_query_until, with two differences: it polls through one psql session
+# (DurableSteps::Session) for the whole wait rather than a psql and a backend forked per try,
+# which on a small machine costs more CPU than the tests themselves; a session its server ended
+# (a crash restart, a stop) is replaced by a new one as soon as one connects. And it gives up at
+# once, showing the log line, when a server process crashed: waiting out the timeout of a
+# crash-looping server tells nothing more.
 sub poll_until
 {
 	my ($node, $db, $query, $expected) = @_;
 	$expected = 't' unless defined $expected;
 	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
 	my ($out, $err) = ('', '');
+	my $session;
+	my $done = sub { $session->quit if $session; return $_[0]; };
+	# psql sends a statement of its input when it reads the semicolon that ends it
+	(my $statement = $query) =~ s/;?\s*\z/;/;
 	while (time() < $deadline)
 	{
-		IPC::Run::run([ 'psql', '-XAtq', '-d', $node->connstr($db), '-c', $query ],
-			'<', \undef, '>', \$out, '2>', \$err);
-		chomp $out;
-		chomp $err;
-		return 1 if $out eq $expected && $err eq '';
+		$session //= eval { DurableSteps::Session->new($node, 'poll', $db) };
+		if (!$session)
+		{
+			($out, $err) = ('', "no session: $@");
+		}
+		elsif (!eval { ($out, $err) = $session->query($statement); 1 })
+		{
+			($out, $err) = ('', "session lost: $@");
+			$session->abandon;
+			undef $session;
+		}
+		return $done->(1) if $out eq $expected && $err eq '';
 		if (log_since($node, 0) =~ $crash_re)
 		{
 			my $line = $&;
 			diag "server process crashed while polling:\n$query\nlog: $line\n"
 			  . "last output: $out\nstderr: $err";
-			return 0;
+			return $done->(0);
 		}
 		usleep(100_000);
 	}
 	diag "timed out polling:\n$query\nexpecting: $expected\nlast output: $out\nstderr: $err";
-	return 0;
+	return $done->(0);
 }
 
 # Pid of the one executor of $node (dies if there is not exactly one).
