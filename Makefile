@@ -29,6 +29,7 @@ OBJS = \
 	src/store/retention.o \
 	src/store/role_guard.o \
 	src/store/run_store.o \
+	src/requests/idempotent.o \
 	src/steps/step_isolation.o \
 	src/steps/step_context.o \
 	src/steps/deadline_timer.o \

@@ -550,6 +550,70 @@ CREATE FUNCTION @extschema@.ds_await_event(step_id text, name text, timeout inte
 CREATE FUNCTION @extschema@.ds_emit_event(name text, payload jsonb DEFAULT NULL) RETURNS boolean
     AS 'MODULE_PATHNAME', 'ds_emit_event' LANGUAGE C VOLATILE;
 
+-- Idempotent requests (docs/idempotent-requests.md): the server side of an Idempotency-Key
+-- header. One entry per (owning role, scope, key): the request it was first used with, and the
+-- response stored for it (state done), or the token of the application that holds it while it
+-- works (state held, until lease_expires_at). An entry past expires_at, or held past its lease,
+-- counts as absent; the worker purges those.
+CREATE TABLE durable_steps.idempotency_keys (
+    owner            regrole NOT NULL,
+    scope            text COLLATE "C" NOT NULL,
+    key              text COLLATE "C" NOT NULL,
+    request          jsonb NOT NULL,
+    state            text NOT NULL CHECK (state IN ('held', 'done')),
+    status           integer CHECK (status BETWEEN 100 AND 599),
+    body             jsonb,
+    token            uuid,
+    lease_expires_at timestamptz,
+    expires_at       timestamptz NOT NULL,
+    created_at       timestamptz NOT NULL,
+    finished_at      timestamptz,
+    PRIMARY KEY (owner, scope, key),
+    CHECK ((state = 'done') = (status IS NOT NULL)),
+    CHECK ((state = 'held') = (token IS NOT NULL AND lease_expires_at IS NOT NULL))
+);
+CREATE INDEX idempotency_keys_expiry ON durable_steps.idempotency_keys (expires_at);
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.idempotency_keys', '');
+
+CREATE FUNCTION @extschema@.ds_idempotent(
+        scope text,
+        key text,
+        request jsonb,
+        handler text,
+        ttl interval DEFAULT '24 hours',
+        wait interval DEFAULT NULL,
+        OUT status integer, OUT body jsonb, OUT replayed boolean)
+    AS 'MODULE_PATHNAME', 'ds_idempotent' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_idempotent_begin(
+        scope text,
+        key text,
+        request jsonb,
+        ttl interval DEFAULT '24 hours',
+        lease interval DEFAULT '5 minutes',
+        OUT state text, OUT status integer, OUT body jsonb, OUT token uuid)
+    AS 'MODULE_PATHNAME', 'ds_idempotent_begin' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_idempotent_finish(
+        scope text, key text, token uuid, status integer, body jsonb)
+    RETURNS void
+    AS 'MODULE_PATHNAME', 'ds_idempotent_finish' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_idempotent_abandon(scope text, key text, token uuid)
+    RETURNS void
+    AS 'MODULE_PATHNAME', 'ds_idempotent_abandon' LANGUAGE C VOLATILE;
+
+-- A role sees its own keys (and those of the roles it is a member of); the token of a held key
+-- is its holder's secret: it is not shown.
+CREATE VIEW @extschema@.ds_idempotency_keys WITH (security_barrier) AS
+    SELECT i.scope, i.key,
+           CASE WHEN i.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+                  OR (i.state OPERATOR(pg_catalog.=) 'held'
+                      AND i.lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
+                THEN 'expired' ELSE i.state END AS state,
+           i.request, i.status, i.body, i.owner, i.created_at, i.finished_at,
+           i.lease_expires_at, i.expires_at
+      FROM durable_steps.idempotency_keys i
+     WHERE pg_catalog.pg_has_role(i.owner::pg_catalog.oid, 'USAGE');
+GRANT SELECT ON @extschema@.ds_idempotency_keys TO PUBLIC;
+
 -- The background worker serves every database in which the extension is installed (docs/worker.md): this tells the launcher, once the CREATE EXTENSION commits, to start this
 -- database's executors. Without the library preloaded it does nothing.
 CREATE FUNCTION durable_steps.ds_serve_this_database() RETURNS void

@@ -1,5 +1,6 @@
 /*
- * retention.c -- finished steps and runs, and old events, are purged after durable_steps.retention.
+ * retention.c -- finished steps and runs, and old events, are purged after durable_steps.retention;
+ * idempotency keys when they expire.
  *
  * Each batch is its own short transaction that deletes at most RETENTION_BATCH rows chosen with
  * SKIP LOCKED, so a purge never holds long locks and never waits for a step someone is using.
@@ -22,6 +23,7 @@ static TimestampTz last_purge = 0;
 static SPIPlanPtr purge_steps_plan = NULL;
 static SPIPlanPtr purge_runs_plan = NULL;
 static SPIPlanPtr purge_events_plan = NULL;
+static SPIPlanPtr purge_keys_plan = NULL;
 
 void
 ds_retention_init_module(void)
@@ -41,8 +43,8 @@ ds_retention_init_module(void)
 bool
 ds_retention_purge_due(void)
 {
-	return retention_seconds > 0 &&
-		TimestampDifferenceExceeds(last_purge, GetCurrentTimestamp(), 60 * 1000);
+	/* expired idempotency keys are purged whatever the retention */
+	return TimestampDifferenceExceeds(last_purge, GetCurrentTimestamp(), 60 * 1000);
 }
 
 void
@@ -77,26 +79,45 @@ ds_retention_purge_batch(void)
 	int			deleted;
 	StoreSpi	spi;
 
-	args[0] = TimestampTzGetDatum(GetCurrentTimestamp() - (int64) retention_seconds * USECS_PER_SEC);
+	args[0] = TimestampTzGetDatum(GetCurrentTimestamp());
 	args[1] = Int32GetDatum(RETENTION_BATCH);
 	ds_store_spi_begin(&spi);
+
+	/*
+	 * Idempotency keys past their expiry, and never one held within its lease
+	 * (docs/idempotent-requests.md): the index on expires_at finds them.
+	 */
+	deleted = purge(&purge_keys_plan,
+					"WITH gone AS ("
+					" DELETE FROM durable_steps.idempotency_keys WHERE ctid IN ("
+					"  SELECT ctid FROM durable_steps.idempotency_keys"
+					"  WHERE expires_at < $1"
+					"  AND (state OPERATOR(pg_catalog.=) 'done' OR lease_expires_at < $1)"
+					"  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+					"SELECT count(*)::int4 FROM gone", args);
+	if (retention_seconds == 0)
+	{
+		ds_store_spi_end(&spi);
+		return deleted;
+	}
+	args[0] = TimestampTzGetDatum(GetCurrentTimestamp() - (int64) retention_seconds * USECS_PER_SEC);
 
 	/*
 	 * the steps' attempts go with them: the trigger steps_delete_attempts
 	 * deletes those
 	 */
-	deleted = purge(&purge_steps_plan,
-					"WITH gone AS ("
-					" DELETE FROM durable_steps.steps WHERE ctid IN ("
-					"  SELECT ctid FROM durable_steps.steps"
+	deleted += purge(&purge_steps_plan,
+					 "WITH gone AS ("
+					 " DELETE FROM durable_steps.steps WHERE ctid IN ("
+					 "  SELECT ctid FROM durable_steps.steps"
 	/* created before it finished: the BRIN index on created_at finds them */
-					"  WHERE finished_at < $1 AND created_at < $1"
-					"  AND status IN ('succeeded', 'failed', 'cancelled')"
+					 "  WHERE finished_at < $1 AND created_at < $1"
+					 "  AND status IN ('succeeded', 'failed', 'cancelled')"
 	/* a run that has not finished replays its steps: they stay with it */
-					"  AND NOT EXISTS (SELECT FROM durable_steps.runs r"
-					"   WHERE r.run_id OPERATOR(pg_catalog.=) steps.run_id AND r.finished_at IS NULL)"
-					"  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
-					"SELECT count(*)::int4 FROM gone", args);
+					 "  AND NOT EXISTS (SELECT FROM durable_steps.runs r"
+					 "   WHERE r.run_id OPERATOR(pg_catalog.=) steps.run_id AND r.finished_at IS NULL)"
+					 "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+					 "SELECT count(*)::int4 FROM gone", args);
 	deleted += purge(&purge_runs_plan,
 					 "WITH gone AS ("
 					 " DELETE FROM durable_steps.runs WHERE ctid IN ("

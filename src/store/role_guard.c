@@ -1,5 +1,6 @@
 /*
- * role_guard.c -- DROP ROLE warns about the unfinished steps the dropped roles own.
+ * role_guard.c -- DROP ROLE warns about the unfinished steps the dropped roles own, and deletes
+ * their idempotency keys.
  *
  * A step runs only as the role that created it, and the worker fails it closed once that role
  * is gone. Nothing in the catalogs ties a role to its steps (the owner is a column, not a
@@ -110,6 +111,32 @@ count_unfinished_steps(DroppedRole *roles, int n)
 	ds_store_spi_end(&spi);
 }
 
+/*
+ * Delete the dropped roles' idempotency keys: a role created later may get the same OID, and
+ * must not be answered the stored responses of another (docs/idempotent-requests.md).
+ */
+static void
+delete_idempotency_keys(DroppedRole *roles, int n)
+{
+	Datum	   *oids = palloc(sizeof(Datum) * n);
+	Oid			argtypes[1] = {OIDARRAYOID};
+	Datum		args[1];
+	StoreSpi	spi;
+	int			rc;
+
+	for (int i = 0; i < n; i++)
+		oids[i] = ObjectIdGetDatum(roles[i].oid);
+	args[0] = PointerGetDatum(construct_array(oids, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_with_args("DELETE FROM durable_steps.idempotency_keys"
+							   " WHERE owner::pg_catalog.oid OPERATOR(pg_catalog.=) ANY ($1)",
+							   1, argtypes, args, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "deleting the dropped roles' idempotency keys failed: %s",
+			 SPI_result_code_string(rc));
+	ds_store_spi_end(&spi);
+}
+
 /* Warn once for each dropped role that owned unfinished steps. */
 static void
 warn_about_orphaned_steps(DroppedRole *roles, int n)
@@ -158,6 +185,7 @@ role_guard_process_utility(PlannedStmt *pstmt, const char *queryString, bool rea
 	{
 		count_unfinished_steps(roles, n);
 		warn_about_orphaned_steps(roles, n);
+		delete_idempotency_keys(roles, n);
 	}
 }
 

@@ -1,0 +1,658 @@
+/*
+ * idempotent.c -- idempotent requests: the server side of an Idempotency-Key header
+ * (docs/idempotent-requests.md).
+ *
+ * An entry of durable_steps.idempotency_keys is one (owning role, scope, key): the request it was
+ * first used with, and either the response stored for it (`done`) or the token of the
+ * application that holds it while it works (`held`, by ds_idempotent_begin, until its lease
+ * runs out). An entry past its expiry, or held past its lease, counts as absent; the worker
+ * purges those (store/retention.c).
+ *
+ * Calls on one key are serialized by a heavyweight lock on it, held to the end of the
+ * transaction: an advisory-type tag whose fourth field is our own ('DI'), so that it never
+ * collides with the application's pg_advisory_lock() keys nor with the step locks ('DS'). A
+ * second ds_idempotent on a key whose first call has not committed finds the lock taken: it
+ * answers DS409 at once, or waits up to its `wait` for the first to commit and then replays it.
+ * The handler runs as the caller, in the caller's transaction, and the response is written after
+ * it returned: a handler that raises stores nothing.
+ */
+#include "base/compat.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "base/ds_errcodes.h"
+#include "base/size_limits.h"
+#include "base/sql_text.h"
+#include "requests/idempotent.h"
+#include "store/step_store.h"
+
+/* 'DI' in the objsubid column of pg_locks */
+#define DS_IDEMPOTENCY_LOCKTAG_FIELD4 0x4449
+
+/* The longest scope or key, in characters. */
+#define DS_IDEMPOTENCY_KEY_MAX 255
+
+PG_FUNCTION_INFO_V1(ds_idempotent);
+PG_FUNCTION_INFO_V1(ds_idempotent_begin);
+PG_FUNCTION_INFO_V1(ds_idempotent_finish);
+PG_FUNCTION_INFO_V1(ds_idempotent_abandon);
+
+/* One key of the calling role. */
+typedef struct IdempotencyKey
+{
+	Oid			owner;
+	char	   *scope;
+	char	   *key;
+} IdempotencyKey;
+
+/* An entry as stored. */
+typedef struct IdempotencyEntry
+{
+	bool		found;			/* a row exists, live or not */
+	bool		live;			/* not expired, and done or held within its
+								 * lease */
+	bool		done;			/* state: done (else held) */
+	Jsonb	   *request;
+	int32		status;
+	bool		has_status;
+	Jsonb	   *body;			/* NULL: null */
+	pg_uuid_t	token;
+	bool		has_token;
+	TimestampTz lease_expires_at;
+} IdempotencyEntry;
+
+/* The keys whose ds_idempotent handler runs now in this backend: a handler that uses its own key. */
+typedef struct KeyInFlight
+{
+	IdempotencyKey key;
+	struct KeyInFlight *next;
+} KeyInFlight;
+
+static KeyInFlight *keys_in_flight = NULL;
+
+/* The text argument `name`: 1 to 255 characters. */
+static char *
+identity_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	char	   *s;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	s = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	len = pg_mbstrlen(s);
+	if (len < 1 || len > DS_IDEMPOTENCY_KEY_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be 1 to %d characters long, not %d", name,
+						DS_IDEMPOTENCY_KEY_MAX, len)));
+	return s;
+}
+
+static IdempotencyKey
+key_args(FunctionCallInfo fcinfo)
+{
+	IdempotencyKey k;
+
+	k.owner = GetUserId();
+	k.scope = identity_arg(fcinfo, 0, "scope");
+	k.key = identity_arg(fcinfo, 1, "key");
+	return k;
+}
+
+/* A jsonb argument that must be given. */
+static Jsonb *
+jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	Jsonb	   *j;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	j = PG_GETARG_JSONB_P(argno);
+	ds_check_size(DS_LIMIT_INPUT, name, VARSIZE(j));
+	return j;
+}
+
+/* An interval argument that must be given: positive (or, `may_be_zero`, not negative). */
+static Interval *
+interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool may_be_zero)
+{
+	Interval   *i;
+	Interval   *zero = palloc0(sizeof(Interval));
+	int32		cmp;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	i = PG_GETARG_INTERVAL_P(argno);
+	cmp = DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(i),
+											IntervalPGetDatum(zero)));
+	if (cmp < 0 || (!may_be_zero && cmp == 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be %s", name, may_be_zero ? "zero or positive" : "positive")));
+	return i;
+}
+
+/* now + interval */
+static TimestampTz
+after(TimestampTz now, Interval *i)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(now),
+												   IntervalPGetDatum(i)));
+}
+
+/* An HTTP status: 100 to 599. */
+static void
+check_status(int32 status)
+{
+	if (status < 100 || status > 599)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("status %d is not an HTTP status (100 to 599)", status)));
+}
+
+/* The lock tag of a key: the NULs between the parts keep ("ab","c") and ("a","bc") apart. */
+static void
+key_locktag(LOCKTAG *tag, const IdempotencyKey *k)
+{
+	StringInfoData buf;
+	uint64		hash;
+
+	initStringInfo(&buf);
+	appendBinaryStringInfo(&buf, (const char *) &k->owner, sizeof(Oid));
+	appendBinaryStringInfo(&buf, k->scope, strlen(k->scope) + 1);
+	appendBinaryStringInfo(&buf, k->key, strlen(k->key));
+	hash = hash_bytes_extended((const unsigned char *) buf.data, buf.len, 0);
+	pfree(buf.data);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 DS_IDEMPOTENCY_LOCKTAG_FIELD4);
+}
+
+static void
+raise_in_progress(const IdempotencyKey *k)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DS_IN_PROGRESS),
+			 errmsg("idempotency key %s/%s is in progress", k->scope, k->key),
+			 errdetail("Another request with this key has not finished."),
+			 errhint("Retry after a moment: the finished request's response is then replayed.")));
+}
+
+/*
+ * Take the key's lock to the end of the transaction: at once, or waiting up to `wait_ms` (0: not
+ * at all) for the transaction that holds it; DS409 when it is still held.
+ */
+static void
+lock_key(const IdempotencyKey *k, int64 wait_ms)
+{
+	LOCKTAG		tag;
+	MemoryContext cxt = CurrentMemoryContext;
+	int			guc_level;
+
+	key_locktag(&tag, k);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return;
+	if (wait_ms <= 0)
+		raise_in_progress(k);
+
+	/* a lock wait, not a polling loop: it ends when the holder commits */
+	guc_level = NewGUCNestLevel();
+	(void) set_config_option("lock_timeout", psprintf(INT64_FORMAT, Min(wait_ms, (int64) INT_MAX)),
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	PG_TRY();
+	{
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		raise_in_progress(k);
+	}
+	PG_END_TRY();
+	AtEOXact_GUC(true, guc_level);
+}
+
+/* Read the key's entry, locked for update, as the tables' owner. */
+static void
+read_entry(const IdempotencyKey *k, IdempotencyEntry *e)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[3] = {OIDOID, TEXTOID, TEXTOID};
+	Datum		args[3];
+	StoreSpi	spi;
+	int			rc;
+
+	memset(e, 0, sizeof(*e));
+	args[0] = ObjectIdGetDatum(k->owner);
+	args[1] = CStringGetTextDatum(k->scope);
+	args[2] = CStringGetTextDatum(k->key);
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&plan,
+										  "SELECT state OPERATOR(pg_catalog.=) 'done', request, status, body, token,"
+										  " lease_expires_at,"
+										  " expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
+										  " AND (state OPERATOR(pg_catalog.=) 'done'"
+										  "  OR lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())"
+										  " FROM durable_steps.idempotency_keys"
+										  " WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
+										  " AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3"
+										  " FOR UPDATE", 3, types),
+						  args, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading an idempotency key failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+	{
+		HeapTuple	row = SPI_tuptable->vals[0];
+		TupleDesc	td = SPI_tuptable->tupdesc;
+		MemoryContext spi_cxt = MemoryContextSwitchTo(spi.caller_cxt);
+		bool		isnull;
+		Datum		d;
+
+		e->found = true;
+		e->done = DatumGetBool(SPI_getbinval(row, td, 1, &isnull));
+		e->request = DatumGetJsonbPCopy(SPI_getbinval(row, td, 2, &isnull));
+		d = SPI_getbinval(row, td, 3, &isnull);
+		e->has_status = !isnull;
+		e->status = isnull ? 0 : DatumGetInt32(d);
+		d = SPI_getbinval(row, td, 4, &isnull);
+		e->body = isnull ? NULL : DatumGetJsonbPCopy(d);
+		d = SPI_getbinval(row, td, 5, &isnull);
+		e->has_token = !isnull;
+		if (!isnull)
+			memcpy(&e->token, DatumGetUUIDP(d), sizeof(pg_uuid_t));
+		d = SPI_getbinval(row, td, 6, &isnull);
+		e->lease_expires_at = isnull ? 0 : DatumGetTimestampTz(d);
+		e->live = DatumGetBool(SPI_getbinval(row, td, 7, &isnull));
+		MemoryContextSwitchTo(spi_cxt);
+	}
+	ds_store_spi_end(&spi);
+}
+
+/*
+ * Write the key's entry, over one that is no longer live: `done`, the response (status, body);
+ * else held with a new token (returned in *token) until `lease_expires_at`.
+ */
+static void
+write_entry(const IdempotencyKey *k, Jsonb *request, bool done, int32 status, Jsonb *body,
+			TimestampTz lease_expires_at, TimestampTz expires_at, pg_uuid_t *token)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[9] = {OIDOID, TEXTOID, TEXTOID, JSONBOID, BOOLOID, INT4OID, JSONBOID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		args[9];
+	char		nulls[9] = "         ";
+	StoreSpi	spi;
+	int			rc;
+
+	args[0] = ObjectIdGetDatum(k->owner);
+	args[1] = CStringGetTextDatum(k->scope);
+	args[2] = CStringGetTextDatum(k->key);
+	args[3] = JsonbPGetDatum(request);
+	args[4] = BoolGetDatum(done);
+	args[5] = Int32GetDatum(status);
+	nulls[5] = done ? ' ' : 'n';
+	args[6] = body ? JsonbPGetDatum(body) : (Datum) 0;
+	nulls[6] = body ? ' ' : 'n';
+	args[7] = TimestampTzGetDatum(lease_expires_at);
+	nulls[7] = done ? 'n' : ' ';
+	args[8] = TimestampTzGetDatum(expires_at);
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&plan,
+										  "INSERT INTO durable_steps.idempotency_keys AS i"
+										  " (owner, scope, key, request, state, status, body, token,"
+										  "  lease_expires_at, expires_at, created_at, finished_at)"
+										  " SELECT $1::pg_catalog.regrole, $2, $3, $4,"
+										  "  CASE WHEN $5 THEN 'done' ELSE 'held' END, $6, $7,"
+										  "  CASE WHEN $5 THEN NULL ELSE pg_catalog.gen_random_uuid() END,"
+										  "  $8, $9, pg_catalog.clock_timestamp(),"
+										  "  CASE WHEN $5 THEN pg_catalog.clock_timestamp() END"
+										  " ON CONFLICT (owner, scope, key) DO UPDATE SET"
+										  "  request = excluded.request, state = excluded.state,"
+										  "  status = excluded.status, body = excluded.body, token = excluded.token,"
+										  "  lease_expires_at = excluded.lease_expires_at,"
+										  "  expires_at = excluded.expires_at, created_at = excluded.created_at,"
+										  "  finished_at = excluded.finished_at"
+										  " RETURNING token", 9, types),
+						  args, nulls, false, 1);
+	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+		elog(ERROR, "writing an idempotency key failed: %s", SPI_result_code_string(rc));
+	if (token != NULL)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			memcpy(token, DatumGetUUIDP(d), sizeof(pg_uuid_t));
+	}
+	ds_store_spi_end(&spi);
+}
+
+/* Finish (the response) or abandon (`status` < 0: delete) the key's held entry. */
+static void
+settle_entry(const IdempotencyKey *k, int32 status, Jsonb *body)
+{
+	static SPIPlanPtr finish_plan = NULL;
+	static SPIPlanPtr abandon_plan = NULL;
+	Oid			types[5] = {OIDOID, TEXTOID, TEXTOID, INT4OID, JSONBOID};
+	Datum		args[5];
+	char		nulls[5] = "     ";
+	StoreSpi	spi;
+	int			rc;
+
+	args[0] = ObjectIdGetDatum(k->owner);
+	args[1] = CStringGetTextDatum(k->scope);
+	args[2] = CStringGetTextDatum(k->key);
+	args[3] = Int32GetDatum(status);
+	args[4] = body ? JsonbPGetDatum(body) : (Datum) 0;
+	nulls[4] = body ? ' ' : 'n';
+	ds_store_spi_begin(&spi);
+	if (status >= 0)
+		rc = SPI_execute_plan(ds_prepare_kept(&finish_plan,
+											  "UPDATE durable_steps.idempotency_keys SET state = 'done',"
+											  " status = $4, body = $5, token = NULL, lease_expires_at = NULL,"
+											  " finished_at = pg_catalog.clock_timestamp()"
+											  " WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
+											  " AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3",
+											  5, types),
+							  args, nulls, false, 0);
+	else
+		rc = SPI_execute_plan(ds_prepare_kept(&abandon_plan,
+											  "DELETE FROM durable_steps.idempotency_keys"
+											  " WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
+											  " AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3",
+											  3, types),
+							  args, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE && rc != SPI_OK_DELETE)
+		elog(ERROR, "writing an idempotency key failed: %s", SPI_result_code_string(rc));
+	ds_store_spi_end(&spi);
+}
+
+/* Another request under a key that has one already: DS422. */
+static void
+check_same_request(const IdempotencyKey *k, const IdempotencyEntry *e, Jsonb *request)
+{
+	if (!DatumGetBool(DirectFunctionCall2(jsonb_eq, JsonbPGetDatum(e->request),
+										  JsonbPGetDatum(request))))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_STEP_CONFLICT),
+				 errmsg("idempotency key %s/%s was used with another request", k->scope, k->key),
+				 errdetail("A key stands for one request; its first request was different."),
+				 errhint("Use a new key for a new request.")));
+}
+
+static bool
+same_key(const IdempotencyKey *a, const IdempotencyKey *b)
+{
+	return a->owner == b->owner && strcmp(a->scope, b->scope) == 0 && strcmp(a->key, b->key) == 0;
+}
+
+/* Run the handler with $1 = request, as the caller; its one row (status, body). */
+static void
+run_handler(const char *handler, Jsonb *request, int32 *status, Jsonb **body)
+{
+	Oid			types[1] = {JSONBOID};
+	Datum		args[1];
+	MemoryContext caller_cxt = CurrentMemoryContext;
+	TupleDesc	td;
+	bool		isnull;
+	Datum		d;
+	int			rc;
+
+	args[0] = JsonbPGetDatum(request);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rc = SPI_execute_with_args(handler, 1, types, args, NULL, false, 2);
+	if (rc < 0)
+		elog(ERROR, "the handler failed: %s", SPI_result_code_string(rc));
+	if (SPI_tuptable == NULL || SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_CARDINALITY_VIOLATION),
+				 errmsg("the handler must return one row (status, body), not %s",
+						SPI_tuptable == NULL ? "none" :
+						SPI_processed == 0 ? "no row" : "several")));
+	td = SPI_tuptable->tupdesc;
+	if (td->natts != 2 || SPI_gettypeid(td, 1) != INT4OID || SPI_gettypeid(td, 2) != JSONBOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the handler must return two columns (status integer, body jsonb)"),
+				 errhint("For instance: SELECT 201, jsonb_build_object('id', id) FROM orders ...")));
+	d = SPI_getbinval(SPI_tuptable->vals[0], td, 1, &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("the handler returned a null status")));
+	*status = DatumGetInt32(d);
+	d = SPI_getbinval(SPI_tuptable->vals[0], td, 2, &isnull);
+	if (isnull)
+		*body = NULL;
+	else
+	{
+		MemoryContext spi_cxt = MemoryContextSwitchTo(caller_cxt);
+
+		*body = DatumGetJsonbPCopy(d);
+		MemoryContextSwitchTo(spi_cxt);
+	}
+	SPI_finish();
+	check_status(*status);
+	if (*body != NULL)
+		ds_check_size(DS_LIMIT_INPUT, "the handler's body", VARSIZE(*body));
+}
+
+/* (status integer, body jsonb, replayed boolean) */
+static Datum
+response_tuple(FunctionCallInfo fcinfo, int32 status, Jsonb *body, bool replayed)
+{
+	TupleDesc	td;
+	Datum		values[3];
+	bool		nulls[3] = {false, body == NULL, false};
+
+	if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	values[0] = Int32GetDatum(status);
+	values[1] = body ? JsonbPGetDatum(body) : (Datum) 0;
+	values[2] = BoolGetDatum(replayed);
+	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(td), values, nulls));
+}
+
+/*
+ * ds_idempotent(scope, key, request, handler, ttl, wait) -> (status, body, replayed)
+ */
+Datum
+ds_idempotent(PG_FUNCTION_ARGS)
+{
+	IdempotencyKey k = key_args(fcinfo);
+	Jsonb	   *request = jsonb_arg(fcinfo, 2, "request");
+	char	   *handler;
+	Interval   *ttl = interval_arg(fcinfo, 4, "ttl", false);
+	int64		wait_ms = 0;
+	IdempotencyEntry e;
+	KeyInFlight in_flight;
+	int32		status;
+	Jsonb	   *body;
+
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("handler must not be null")));
+	handler = text_to_cstring(PG_GETARG_TEXT_PP(3));
+	ds_check_size(DS_LIMIT_SQL, "handler", strlen(handler));
+	ds_check_one_statement("handler", handler);
+	if (!PG_ARGISNULL(5))
+	{
+		Interval   *wait = interval_arg(fcinfo, 5, "wait", true);
+
+		wait_ms = (after(0, wait) + 999) / 1000;
+	}
+
+	for (KeyInFlight *f = keys_in_flight; f != NULL; f = f->next)
+		if (same_key(&f->key, &k))
+			ereport(ERROR,
+					(errcode(ERRCODE_DS_IN_PROGRESS),
+					 errmsg("idempotency key %s/%s is in progress: its handler uses it again", k.scope,
+							k.key)));
+
+	lock_key(&k, wait_ms);
+	read_entry(&k, &e);
+	if (e.live)
+	{
+		check_same_request(&k, &e, request);
+		if (!e.done)
+			raise_in_progress(&k);
+		PG_RETURN_DATUM(response_tuple(fcinfo, e.status, e.body, true));
+	}
+
+	in_flight.key = k;
+	in_flight.next = keys_in_flight;
+	keys_in_flight = &in_flight;
+	PG_TRY();
+	{
+		run_handler(handler, request, &status, &body);
+	}
+	PG_FINALLY();
+	{
+		keys_in_flight = in_flight.next;
+	}
+	PG_END_TRY();
+
+	write_entry(&k, request, true, status, body, 0, after(GetCurrentTimestamp(), ttl), NULL);
+	PG_RETURN_DATUM(response_tuple(fcinfo, status, body, false));
+}
+
+/*
+ * ds_idempotent_begin(scope, key, request, ttl, lease) -> (state, status, body, token)
+ */
+Datum
+ds_idempotent_begin(PG_FUNCTION_ARGS)
+{
+	IdempotencyKey k = key_args(fcinfo);
+	Jsonb	   *request = jsonb_arg(fcinfo, 2, "request");
+	Interval   *ttl = interval_arg(fcinfo, 3, "ttl", false);
+	Interval   *lease = interval_arg(fcinfo, 4, "lease", false);
+	IdempotencyEntry e;
+	TupleDesc	td;
+	Datum		values[4];
+	bool		nulls[4] = {false, true, true, true};
+	pg_uuid_t  *token;
+	TimestampTz now;
+
+	if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	lock_key(&k, 0);
+	read_entry(&k, &e);
+	if (e.live)
+	{
+		check_same_request(&k, &e, request);
+		if (!e.done)
+			ereport(ERROR,
+					(errcode(ERRCODE_DS_IN_PROGRESS),
+					 errmsg("idempotency key %s/%s is in progress", k.scope, k.key),
+					 errdetail("The request that holds it has not finished, and its lease has not run out (ds_idempotency_keys shows when it does)."),
+					 errhint("Retry after a moment: the finished request's response is then replayed.")));
+		values[0] = CStringGetTextDatum("replay");
+		values[1] = Int32GetDatum(e.status);
+		nulls[1] = false;
+		values[2] = e.body ? JsonbPGetDatum(e.body) : (Datum) 0;
+		nulls[2] = e.body == NULL;
+		PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(td), values, nulls)));
+	}
+	now = GetCurrentTimestamp();
+	token = palloc(sizeof(pg_uuid_t));
+	/* never purged while it is held */
+	write_entry(&k, request, false, 0, NULL, after(now, lease),
+				Max(after(now, ttl), after(now, lease)), token);
+	values[0] = CStringGetTextDatum("new");
+	values[3] = UUIDPGetDatum(token);
+	nulls[3] = false;
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(td), values, nulls)));
+}
+
+/* The key's entry must be held with `token`: DS404 when there is none, DS409 when it is not. */
+static void
+check_holder(const IdempotencyKey *k, const IdempotencyEntry *e, const pg_uuid_t *token)
+{
+	if (!e->found)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
+				 errmsg("idempotency key %s/%s does not exist", k->scope, k->key),
+				 errdetail("It was abandoned, or it expired and was purged.")));
+	if (e->done || !e->has_token || memcmp(&e->token, token, sizeof(pg_uuid_t)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_IN_PROGRESS),
+				 errmsg("idempotency key %s/%s is not held with this token", k->scope, k->key),
+				 errdetail(e->done ? "Its response is stored already." :
+						   "It is held with another token: this one's lease ran out and another request took the key, or the token is not its holder's.")));
+}
+
+/*
+ * ds_idempotent_finish(scope, key, token, status, body)
+ */
+Datum
+ds_idempotent_finish(PG_FUNCTION_ARGS)
+{
+	IdempotencyKey k = key_args(fcinfo);
+	IdempotencyEntry e;
+	Jsonb	   *body = NULL;
+	int32		status;
+
+	if (PG_ARGISNULL(2) || PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", PG_ARGISNULL(2) ? "token" : "status")));
+	status = PG_GETARG_INT32(3);
+	check_status(status);
+	if (!PG_ARGISNULL(4))
+	{
+		body = PG_GETARG_JSONB_P(4);
+		ds_check_size(DS_LIMIT_INPUT, "body", VARSIZE(body));
+	}
+	lock_key(&k, INT_MAX);
+	read_entry(&k, &e);
+	check_holder(&k, &e, PG_GETARG_UUID_P(2));
+	settle_entry(&k, status, body);
+	PG_RETURN_VOID();
+}
+
+/*
+ * ds_idempotent_abandon(scope, key, token)
+ */
+Datum
+ds_idempotent_abandon(PG_FUNCTION_ARGS)
+{
+	IdempotencyKey k = key_args(fcinfo);
+	IdempotencyEntry e;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("token must not be null")));
+	lock_key(&k, INT_MAX);
+	read_entry(&k, &e);
+	check_holder(&k, &e, PG_GETARG_UUID_P(2));
+	settle_entry(&k, -1, NULL);
+	PG_RETURN_VOID();
+}
