@@ -15,6 +15,7 @@ OBJS = \
 	src/ipc/claim_size.o \
 	src/ipc/executor_load.o \
 	src/ipc/unstarted_claims.o \
+	src/ipc/outcome_waits.o \
 	src/http/http_addresses.o \
 	src/http/http_request.o \
 	src/http/http_response.o \
@@ -47,6 +48,7 @@ OBJS = \
 	src/runs/run_claims.o \
 	src/runs/run_turn.o \
 	src/runs/runs.o \
+	src/runs/waits.o \
 	src/worker/worker_session.o \
 	src/worker/http_outcomes.o \
 	src/worker/step_claims.o \

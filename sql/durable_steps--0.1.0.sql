@@ -550,6 +550,15 @@ CREATE FUNCTION @extschema@.ds_await_event(step_id text, name text, timeout inte
 CREATE FUNCTION @extschema@.ds_emit_event(name text, payload jsonb DEFAULT NULL) RETURNS boolean
     AS 'MODULE_PATHNAME', 'ds_emit_event' LANGUAGE C VOLATILE;
 
+-- Waiting without polling (docs/steps.md, "Waiting for a step"): one statement each, woken by
+-- the commit that stops the step or the run.
+CREATE FUNCTION @extschema@.ds_wait_step(run_id text, step_id text, timeout interval DEFAULT '30 seconds')
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_wait_step' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_wait_run(run_id text, timeout interval DEFAULT '30 seconds',
+        OUT status text, OUT output jsonb, OUT error_code text, OUT error_message text)
+    AS 'MODULE_PATHNAME', 'ds_wait_run' LANGUAGE C VOLATILE;
+
 -- Idempotent requests (docs/idempotent-requests.md): the server side of an Idempotency-Key
 -- header. One entry per (owning role, scope, key): the request it was first used with, and the
 -- response stored for it (state done), or the token of the application that holds it while it

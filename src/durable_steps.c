@@ -20,6 +20,7 @@
 #include "worker/http_worker.h"
 #include "worker/worker.h"
 #include "worker/worker_session.h"
+#include "ipc/outcome_waits.h"
 #include "ipc/worker_wakeup.h"
 #include "base/size_limits.h"
 
@@ -44,6 +45,7 @@ _PG_init(void)
 	ds_http_addresses_init_module();
 	ds_http_worker_init_module();
 	ds_worker_shmem_init_module();
+	ds_outcome_waits_init_module();
 	ds_launcher_init_module();
 	ds_role_guard_init_module();
 	ds_size_limits_init_module();

@@ -25,6 +25,7 @@
 #include "steps/run_context.h"
 #include "steps/step_attempt.h"
 #include "steps/step_exec.h"
+#include "ipc/outcome_waits.h"
 #include "store/run_store.h"
 #include "store/step_lock.h"
 #include "store/step_store.h"
@@ -349,6 +350,8 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 			elog(ERROR, "recovering run %s failed", ids[i]);
 		if (!give_up)
 			ds_worker_wake_at_commit();
+		else
+			ds_outcome_wake_at_commit(ids[i]);	/* the run failed: its waiters */
 	}
 	ds_store_spi_end(&spi);
 	*run_ids = ids;

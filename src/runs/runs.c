@@ -29,6 +29,7 @@
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
 #include "steps/run_context.h"
+#include "ipc/outcome_waits.h"
 #include "store/run_store.h"
 #include "steps/step_attempt.h"
 #include "store/step_lock.h"
@@ -625,6 +626,8 @@ ds_cancel_run(PG_FUNCTION_ARGS)
 								" WHERE run_id OPERATOR(pg_catalog.=) $1", run_id);
 	foreach(lc, held)
 		cancel_held_step(run_id, (const char *) lfirst(lc));
+	/* waiters on the run and its steps read them again when this commits */
+	ds_outcome_wake_at_commit(run_id);
 	PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
 }
 

@@ -34,6 +34,7 @@
 #include "store/run_store.h"
 #include "steps/step_attempt.h"
 #include "steps/step_hooks.h"
+#include "ipc/outcome_waits.h"
 #include "ipc/unstarted_claims.h"
 #include "ipc/worker_wakeup.h"
 #include "steps/step_exec.h"
@@ -101,6 +102,8 @@ ds_notify_step_stopped(const StepRecord *rec)
 {
 	StringInfoData payload;
 
+	/* ds_wait_step and ds_wait_run of its run wake when this commits */
+	ds_outcome_wake_at_commit(rec->run_id);
 	if (rec->notify == NULL)
 		return;
 	initStringInfo(&payload);

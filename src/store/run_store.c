@@ -15,6 +15,7 @@
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 
+#include "ipc/outcome_waits.h"
 #include "store/direct_write.h"
 #include "store/run_store.h"
 #include "store/store_relations.h"
@@ -114,6 +115,8 @@ ds_run_write_row(const char *run_id, ItemPointer tid, RunWrite *w)
 	RegProcedure eq = F_TEXTEQ;
 
 	ds_run_write_column(w, RUN_COL_UPDATED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	/* ds_wait_run reads the run again when this commits */
+	ds_outcome_wake_at_commit(run_id);
 	if (!ds_direct_update_row(r->runs, r->runs_pkey, 1, &key, &eq, tid,
 							  w->attnums, w->n, w->values, w->nulls))
 		elog(ERROR, "run %s is gone", run_id);
