@@ -18,6 +18,7 @@
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "ipc/outcome_waits.h"
 
