@@ -17,7 +17,7 @@ SELECT status FROM ds_run_step('cancel', 'retrying', $$SELECT ds_retry_after('la
 SELECT status, error_code, attempt FROM ds_cancel_step('cancel', 'retrying');
 SELECT status FROM ds_run_step('cancel', 'blocked', $$SELECT ds_blocked('needs a person', 'Fix it.')$$);
 SELECT status, error_code FROM ds_cancel_step('cancel', 'blocked');
--- a cancelled step is not re-armed
+-- a cancelled step may be re-armed by its owner: it is pending again (docs/steps.md)
 SELECT status FROM ds_retry_step('cancel', 'blocked');
 
 -- finished steps cannot be cancelled

@@ -374,7 +374,8 @@ CREATE FUNCTION @extschema@.ds_run_step(
         priority integer DEFAULT 0)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_run_step' LANGUAGE C VOLATILE;
-CREATE FUNCTION @extschema@.ds_retry_step(run_id text, step_id text, input jsonb DEFAULT NULL)
+CREATE FUNCTION @extschema@.ds_retry_step(run_id text, step_id text, input jsonb DEFAULT NULL,
+        sql text DEFAULT NULL)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_retry_step' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_cancel_step(run_id text, step_id text)

@@ -345,7 +345,7 @@ check_rearm(const StepRecord *rec, bool new_input)
 				 errmsg("step %s/%s belongs to role %s", rec->run_id, rec->step_id,
 						GetUserNameFromId(rec->owner, true) ? GetUserNameFromId(rec->owner, true) : "(dropped)"),
 				 new_input ?
-				 errdetail("Only roles with the privileges of a step's owner can give it new input.") :
+				 errdetail("Only roles with the privileges of a step's owner can give it a new input or SQL.") :
 				 errdetail("Only superusers can re-arm a superuser's step.")));
 }
 
@@ -363,9 +363,9 @@ rerun_success_hook(StepRecord *rec, bool new_input)
 	if (new_input)
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
-				 errmsg("step %s/%s has succeeded and cannot be given new input", rec->run_id,
+				 errmsg("step %s/%s has succeeded and cannot be given a new definition", rec->run_id,
 						rec->step_id),
-				 errdetail("Only its on_success hook is left to run; ds_retry_step() without input runs it again.")));
+				 errdetail("Only its on_success hook is left to run; ds_retry_step() without input or sql runs it again.")));
 	now = GetCurrentTimestamp();
 	rec->status = STEP_SUCCEEDED;
 	rec->error_class = rec->error_code = rec->error_message = rec->error_detail = NULL;
@@ -379,36 +379,52 @@ rerun_success_hook(StepRecord *rec, bool new_input)
 }
 
 /*
- * ds_retry_step(run_id, step_id, input) → ds_step_result: re-arm a failed or blocked step (a
- * step blocked by its on_success hook runs the hook again instead: rerun_success_hook).
+ * ds_retry_step(run_id, step_id, input, sql) → ds_step_result: re-arm a failed, blocked,
+ * uncertain or cancelled step, with a corrected input or SQL if given (a step blocked by its
+ * on_success hook runs the hook again instead: rerun_success_hook).
  */
 Datum
 ds_retry_step(PG_FUNCTION_ARGS)
 {
 	char	   *run_id = ds_step_identity_arg(fcinfo, 0, "run_id");
 	char	   *step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
+	bool		new_input = !PG_ARGISNULL(2);
+	char	   *new_sql = PG_NARGS() > 3 && !PG_ARGISNULL(3) ? text_to_cstring(PG_GETARG_TEXT_PP(3)) : NULL;
 	StepRecord	rec;
 
 	PreventCommandIfReadOnly("ds_retry_step()");
 	PreventCommandIfParallelMode("ds_retry_step()");
+	/* a corrected SQL is checked as a new step's is, before anything is looked at */
+	if (new_sql != NULL)
+	{
+		ds_check_size(DS_LIMIT_SQL, "sql", strlen(new_sql));
+		ds_check_one_statement("sql", new_sql);
+	}
 	ds_step_lock_visible(run_id, step_id, false, &rec);
-	check_rearm(&rec, !PG_ARGISNULL(2));
-	if (rec.status != STEP_FAILED && rec.status != STEP_BLOCKED && rec.status != STEP_UNCERTAIN)
+	check_rearm(&rec, new_input || new_sql != NULL);
+	if (rec.status != STEP_FAILED && rec.status != STEP_BLOCKED && rec.status != STEP_UNCERTAIN &&
+		rec.status != STEP_CANCELLED)
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
 				 errmsg("step %s/%s is %s and cannot be re-armed", run_id, step_id,
 						ds_step_status_name(rec.status)),
-				 errdetail("Only failed, blocked and uncertain steps can be re-armed.")));
+				 errdetail("Only failed, blocked, uncertain and cancelled steps can be re-armed.")));
 	if (ds_step_blocked_by_success_hook(&rec))
-		PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, rerun_success_hook(&rec, !PG_ARGISNULL(2))));
-	if (!PG_ARGISNULL(2))
+		PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec,
+											 rerun_success_hook(&rec, new_input || new_sql != NULL)));
+	if (new_input || new_sql != NULL)
 	{
 		if (!ds_step_kinds[rec.kind].has_sql_body)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("input can only be replaced for SQL steps")));
-		rec.input = PG_GETARG_JSONB_P_COPY(2);
-		ds_check_size(DS_LIMIT_INPUT, "input", VARSIZE_ANY(rec.input));
+					 errmsg("%s can only be replaced for SQL steps", new_sql ? "sql" : "input")));
+		if (new_input)
+		{
+			rec.input = PG_GETARG_JSONB_P_COPY(2);
+			ds_check_size(DS_LIMIT_INPUT, "input", VARSIZE_ANY(rec.input));
+		}
+		if (new_sql != NULL)
+			rec.sql = new_sql;
 		rec.fingerprint = ds_step_fingerprint(rec.sql, rec.input, rec.on_success, rec.on_failure);
 	}
 	/* a fresh budget of attempts; attempt numbers go on from where they were */
