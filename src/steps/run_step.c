@@ -394,7 +394,11 @@ ds_retry_step(PG_FUNCTION_ARGS)
 
 	PreventCommandIfReadOnly("ds_retry_step()");
 	PreventCommandIfParallelMode("ds_retry_step()");
-	/* a corrected SQL is checked as a new step's is, before anything is looked at */
+
+	/*
+	 * a corrected SQL is checked as a new step's is, before anything is
+	 * looked at
+	 */
 	if (new_sql != NULL)
 	{
 		ds_check_size(DS_LIMIT_SQL, "sql", strlen(new_sql));
