@@ -77,19 +77,25 @@ roles_to_drop(DropRoleStmt *stmt, int *n)
 	return roles;
 }
 
+/* The roles' OIDs as an oid[] Datum, the parameter of the statements below. */
+static Datum
+role_oid_array(DroppedRole *roles, int n)
+{
+	Datum	   *oids = palloc(sizeof(Datum) * n);
+
+	for (int i = 0; i < n; i++)
+		oids[i] = ObjectIdGetDatum(roles[i].oid);
+	return PointerGetDatum(construct_array(oids, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
+}
+
 /* Fill in each role's count of unfinished steps, reading the table as its owner. */
 static void
 count_unfinished_steps(DroppedRole *roles, int n)
 {
-	Datum	   *oids = palloc(sizeof(Datum) * n);
 	Oid			argtypes[1] = {OIDARRAYOID};
-	Datum		args[1];
+	Datum		args[1] = {role_oid_array(roles, n)};
 	StoreSpi	spi;
 	int			rc;
-
-	for (int i = 0; i < n; i++)
-		oids[i] = ObjectIdGetDatum(roles[i].oid);
-	args[0] = PointerGetDatum(construct_array(oids, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
 
 	ds_store_spi_begin(&spi);
 	rc = SPI_execute_with_args(UNFINISHED_STEPS_BY_OWNER, 1, argtypes, args, NULL, false, 0);
@@ -118,15 +124,11 @@ count_unfinished_steps(DroppedRole *roles, int n)
 static void
 delete_idempotency_keys(DroppedRole *roles, int n)
 {
-	Datum	   *oids = palloc(sizeof(Datum) * n);
 	Oid			argtypes[1] = {OIDARRAYOID};
-	Datum		args[1];
+	Datum		args[1] = {role_oid_array(roles, n)};
 	StoreSpi	spi;
 	int			rc;
 
-	for (int i = 0; i < n; i++)
-		oids[i] = ObjectIdGetDatum(roles[i].oid);
-	args[0] = PointerGetDatum(construct_array(oids, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
 	ds_store_spi_begin(&spi);
 	rc = SPI_execute_with_args("DELETE FROM durable_steps.idempotency_keys"
 							   " WHERE owner::pg_catalog.oid OPERATOR(pg_catalog.=) ANY ($1)",
