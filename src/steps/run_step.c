@@ -413,6 +413,17 @@ ds_retry_step(PG_FUNCTION_ARGS)
 				 errmsg("step %s/%s is %s and cannot be re-armed", run_id, step_id,
 						ds_step_status_name(rec.status)),
 				 errdetail("Only failed, blocked, uncertain and cancelled steps can be re-armed.")));
+
+	/*
+	 * A cancelled HTTP step may have been cancelled uncertain, its request
+	 * perhaps received: sending it again is for ds_resolve_step's judgement,
+	 * never a re-arm's.
+	 */
+	if (rec.status == STEP_CANCELLED && !ds_step_kinds[rec.kind].has_sql_body)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
+				 errmsg("step %s/%s is cancelled and cannot be re-armed", run_id, step_id),
+				 errdetail("Only SQL steps can be re-armed once cancelled: an HTTP step's request may have reached its receiver.")));
 	if (ds_step_blocked_by_success_hook(&rec))
 		PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec,
 											 rerun_success_hook(&rec, new_input || new_sql != NULL)));
