@@ -40,18 +40,20 @@ my $offset = log_offset($node);
 
 # mallory's step comes first in the batch (the lower priority number); the 30 other steps of
 # mallory's and alice's 30 have one attempt each: one attempt charged for nothing fails them for
-# good. One commit makes them all due, so that the executor claims them together.
+# good. They are all due at one instant (now() is the transaction's start), after their commit:
+# an executor that read the clock between two of the inserts and its rows after the commit would
+# find only the earlier steps due, and claim the stubborn step alone.
 $node->safe_psql('postgres', q{
 BEGIN;
 SET LOCAL ROLE mallory;
-SELECT ds_run_step('m', 'stubborn', 'SELECT mallory.never_stop()', defer => true,
+SELECT ds_run_step('m', 'stubborn', 'SELECT mallory.never_stop()', run_at => now() + interval '1 s',
     timeout => '1s', priority => 0,
     policy => ds_retry_policy(max_attempts => 2, initial_delay => '0 s'));
-SELECT ds_run_step('m', 'mine-' || i, 'SELECT ' || i, defer => true, priority => 5,
+SELECT ds_run_step('m', 'mine-' || i, 'SELECT ' || i, run_at => now() + interval '1 s', priority => 5,
     policy => ds_retry_policy(max_attempts => 1))
   FROM generate_series(1, 30) i;
 SET LOCAL ROLE alice;
-SELECT ds_run_step('a', 'alice-' || i, 'SELECT ' || i, defer => true, priority => 5,
+SELECT ds_run_step('a', 'alice-' || i, 'SELECT ' || i, run_at => now() + interval '1 s', priority => 5,
     policy => ds_retry_policy(max_attempts => 1))
   FROM generate_series(1, 30) i;
 COMMIT;
