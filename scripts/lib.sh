@@ -99,7 +99,7 @@ ds_install_packages() {
 }
 
 # Create a fresh work directory holding a copy of the source tree in $DS_WORK, owned by DS_RUNNER.
-# Callers remove it (ds_cleanup_workdir) from their EXIT trap.
+# Callers remove it (ds_cleanup_workdir) from their EXIT trap; the logs the scripts name are in it.
 DS_WORK=
 ds_make_workdir() {
     local prefix=$1
@@ -128,12 +128,19 @@ ds_make_workdir() {
     fi
 }
 
+# ds_cleanup_workdir [STATUS] -- from an EXIT trap: STATUS defaults to the exit status. The logs
+# the scripts name ("log: $DS_WORK/...") live in the work directory, so a failed run keeps it
+# (and says where); a successful run removes it and says that those logs went with it.
 ds_cleanup_workdir() {
+    local rc=${1:-$?}
     if [ -n "$DS_WORK" ] && [ -d "$DS_WORK" ]; then
         if [ -n "${DS_KEEP_WORKDIR:-}" ]; then
             ds_log "kept work directory $DS_WORK (DS_KEEP_WORKDIR is set)"
+        elif [ "$rc" -ne 0 ]; then
+            ds_log "kept work directory $DS_WORK: the run failed, the logs named above are there (remove it with: rm -rf $DS_WORK)"
         else
             rm -rf "$DS_WORK"
+            ds_log "removed work directory $DS_WORK and the logs named above (DS_KEEP_WORKDIR=1 keeps it)"
         fi
     fi
 }
