@@ -84,6 +84,33 @@ SELECT ds_http_step('h', '', '{"url": "http://a.example/"}');
 \echo :SQLSTATE
 SELECT ds_http_step(NULL, 'bad', '{"url": "http://a.example/"}');
 \echo :SQLSTATE
+-- retry_on_status / fail_on_status: statuses 100-599 or classes such as '4xx', never 2xx; given
+-- once, as an argument or as a field of the request
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', fail_on_status => '{abc}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', fail_on_status => '{600}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', retry_on_status => '{99}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', retry_on_status => '{200}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', fail_on_status => '{2xx}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', fail_on_status => '{4x}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', fail_on_status => '{402,NULL}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/"}', fail_on_status => '{{402},{403}}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "fail_on_status": "4xx"}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "fail_on_status": [402.5]}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "fail_on_status": [true]}');
+\echo :SQLSTATE
+SELECT ds_http_step('h', 'bad', '{"url": "http://a.example/", "fail_on_status": [402]}',
+                    fail_on_status => '{403}');
+\echo :SQLSTATE
 SELECT count(*) AS stored_after_bad_input FROM ds_steps;
 
 -- a well-formed request is stored pending; nothing is sent in the caller's transaction
@@ -115,6 +142,21 @@ SELECT status FROM ds_http_step('h', 'empty-key', '{"url": "http://a.example/"}'
                                 run_at => '2100-01-01');
 SELECT step_id, idempotency_header IS NULL AS sends_no_key FROM ds_steps
  WHERE step_id IN ('charge', 'no-key', 'empty-key') ORDER BY step_id;
+-- the status lists are part of the stored request: the same lists replay, other lists conflict
+SELECT status FROM ds_http_step('h', 'decline', '{"method": "POST", "url": "https://api.example.com/charges"}',
+                                fail_on_status => '{402,4XX}', retry_on_status => '{409}',
+                                run_at => '2100-01-01');
+SELECT request->'fail_on_status' AS fail_on_status, request->'retry_on_status' AS retry_on_status
+  FROM ds_steps WHERE step_id = 'decline';
+SELECT status, replayed FROM ds_http_step('h', 'decline',
+       '{"method": "POST", "url": "https://api.example.com/charges", "retry_on_status": ["409"]}',
+       fail_on_status => '{402,4XX}', run_at => '2100-01-01');
+SELECT ds_http_step('h', 'decline', '{"method": "POST", "url": "https://api.example.com/charges"}',
+                    fail_on_status => '{402}', run_at => '2100-01-01');
+\echo :SQLSTATE
+SELECT status FROM ds_http_step('h', 'decline-in-request',
+       '{"url": "https://api.example.com/x", "retry_on_status": [409, "5xx"], "fail_on_status": []}',
+       run_at => '2100-01-01');
 -- a rolled-back caller leaves nothing to send
 BEGIN;
 SELECT status FROM ds_http_step('h', 'rolled-back', '{"url": "http://a.example/"}', run_at => '2100-01-01');

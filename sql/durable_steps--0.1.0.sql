@@ -93,7 +93,7 @@ CREATE TABLE durable_steps.steps (
     -- what the step is: written once (a re-arm may replace input and fingerprint)
     run_id          text COLLATE "C" NOT NULL,
     step_id         text COLLATE "C" NOT NULL,
-    kind            text NOT NULL DEFAULT 'sql',            -- 'sql' | 'http'
+    kind            text NOT NULL DEFAULT 'sql',            -- 'sql' | 'http' | 'sleep' | 'event'
     sql             text,
     input           jsonb,
     request         jsonb,
@@ -396,7 +396,9 @@ CREATE FUNCTION @extschema@.ds_http_step(
         nowait boolean DEFAULT false,
         run_at timestamptz DEFAULT NULL,
         notify text DEFAULT NULL,
-        on_failure text DEFAULT NULL)
+        on_failure text DEFAULT NULL,
+        retry_on_status text[] DEFAULT NULL,
+        fail_on_status text[] DEFAULT NULL)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_http_step' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_resolve_step(run_id text, step_id text, status text,

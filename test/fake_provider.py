@@ -17,6 +17,8 @@ response again and charges nothing: one charge per key. Faults, by query paramet
     429s           answer 429 with Retry-After: 1 (seconds) once for this tag, then charge
     429d           answer 429 with Retry-After as an HTTP-date 3 s ahead once, then charge
     400            answer 400 {"error": "bad request"}, never charge
+    status&code=N  answer N {"error": "status N"} without charging, `times` times (default 1)
+                   for this tag, then charge
     badjson        charge, then answer 200 with a body that is not JSON
     big&size=N     charge, then answer 200 with N bytes of JSON
 
@@ -114,13 +116,17 @@ class Handler(BaseHTTPRequestHandler):
                 failing = 429
             elif fault == '400':
                 failing = 400
+            elif fault == 'status' and FAILS.get(tag, 0) < int(q.get('times', '1')):
+                FAILS[tag] = FAILS.get(tag, 0) + 1
+                failing = int(q.get('code', '500'))
             else:
                 failing = None
         if failing == 429:
             after = '1' if fault == '429s' else email.utils.formatdate(time.time() + 3, usegmt=True)
             return self.answer(429, {'error': 'slow down'}, {'Retry-After': after})
         if failing is not None:
-            return self.answer(failing, {'error': 'bad request' if failing == 400 else 'unavailable'})
+            return self.answer(failing, {'error': 'bad request' if failing == 400 else
+                                         'status %d' % failing if fault == 'status' else 'unavailable'})
 
         # the charge
         with LOCK:

@@ -9,11 +9,13 @@
  */
 #include "base/compat.h"
 
+#include <ctype.h>
 #include <math.h>
 
 #include <curl/curl.h>
 
 #include "mb/pg_wchar.h"
+#include "catalog/pg_type_d.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -241,6 +243,120 @@ parse_connect_timeout(JsonbValue *v)
 	return (int) (usecs / 1000);
 }
 
+/*
+ * One entry of retry_on_status / fail_on_status: a status (402, or "402") or a class ("4xx").
+ * Statuses are 100-599; a 2xx completes its step and is no entry.
+ */
+static void
+parse_status_entry(const JsonbValue *v, const char *field, HttpStatusList *list)
+{
+	int			code = -1;
+	bool		is_class = false;
+
+	if (v->type == jbvNumeric)
+	{
+		Datum		d = DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric));
+		double		f = DatumGetFloat8(d);
+
+		if (f == rint(f) && f >= 100 && f <= 599)
+			code = (int) f;
+	}
+	else if (v->type == jbvString && v->val.string.len == 3 &&
+			 v->val.string.val[0] >= '1' && v->val.string.val[0] <= '5')
+	{
+		const char *s = v->val.string.val;
+
+		if (isdigit((unsigned char) s[1]) && isdigit((unsigned char) s[2]))
+			code = (s[0] - '0') * 100 + (s[1] - '0') * 10 + (s[2] - '0');
+		else if ((s[1] == 'x' || s[1] == 'X') && (s[2] == 'x' || s[2] == 'X'))
+		{
+			code = s[0] - '0';
+			is_class = true;
+		}
+	}
+	if (code < 0)
+		request_error(field, "entries must be HTTP statuses (402 or \"402\") or classes (\"4xx\"), from 100 to 599");
+	if (is_class ? code == 2 : code / 100 == 2)
+		request_error(field, "a 2xx status completes its step: it cannot be retried or failed on");
+	if (list->n >= DS_HTTP_MAX_STATUS_RULES)
+		request_error(field, psprintf("must have at most %d entries", DS_HTTP_MAX_STATUS_RULES));
+	list->codes[list->n] = code;
+	list->is_class[list->n] = is_class;
+	list->n++;
+}
+
+/* The retry_on_status or fail_on_status field: an array of statuses and classes. */
+static void
+parse_status_list(JsonbValue *v, const char *field, HttpStatusList *list)
+{
+	JsonbIterator *it;
+	JsonbValue	e;
+	JsonbIteratorToken tok;
+
+	if (v->type != jbvBinary || !JsonContainerIsArray(v->val.binary.data) ||
+		JsonContainerIsScalar(v->val.binary.data))
+		request_error(field, "must be an array of HTTP statuses or classes, such as [402, \"5xx\"]");
+	list->n = 0;
+	it = JsonbIteratorInit(v->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &e, true)) != WJB_DONE)
+		if (tok == WJB_ELEM)
+			parse_status_entry(&e, field, list);
+}
+
+/* Push `field`: the text array `arr` as a JSON array of strings, onto an object being built. */
+static void
+push_status_argument(DsJsonbBuilder *b, Jsonb *request, const char *field, ArrayType *arr)
+{
+	JsonbValue	v;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	v.type = jbvString;
+	v.val.string.val = (char *) field;
+	v.val.string.len = strlen(field);
+	if (findJsonbValueFromContainer(&request->root, JB_FOBJECT, &v) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is given both as an argument and as a field of the request", field),
+				 errhint("Give it once.")));
+	(void) ds_jsonb_push(b, WJB_KEY, &v);
+	if (ARR_NDIM(arr) > 1)
+		request_error(field, "must be a one-dimensional array");
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	(void) ds_jsonb_push(b, WJB_BEGIN_ARRAY, NULL);
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			request_error(field, "entries must not be null");
+		v.type = jbvString;
+		v.val.string.val = TextDatumGetCString(elems[i]);
+		v.val.string.len = strlen(v.val.string.val);
+		(void) ds_jsonb_push(b, WJB_ELEM, &v);
+	}
+	(void) ds_jsonb_push(b, WJB_END_ARRAY, NULL);
+}
+
+Jsonb *
+ds_http_request_with_status_lists(Jsonb *request, ArrayType *retry_on_status,
+								  ArrayType *fail_on_status)
+{
+	DsJsonbBuilder b = {0};
+	Jsonb	   *lists;
+
+	if (request == NULL || (retry_on_status == NULL && fail_on_status == NULL) ||
+		!JB_ROOT_IS_OBJECT(request) || JB_ROOT_IS_SCALAR(request))
+		return request;			/* ds_http_parse_request() says what is wrong */
+	(void) ds_jsonb_push(&b, WJB_BEGIN_OBJECT, NULL);
+	if (retry_on_status != NULL)
+		push_status_argument(&b, request, "retry_on_status", retry_on_status);
+	if (fail_on_status != NULL)
+		push_status_argument(&b, request, "fail_on_status", fail_on_status);
+	lists = JsonbValueToJsonb(ds_jsonb_push(&b, WJB_END_OBJECT, NULL));
+	return DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(request),
+											  JsonbPGetDatum(lists)));
+}
+
 void
 ds_http_parse_request(Jsonb *request, HttpRequest *out)
 {
@@ -318,11 +434,15 @@ ds_http_parse_request(Jsonb *request, HttpRequest *out)
 		}
 		else if (strcmp(key, "connect_timeout") == 0)
 			out->connect_timeout_ms = parse_connect_timeout(&v);
+		else if (strcmp(key, "retry_on_status") == 0)
+			parse_status_list(&v, key, &out->status_rules.retry_on);
+		else if (strcmp(key, "fail_on_status") == 0)
+			parse_status_list(&v, key, &out->status_rules.fail_on);
 		else
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("invalid HTTP request field \"%s\": unknown field", key),
-					 errhint("The fields are method, url, headers, json, body, expect and connect_timeout.")));
+					 errhint("The fields are method, url, headers, json, body, expect, connect_timeout, retry_on_status and fail_on_status.")));
 	}
 	if (out->url == NULL)
 		request_error("url", "is required");

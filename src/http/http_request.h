@@ -7,11 +7,15 @@
 #define DS_HTTP_REQUEST_H
 
 #include "base/compat.h"
+#include "utils/array.h"
 #include "utils/jsonb.h"
+
+#include "http/http_response.h"
 
 /* Default and longest per-request connect timeout, in milliseconds. */
 #define DS_HTTP_DEFAULT_CONNECT_TIMEOUT_MS 10000
 #define DS_HTTP_MAX_CONNECT_TIMEOUT_MS (5 * 60 * 1000)
+
 
 typedef struct HttpRequest
 {
@@ -30,6 +34,7 @@ typedef struct HttpRequest
 								 * unless a header says */
 	bool		expect_json;	/* parse the response body as JSON */
 	int			connect_timeout_ms;
+	HttpStatusRules status_rules;	/* retry_on_status, fail_on_status */
 } HttpRequest;
 
 /* From _PG_init: the settings of this file. */
@@ -40,6 +45,14 @@ extern void ds_http_request_init_module(void);
  * http or https) and fill *out, allocated in the current memory context.
  */
 extern void ds_http_parse_request(Jsonb *request, HttpRequest *out);
+
+/*
+ * `request` with the retry_on_status / fail_on_status arguments of ds_http_step() as its fields
+ * of those names (text arrays of statuses and classes; NULL: not given). 22023 when the request
+ * names a field its argument gives too. The entries are checked by ds_http_parse_request().
+ */
+extern Jsonb *ds_http_request_with_status_lists(Jsonb *request, ArrayType *retry_on_status,
+												ArrayType *fail_on_status);
 
 /* Is `c` a character of an RFC 9110 token (a header name)? */
 extern bool ds_http_is_token_char(char c);

@@ -5,6 +5,7 @@
  *   408 425 429 500 502 503 504            retryable (Retry-After, capped at 24 h, sets the delay)
  *   other 1xx 3xx 4xx                      correctable: blocked, the response kept
  *   other 5xx                              permanent: failed, the response kept
+ *   (a step's retry_on_status / fail_on_status override these rows for the statuses they name)
  *   oversized, or not the JSON expected    permanent: fail closed
  *   no connection, request never sent      retryable
  *   timeout or connection lost after the request may have been sent:
@@ -23,6 +24,36 @@
 #include "base/ds_errcodes.h"
 #include "http/http_response.h"
 #include "base/policy.h"
+
+/* Does `list` name `status` exactly (exact) or by its class (!exact)? */
+static bool
+status_listed(const HttpStatusList *list, long status, bool exact)
+{
+	for (int i = 0; i < list->n; i++)
+		if (list->is_class[i] != exact &&
+			list->codes[i] == (exact ? status : status / 100))
+			return true;
+	return false;
+}
+
+/*
+ * The class the step's own lists give a status: an exact status beats a class, and
+ * fail_on_status wins a tie (as retry_on / fail_on do for SQLSTATEs). -1: the lists are silent.
+ */
+static int
+status_class_by_rules(const HttpStatusRules *rules, long status)
+{
+	if (rules == NULL)
+		return -1;
+	for (int exact = 1; exact >= 0; exact--)
+	{
+		if (status_listed(&rules->fail_on, status, exact))
+			return ATTEMPT_PERMANENT;
+		if (status_listed(&rules->retry_on, status, exact))
+			return ATTEMPT_RETRYABLE;
+	}
+	return -1;
+}
 
 /* Is this status worth sending again as it is? */
 static bool
@@ -253,12 +284,13 @@ fail(AttemptOutcome *outcome, AttemptClass cls, int sqlerrcode, char *message, c
 }
 
 void
-ds_http_classify(const HttpResponse *resp, bool expect_json, bool repeat_safe,
-				 int max_response_size, AttemptOutcome *outcome, Jsonb **kept)
+ds_http_classify(const HttpResponse *resp, bool expect_json, const HttpStatusRules *rules,
+				 bool repeat_safe, int max_response_size, AttemptOutcome *outcome, Jsonb **kept)
 {
 	Jsonb	   *response;
 	bool		body_ok;
 	char	   *retry_after;
+	int			by_rules;
 
 	*kept = NULL;
 	if (resp->too_large || resp->code == CURLE_FILESIZE_EXCEEDED)
@@ -307,7 +339,13 @@ ds_http_classify(const HttpResponse *resp, bool expect_json, bool repeat_safe,
 		return;
 	}
 	*kept = response;
-	if (status_is_retryable(resp->status))
+	by_rules = status_class_by_rules(rules, resp->status);
+	if (by_rules == ATTEMPT_PERMANENT)
+		fail(outcome, ATTEMPT_PERMANENT, ERRCODE_DS_HTTP_STATUS,
+			 psprintf("HTTP %ld", resp->status),
+			 pstrdup("The step's fail_on_status names this status."),
+			 NULL);
+	else if (by_rules == ATTEMPT_RETRYABLE || (by_rules < 0 && status_is_retryable(resp->status)))
 	{
 		int64		delay = retry_after ? ds_http_retry_after_usecs(retry_after, GetCurrentTimestamp()) : -1;
 

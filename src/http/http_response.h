@@ -16,6 +16,26 @@
 /* Longest response header section kept, in bytes; a longer one is an oversized response. */
 #define DS_HTTP_MAX_HEADER_BYTES (64 * 1024)
 
+/*
+ * A step's retry_on_status / fail_on_status (docs/http.md, "Status codes the step decides"):
+ * statuses (402) and classes (4xx, stored as 4 with is_class) whose outcome class overrides the
+ * default table. An exact status beats a class, a list beats the table, fail_on_status wins a tie.
+ */
+#define DS_HTTP_MAX_STATUS_RULES 64
+
+typedef struct HttpStatusList
+{
+	int			n;
+	int			codes[DS_HTTP_MAX_STATUS_RULES];
+	bool		is_class[DS_HTTP_MAX_STATUS_RULES];
+} HttpStatusList;
+
+typedef struct HttpStatusRules
+{
+	HttpStatusList retry_on;
+	HttpStatusList fail_on;
+} HttpStatusRules;
+
 /* A finished transfer, as libcurl left it. */
 typedef struct HttpResponse
 {
@@ -35,11 +55,13 @@ typedef struct HttpResponse
 
 /*
  * Classify a finished transfer into *outcome (class, SQLSTATE, message, result, Retry-After).
+ * `rules`: the step's retry_on_status / fail_on_status, over the default table of statuses.
  * `repeat_safe`: the request carries an idempotency header or has an idempotent method, so an
  * uncertain outcome may be retried. *kept: the response to keep on a step that did not succeed
  * (blocked, retrying or failed with a response), else NULL.
  */
-extern void ds_http_classify(const HttpResponse *resp, bool expect_json, bool repeat_safe,
+extern void ds_http_classify(const HttpResponse *resp, bool expect_json,
+							 const HttpStatusRules *rules, bool repeat_safe,
 							 int max_response_size, AttemptOutcome *outcome, Jsonb **kept);
 
 /* The delay a Retry-After value asks for, in microseconds, capped at 24 h; -1 if malformed. */

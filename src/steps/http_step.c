@@ -75,7 +75,7 @@ idempotency_header_arg(FunctionCallInfo fcinfo, int argno, const HttpRequest *re
 
 /*
  * ds_http_step(run_id, step_id, request, policy, idempotency_header, on_success, timeout,
- *              nowait, run_at, notify, on_failure) -> ds_step_result
+ *              nowait, run_at, notify, on_failure, retry_on_status, fail_on_status) -> ds_step_result
  */
 Datum
 ds_http_step(PG_FUNCTION_ARGS)
@@ -101,6 +101,10 @@ ds_http_step(PG_FUNCTION_ARGS)
 
 	check_http_role();
 	request = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
+	/* the step's own status lists are part of its request (docs/http.md) */
+	request = ds_http_request_with_status_lists(request,
+												PG_ARGISNULL(11) ? NULL : PG_GETARG_ARRAYTYPE_P(11),
+												PG_ARGISNULL(12) ? NULL : PG_GETARG_ARRAYTYPE_P(12));
 	if (request != NULL)
 		ds_check_size(DS_LIMIT_REQUEST, "request", VARSIZE_ANY(request));
 	ds_http_parse_request(request, &req);

@@ -64,7 +64,8 @@ attempt_outcome(const HttpAttempt *attempt, AttemptOutcome *outcome, Jsonb **kep
 	else
 	{
 		memset(outcome, 0, sizeof(*outcome));
-		ds_http_classify(&transfer->resp, attempt->request.expect_json, attempt->repeat_safe,
+		ds_http_classify(&transfer->resp, attempt->request.expect_json,
+						 &attempt->request.status_rules, attempt->repeat_safe,
 						 ds_http_max_response_size(), outcome, kept);
 	}
 	outcome->started_at = transfer->started_at;
