@@ -450,9 +450,15 @@ insert_attempt_by(const StepRecord *rec, int attempt, const AttemptOutcome *o,
 	Datum		v[N_ATTEMPT_COLUMNS];
 	bool		n[N_ATTEMPT_COLUMNS];
 	bool		by_worker = executor == EXECUTOR_WORKER;
-	bool		failed = o->cls != ATTEMPT_COMPLETED || executor == EXECUTOR_OPERATOR;
+	bool		failed = o->cls != ATTEMPT_COMPLETED;
+
+	/*
+	 * a completed attempt has no error code; an operator's resolution keeps
+	 * its message (who resolved it) either way
+	 */
+	bool		says = failed || executor == EXECUTOR_OPERATOR;
 	const char *texts[3] = {failed ? unpack_sql_state(o->sqlerrcode) : NULL,
-	failed ? o->message : NULL, failed ? o->detail : NULL};
+	says ? o->message : NULL, says ? o->detail : NULL};
 
 	memset(n, false, sizeof(n));
 	v[ATTEMPT_COL_RUN_ID] = CStringGetTextDatum(rec->run_id);

@@ -51,7 +51,7 @@ is($node->safe_psql('postgres', q{SET ROLE app;
 SELECT status || ' ' || (result->'body'->>'id') || ' ' || attempt
   FROM ds_resolve_step('unc', 'timeout', 'succeeded', '{"status": 200, "body": {"id": "ch_1"}}')}),
 	'succeeded ch_1 2', 'ds_resolve_step records the operator\'s finding');
-is(history($node, 'unc', 'timeout'), '1|uncertain|DS012|worker 2|completed|00000|operator',
+is(history($node, 'unc', 'timeout'), '1|uncertain|DS012|worker 2|completed||operator',
 	'as an attempt of its own');
 is($node->safe_psql('postgres',
 		"SELECT error_message FROM ds_attempts WHERE step_id = 'timeout' AND attempt = 2"),

@@ -155,7 +155,7 @@ is_deeply(
 	attempts_of($new, 'up-http', 'unsure'),
 	[
 		{ attempt => 1, class => 'uncertain', error_code => 'DS012', executor => 'worker' },
-		{ attempt => 2, class => 'completed', error_code => '00000', executor => 'operator' }
+		{ attempt => 2, class => 'completed', error_code => undef, executor => 'operator' }
 	],
 	"$t: HTTP unsure: the resolution is attempt 2");
 is_deeply(
