@@ -21,6 +21,7 @@
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/step_kind.h"
 #include "steps/run_context.h"
 #include "steps/step_call.h"
 #include "steps/step_context.h"
@@ -309,9 +310,16 @@ ds_new_step_run_policy(const char *run_id, bool nowait)
 }
 
 /*
+ * How long past its lease (its timeout) an HTTP request in flight is waited for by a call that
+ * stops it: the time the HTTP worker takes to record an outcome.
+ */
+#define HTTP_RECORD_GRACE_MS 1000
+
+/*
  * Take the lock of step (run_id, step_id), waiting for a transaction that has it in flight, and
  * read it locked. A step the caller may not see answers as one that does not exist, at once:
- * neither the answer nor a wait for its lock tells anything about it.
+ * neither the answer nor a wait for its lock tells anything about it. With `stop_running`, a
+ * step's HTTP request in flight is waited for until its timeout (then DS409).
  */
 void
 ds_step_lock_visible(const char *run_id, const char *step_id, bool stop_running, StepRecord *rec)
@@ -330,7 +338,27 @@ ds_step_lock_visible(const char *run_id, const char *step_id, bool stop_running,
 		rec->claimed_by != MyProcPid)
 		(void) ds_request_cancel(rec->claimed_by,
 								 ds_attempt_cancel_key(run_id, step_id, rec->attempts));
-	if (!ds_step_lock_acquire(run_id, step_id, false))
+
+	/*
+	 * A request in flight cannot be called back: the HTTP worker holds the
+	 * step until the request ends, which its timeout bounds (its lease). A
+	 * worker that does not record it by then (stopped, or starved) is not
+	 * waited for without end.
+	 */
+	if (stop_running && rec->status == STEP_RUNNING && rec->lease_expires_at != 0 &&
+		ds_step_kinds[rec->kind].sent_by_http_worker)
+	{
+		TimestampTz until = TimestampTzPlusMilliseconds(rec->lease_expires_at,
+														HTTP_RECORD_GRACE_MS);
+
+		if (!ds_step_lock_acquire_until(run_id, step_id, until))
+			ereport(ERROR,
+					(errcode(ERRCODE_DS_IN_PROGRESS),
+					 errmsg("step %s/%s is in progress: its HTTP request is in flight", run_id, step_id),
+					 errdetail("The HTTP worker has not recorded the request's outcome within its timeout."),
+					 errhint("Retry after a moment.")));
+	}
+	else if (!ds_step_lock_acquire(run_id, step_id, false))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_IN_PROGRESS),
 				 errmsg("step %s/%s is in progress in this process", run_id, step_id)));

@@ -13,7 +13,10 @@
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "storage/latch.h"
 #include "storage/lock.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
 #include "utils/hsearch.h"
 
 #include "store/step_lock.h"
@@ -74,6 +77,35 @@ ds_step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
 		return false;			/* in flight in this very process: never wait
 								 * for ourselves */
 	return LockAcquire(&tag, ExclusiveLock, false, nowait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/* How often a bounded wait for a step lock tries it again. */
+#define STEP_LOCK_POLL_MS 10
+
+bool
+ds_step_lock_acquire_until(const char *run_id, const char *step_id, TimestampTz until)
+{
+	LOCKTAG		tag;
+
+	step_locktag(&tag, run_id, step_id);
+	if (held_by_this_process(&tag))
+		return false;
+	for (;;)
+	{
+		if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+			return true;
+		if (GetCurrentTimestamp() >= until)
+			return false;
+
+		/*
+		 * the lock manager waits without a time limit: a short sleep between
+		 * tries, woken early by a signal
+		 */
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 STEP_LOCK_POLL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 bool

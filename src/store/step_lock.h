@@ -5,12 +5,19 @@
 #define DS_STEP_LOCK_H
 
 #include "base/compat.h"
+#include "utils/timestamp.h"
 
 /*
  * Take the execution lock of (run_id, step_id) until the end of the transaction. With nowait,
  * return false instead of waiting when another transaction holds it.
  */
 extern bool ds_step_lock_acquire(const char *run_id, const char *step_id, bool nowait);
+
+/*
+ * Like ds_step_lock_acquire, waiting at most until `until`: false when the lock is still held
+ * then (or is held by this process).
+ */
+extern bool ds_step_lock_acquire_until(const char *run_id, const char *step_id, TimestampTz until);
 
 /*
  * The worker's form: a session-level lock, never waiting, taken before the claim that marks an
