@@ -50,6 +50,10 @@ $$;
 	my $t = 'immediate shutdown';
 	my $n = 400;
 	my $off = log_offset($node);
+	# the holder's lock is taken before the steps exist: taken after, a worker that had already
+	# finished 20 of them would find it free, and no attempt would be in flight at the stop
+	my $holder = DurableSteps::Session->new($node, 'postgres');
+	$holder->query_ok('SELECT pg_advisory_lock(4242);');
 	# all created in one transaction: they become due together when it commits
 	is( $node->safe_psql(
 			'postgres', qq{
@@ -63,8 +67,6 @@ SELECT count(*) FROM generate_series(1, $n) AS i,
 	# stop once the worker has finished some of them and an attempt waits on the holder's lock (a
 	# stop that fell between two claims would find no attempt to lose); after the restart the lock
 	# is free and the hold's row back, so the step that takes it again goes on at once
-	my $holder = DurableSteps::Session->new($node, 'postgres');
-	$holder->query_ok('SELECT pg_advisory_lock(4242);');
 	my $held = poll_until($node, 'postgres', q{
 SELECT count(*) >= 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted});
 	my $done = $node->safe_psql('postgres',
