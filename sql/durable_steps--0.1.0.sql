@@ -375,7 +375,7 @@ CREATE FUNCTION @extschema@.ds_run_step(
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_run_step' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_retry_step(run_id text, step_id text, input jsonb DEFAULT NULL,
-        sql text DEFAULT NULL)
+        sql text DEFAULT NULL, request jsonb DEFAULT NULL)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_retry_step' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_cancel_step(run_id text, step_id text)

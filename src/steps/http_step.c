@@ -34,20 +34,6 @@
 PG_FUNCTION_INFO_V1(ds_http_step);
 PG_FUNCTION_INFO_V1(ds_resolve_step);
 
-/* Only members of durable_steps_http create HTTP steps. */
-static void
-check_http_role(void)
-{
-	Oid			http_role = get_role_oid("durable_steps_http", true);
-
-	if (!OidIsValid(http_role) || !has_privs_of_role(GetUserId(), http_role))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to create HTTP steps"),
-				 errdetail("Only roles with the privileges of durable_steps_http can create HTTP steps."),
-				 errhint("GRANT durable_steps_http TO the role that calls ds_http_step().")));
-}
-
 /* The idempotency_header argument: NULL or '' for none, else a header name not in the request. */
 static char *
 idempotency_header_arg(FunctionCallInfo fcinfo, int argno, const HttpRequest *req)
@@ -64,12 +50,7 @@ idempotency_header_arg(FunctionCallInfo fcinfo, int argno, const HttpRequest *re
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("idempotency_header must be a header name (letters, digits and !#$%%&'*+-.^_`|~)")));
-	for (int i = 0; i < req->n_headers; i++)
-		if (pg_strcasecmp(req->header_names[i], name) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("the request's headers already set the idempotency header \"%s\"", name),
-					 errhint("Pass idempotency_header => NULL to send a key of your own.")));
+	ds_http_step_check_idempotency_header(req, name);
 	return name;
 }
 
@@ -99,21 +80,13 @@ ds_http_step(PG_FUNCTION_ARGS)
 	Jsonb	   *run_policy;
 	TimestampTz now;
 
-	check_http_role();
+	ds_http_step_check_role();
 	request = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
 	/* the step's own status lists are part of its request (docs/http.md) */
 	request = ds_http_request_with_status_lists(request,
 												PG_ARGISNULL(11) ? NULL : PG_GETARG_ARRAYTYPE_P(11),
 												PG_ARGISNULL(12) ? NULL : PG_GETARG_ARRAYTYPE_P(12));
-	if (request != NULL)
-		ds_check_size(DS_LIMIT_REQUEST, "request", VARSIZE_ANY(request));
-	ds_http_parse_request(request, &req);
-	if (ds_http_host_allowed(req.host, req.port) == HOST_REFUSED)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("host \"%s\" is not allowed for HTTP steps", req.host),
-				 errdetail("durable_steps.http_allowed_hosts does not list it on port %d.", req.port),
-				 errhint("A superuser can add it to durable_steps.http_allowed_hosts.")));
+	ds_http_step_check_request(request, &req);
 	policy = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
 	ds_policy_parse(policy, &parsed);
 	idempotency_header = idempotency_header_arg(fcinfo, 4, &req);

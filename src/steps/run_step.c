@@ -379,8 +379,8 @@ rerun_success_hook(StepRecord *rec, bool new_input)
 }
 
 /*
- * ds_retry_step(run_id, step_id, input, sql) → ds_step_result: re-arm a failed, blocked,
- * uncertain or cancelled step, with a corrected input or SQL if given (a step blocked by its
+ * ds_retry_step(run_id, step_id, input, sql, request) → ds_step_result: re-arm a failed, blocked,
+ * uncertain or cancelled step, with a corrected input or SQL (or an HTTP step's request) if given (a step blocked by its
  * on_success hook runs the hook again instead: rerun_success_hook).
  */
 Datum
@@ -390,6 +390,8 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	char	   *step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	bool		new_input = !PG_ARGISNULL(2);
 	char	   *new_sql = PG_NARGS() > 3 && !PG_ARGISNULL(3) ? text_to_cstring(PG_GETARG_TEXT_PP(3)) : NULL;
+	Jsonb	   *new_request = PG_NARGS() > 4 && !PG_ARGISNULL(4) ? PG_GETARG_JSONB_P_COPY(4) : NULL;
+	bool		redefined = new_input || new_sql != NULL || new_request != NULL;
 	StepRecord	rec;
 
 	PreventCommandIfReadOnly("ds_retry_step()");
@@ -405,7 +407,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 		ds_check_one_statement("sql", new_sql);
 	}
 	ds_step_lock_visible(run_id, step_id, false, &rec);
-	check_rearm(&rec, new_input || new_sql != NULL);
+	check_rearm(&rec, redefined);
 	if (rec.status != STEP_FAILED && rec.status != STEP_BLOCKED && rec.status != STEP_UNCERTAIN &&
 		rec.status != STEP_CANCELLED)
 		ereport(ERROR,
@@ -425,9 +427,41 @@ ds_retry_step(PG_FUNCTION_ARGS)
 				 errmsg("step %s/%s is cancelled and cannot be re-armed", run_id, step_id),
 				 errdetail("Only SQL steps can be re-armed once cancelled: an HTTP step's request may have reached its receiver.")));
 	if (ds_step_blocked_by_success_hook(&rec))
-		PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec,
-											 rerun_success_hook(&rec, new_input || new_sql != NULL)));
-	if (new_input || new_sql != NULL)
+		PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, rerun_success_hook(&rec, redefined)));
+	if (new_request != NULL)
+	{
+		HttpRequest req;
+
+		if (!ds_step_kinds[rec.kind].sent_by_http_worker)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("request can only be replaced for HTTP steps")));
+		if (new_input || new_sql != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s can only be replaced for SQL steps", new_sql ? "sql" : "input")));
+
+		/*
+		 * An uncertain step's request may have reached its receiver, which
+		 * keeps what it did under the step's key: another request under that
+		 * key is for the receiver to refuse, and for nobody to guess.
+		 */
+		if (rec.status == STEP_UNCERTAIN)
+			ereport(ERROR,
+					(errcode(ERRCODE_DS_INVALID_STEP_STATE),
+					 errmsg("step %s/%s is uncertain and its request cannot be replaced", run_id,
+							step_id),
+					 errdetail("Its request may have reached its receiver."),
+					 errhint("Settle it with ds_resolve_step(), or send it again unchanged with ds_retry_step().")));
+		/* checked as a new HTTP step's request is, as the role re-arming it */
+		ds_http_step_check_role();
+		ds_http_step_check_request(new_request, &req);
+		ds_http_step_check_idempotency_header(&req, rec.idempotency_header);
+		rec.request = new_request;
+		rec.fingerprint = ds_step_fingerprint(DS_HTTP_FINGERPRINT_SQL, rec.request, rec.on_success,
+											  rec.on_failure);
+	}
+	else if (new_input || new_sql != NULL)
 	{
 		if (!ds_step_kinds[rec.kind].has_sql_body)
 			ereport(ERROR,

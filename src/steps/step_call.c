@@ -21,6 +21,7 @@
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/size_limits.h"
 #include "base/step_kind.h"
 #include "steps/run_context.h"
 #include "steps/step_call.h"
@@ -366,4 +367,44 @@ ds_step_lock_visible(const char *run_id, const char *step_id, bool stop_running,
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
 				 errmsg("step %s/%s does not exist", run_id, step_id)));
+}
+
+void
+ds_http_step_check_role(void)
+{
+	Oid			http_role = get_role_oid("durable_steps_http", true);
+
+	if (!OidIsValid(http_role) || !has_privs_of_role(GetUserId(), http_role))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to create HTTP steps"),
+				 errdetail("Only roles with the privileges of durable_steps_http can create HTTP steps."),
+				 errhint("GRANT durable_steps_http TO the role that calls ds_http_step().")));
+}
+
+void
+ds_http_step_check_request(Jsonb *request, HttpRequest *req)
+{
+	if (request != NULL)
+		ds_check_size(DS_LIMIT_REQUEST, "request", VARSIZE_ANY(request));
+	ds_http_parse_request(request, req);
+	if (ds_http_host_allowed(req->host, req->port) == HOST_REFUSED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("host \"%s\" is not allowed for HTTP steps", req->host),
+				 errdetail("durable_steps.http_allowed_hosts does not list it on port %d.", req->port),
+				 errhint("A superuser can add it to durable_steps.http_allowed_hosts.")));
+}
+
+void
+ds_http_step_check_idempotency_header(const HttpRequest *req, const char *name)
+{
+	if (name == NULL)
+		return;
+	for (int i = 0; i < req->n_headers; i++)
+		if (pg_strcasecmp(req->header_names[i], name) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("the request's headers already set the idempotency header \"%s\"", name),
+					 errhint("Pass idempotency_header => NULL to send a key of your own.")));
 }

@@ -9,6 +9,8 @@
 #include "fmgr.h"
 #include "utils/jsonb.h"
 
+#include "http/http_request.h"
+
 #include "store/step_store.h"
 
 /* Argument `argno`, a run_id or step_id: not NULL, not empty, at most 255 characters. */
@@ -32,6 +34,19 @@ extern bool ds_step_answer_from_store(const StepRecord *rec, const char *fingerp
 
 /* 42501 unless the current user is the step's owner. */
 extern void ds_step_check_owner(const StepRecord *rec);
+
+/* HTTP steps (docs/http.md), as ds_http_step and ds_retry_step check them: */
+/* the calling role may create HTTP steps (42501) */
+extern void ds_http_step_check_role(void);
+
+/*
+ * the request is well formed (22023 naming the field), not too large (54000), its host allowed
+ * (42501); fills *req
+ */
+extern void ds_http_step_check_request(Jsonb *request, HttpRequest *req);
+
+/* the request's headers do not set the step's idempotency header `name` (22023) */
+extern void ds_http_step_check_idempotency_header(const HttpRequest *req, const char *name);
 
 /* The same for step (run_id, step_id) owned by `owner` (a replay remembered without its row). */
 extern void ds_step_check_owner_id(Oid owner, const char *run_id, const char *step_id);
