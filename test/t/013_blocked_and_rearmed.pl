@@ -63,7 +63,7 @@ SELECT l.started_at >= c.finished_at + interval '600 ms'
 			  . "FROM ds_steps WHERE run_id = 'w4' AND step_id = 'charge'"),
 		'blocked|1|correctable|Ask for a new card',
 		"$t: the blocked step is still blocked");
-	is(attempts($node, 'w4', 'charge'), '1|correctable|DS003|caller',
+	is_deeply(attempts_of($node, 'w4', 'charge'), [ { attempt => 1, class => 'correctable', error_code => 'DS003', executor => 'caller' } ],
 		"$t: the worker never retried it: still one attempt");
 	is($node->safe_psql('postgres', 'SELECT last_value FROM body_runs'),
 		$runs_before, "$t: its body did not run again");
@@ -77,8 +77,8 @@ SELECT status || '|' || attempt || '|' || max_attempts || '|' || (error_class IS
 		'pending|1|4|true|true',
 		"$t: ds_retry_step re-arms: pending, due now, budget = 1 used + 3");
 	is(settle($node, 'w4', 'charge'), 'succeeded', "$t: the re-armed step succeeds");
-	is( attempts($node, 'w4', 'charge'),
-		"1|correctable|DS003|caller\n2|completed||worker",
+	is_deeply(attempts_of($node, 'w4', 'charge'),
+		[ { attempt => 1, class => 'correctable', error_code => 'DS003', executor => 'caller' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ],
 		"$t: attempt numbers keep growing: attempt 2, run by the worker");
 	is(ran_in_worker($node, 'w4', 'charge', 2), 't', "$t: attempt 2 ran in a durable_steps worker process");
 	is( $node->safe_psql(
@@ -113,9 +113,8 @@ SELECT status FROM ds_run_step('w5', 'flaky', $$SELECT fail_until('w5', 4)$$,
 		"$t: ds_retry_step re-arms with a fresh budget of 2 (max_attempts 2 + 2)");
 	is(settle($node, 'w5', 'flaky'), 'succeeded',
 		"$t: the worker retries within the fresh budget until success");
-	is( attempts($node, 'w5', 'flaky'),
-		"1|retryable|P0001|caller\n2|retryable|P0001|worker\n"
-		  . "3|retryable|P0001|worker\n4|completed||worker",
+	is_deeply(attempts_of($node, 'w5', 'flaky'),
+		[ { attempt => 1, class => 'retryable', error_code => 'P0001', executor => 'caller' }, { attempt => 2, class => 'retryable', error_code => 'P0001', executor => 'worker' }, { attempt => 3, class => 'retryable', error_code => 'P0001', executor => 'worker' }, { attempt => 4, class => 'completed', error_code => undef, executor => 'worker' } ],
 		"$t: attempts 3 and 4 ran after the re-arm: the failed attempt 3 did not exhaust it");
 	is(ran_in_worker($node, 'w5', 'flaky', 3, 4), 't',
 		"$t: attempts 3 and 4 ran in a durable_steps worker process");

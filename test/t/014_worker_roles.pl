@@ -115,7 +115,7 @@ $$;});
 			  . "FROM ds_steps WHERE run_id = 'w6' AND step_id = 'secret'"),
 		'correctable|42501|permission denied for table secret|true',
 		"$t: insufficient privilege (42501) is correctable, and no result was stored");
-	is(attempts($node, 'w6', 'secret'), "1|retryable|P0001|caller\n2|correctable|42501|worker",
+	is_deeply(attempts_of($node, 'w6', 'secret'), [ { attempt => 1, class => 'retryable', error_code => 'P0001', executor => 'caller' }, { attempt => 2, class => 'correctable', error_code => '42501', executor => 'worker' } ],
 		"$t: the worker's attempt 2 failed with 42501");
 
 	for my $i (0 .. $#escalations)
@@ -161,7 +161,7 @@ SELECT status FROM ds_run_step('w7', 'insert', 'INSERT INTO t(x) VALUES (gate(2)
 			'postgres', "SELECT search_path FROM durable_steps.steps WHERE run_id = 'w7'"),
 		's1, public', "$t: the step stores the caller's search_path");
 	is(settle($node, 'w7', 'insert'), 'succeeded', "$t: the worker runs the step");
-	is( attempts($node, 'w7', 'insert'), "1|retryable|P0001|caller\n2|completed||worker",
+	is_deeply(attempts_of($node, 'w7', 'insert'), [ { attempt => 1, class => 'retryable', error_code => 'P0001', executor => 'caller' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ],
 		"$t: attempt 2 was the worker's");
 	is( $node->safe_psql(
 			'postgres',

@@ -38,7 +38,7 @@ is($p->counts->{auth}{'order-1'}[0], "Bearer $secret", 'the Authorization header
 is(step_field($node, 'pay', 'charge',
 		"result->>'status' || ' ' || (result->'body'->>'charge') || ' ' || ((result->'body'->>'received')::jsonb->>'amount') || ' ' || (result->'headers'->>'content-type')"),
 	'200 1 42 application/json', 'the result holds status, headers and the parsed JSON body');
-is(history($node, 'pay', 'charge'), '1|completed||worker', 'one attempt, completed');
+is_deeply(attempts_of($node, 'pay', 'charge'), [ { attempt => 1, class => 'completed', error_code => undef, executor => 'worker' } ], 'one attempt, completed');
 is($node->safe_psql('postgres', q{
 SELECT a.backend_pid = p.pid FROM ds_attempts a, pg_stat_activity p
  WHERE a.step_id = 'charge' AND p.backend_type = 'durable_steps http'}),
@@ -163,7 +163,7 @@ http_step('later', qq({"url": "@{[$p->url('later')]}"}),
 $node->append_conf('postgresql.conf', "durable_steps.http_allowed_hosts = 'localhost'\n");
 $node->reload;
 is(settle_http($node, 'pay', 'later'), 'blocked', 'a host no longer allowed blocks the step');
-is(history($node, 'pay', 'later'), '1|correctable|42501|worker', 'its attempt says why');
+is_deeply(attempts_of($node, 'pay', 'later'), [ { attempt => 1, class => 'correctable', error_code => '42501', executor => 'worker' } ], 'its attempt says why');
 is($p->requests('later'), 0, 'and nothing was sent');
 $node->append_conf('postgresql.conf', "durable_steps.http_allowed_hosts = ''\n");
 $node->reload;

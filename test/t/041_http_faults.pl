@@ -41,25 +41,25 @@ $sql .= "SELECT ds_http_step('f', 'refused', '{\"method\": \"POST\", \"url\": \"
   . "policy => '{\"initial_delay\": \"50 ms\", \"max_attempts\": 2}');\nCOMMIT;\n";
 $node->safe_psql('postgres', $sql);
 
-# [step, status, charges, history]
+# [step, status, charges, attempts]
 my @expect = (
-	[ 'ok',      'succeeded', 1, '1|completed||worker' ],
-	[ '500',     'succeeded', 1, '1|retryable|DS010|worker 2|retryable|DS010|worker 3|completed||worker' ],
-	[ '503',     'succeeded', 1, '1|retryable|DS010|worker 2|completed||worker' ],
-	[ '429s',    'succeeded', 1, '1|retryable|DS010|worker 2|completed||worker' ],
-	[ '429d',    'succeeded', 1, '1|retryable|DS010|worker 2|completed||worker' ],
-	[ '400',     'blocked',   0, '1|correctable|DS010|worker' ],
-	[ 'badjson', 'failed',    1, '1|permanent|DS013|worker' ],
-	[ 'big',     'failed',    1, '1|permanent|DS013|worker' ],
-	[ 'delay',   'succeeded', 1, '1|retryable|DS012|worker 2|completed||worker' ],
-	[ 'drop',    'succeeded', 1, '1|retryable|DS012|worker 2|completed||worker' ],
+	[ 'ok',      'succeeded', 1, [ { attempt => 1, class => 'completed', error_code => undef, executor => 'worker' } ] ],
+	[ '500',     'succeeded', 1, [ { attempt => 1, class => 'retryable', error_code => 'DS010', executor => 'worker' }, { attempt => 2, class => 'retryable', error_code => 'DS010', executor => 'worker' }, { attempt => 3, class => 'completed', error_code => undef, executor => 'worker' } ] ],
+	[ '503',     'succeeded', 1, [ { attempt => 1, class => 'retryable', error_code => 'DS010', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ] ],
+	[ '429s',    'succeeded', 1, [ { attempt => 1, class => 'retryable', error_code => 'DS010', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ] ],
+	[ '429d',    'succeeded', 1, [ { attempt => 1, class => 'retryable', error_code => 'DS010', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ] ],
+	[ '400',     'blocked',   0, [ { attempt => 1, class => 'correctable', error_code => 'DS010', executor => 'worker' } ] ],
+	[ 'badjson', 'failed',    1, [ { attempt => 1, class => 'permanent', error_code => 'DS013', executor => 'worker' } ] ],
+	[ 'big',     'failed',    1, [ { attempt => 1, class => 'permanent', error_code => 'DS013', executor => 'worker' } ] ],
+	[ 'delay',   'succeeded', 1, [ { attempt => 1, class => 'retryable', error_code => 'DS012', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ] ],
+	[ 'drop',    'succeeded', 1, [ { attempt => 1, class => 'retryable', error_code => 'DS012', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ] ],
 );
 for my $e (@expect)
 {
-	my ($step, $status, $charges, $history) = @$e;
+	my ($step, $status, $charges, $attempts) = @$e;
 	is(settle_http($node, 'f', $step), $status, "$step: $status");
 	is($p->charges($step), $charges, "$step: charged $charges time(s)");
-	is(history($node, 'f', $step), $history, "$step: attempts $history");
+	is_deeply(attempts_of($node, 'f', $step), $attempts, "$step: its attempts");
 }
 
 # one accepted fact: the succeeded steps' results are the provider's one charge
@@ -88,7 +88,7 @@ is(step_field($node, 'f', 'badjson', "coalesce(result::text, 'none')"), 'none',
 	'a step that did not succeed has no result');
 # never connected: retried, then exhausted
 is(settle_http($node, 'f', 'refused'), 'failed', 'refused: failed');
-is(history($node, 'f', 'refused'), '1|retryable|DS011|worker 2|retryable|DS011|worker',
+is_deeply(attempts_of($node, 'f', 'refused'), [ { attempt => 1, class => 'retryable', error_code => 'DS011', executor => 'worker' }, { attempt => 2, class => 'retryable', error_code => 'DS011', executor => 'worker' } ],
 	'refused: both attempts never sent (DS011)');
 is(step_field($node, 'f', 'refused', 'error_class'), 'exhausted', 'refused: its attempts are used up');
 

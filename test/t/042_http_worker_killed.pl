@@ -39,7 +39,7 @@ ok(poll_until($node, 'postgres',
 	'a new HTTP worker runs after the crash restart');
 
 is(settle_http($node, 'kill', 'keyed'), 'succeeded', 'keyed: succeeded after the kill');
-is(history($node, 'kill', 'keyed'), '1|retryable|DS007|worker 2|completed||worker',
+is_deeply(attempts_of($node, 'kill', 'keyed'), [ { attempt => 1, class => 'retryable', error_code => 'DS007', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ],
 	'keyed: attempt 1 lost, attempt 2 completed');
 is($p->charges('keyed'), 1, 'keyed: charged once');
 is($p->keys_seen('keyed'), 'kill:keyed,kill:keyed', 'keyed: both sends carried the same key');
@@ -47,7 +47,7 @@ is(step_field($node, 'kill', 'keyed', "result->'body'->>'charge'"), '1',
 	'keyed: the result is the one charge');
 
 is(settle_http($node, 'kill', 'unkeyed'), 'uncertain', 'unkeyed: uncertain after the kill');
-is(history($node, 'kill', 'unkeyed'), '1|uncertain|DS007|worker', 'unkeyed: attempt 1 lost, uncertain');
+is_deeply(attempts_of($node, 'kill', 'unkeyed'), [ { attempt => 1, class => 'uncertain', error_code => 'DS007', executor => 'worker' } ], 'unkeyed: attempt 1 lost, uncertain');
 is($p->requests('unkeyed'), 1, 'unkeyed: not sent again');
 
 # The HTTP worker terminated (it exits; no crash restart, so the executors go on) while a request
@@ -73,7 +73,7 @@ is($p->charges('term-keyed'), 1, 'terminated: the provider charged and holds the
 $pid = http_worker_pid($node);
 is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"), 't', 'the HTTP worker is terminated');
 is(settle_http($node, 'term', 'keyed'), 'succeeded', 'terminated: the step succeeded');
-is(history($node, 'term', 'keyed'), '1|retryable|DS007|worker 2|completed||worker',
+is_deeply(attempts_of($node, 'term', 'keyed'), [ { attempt => 1, class => 'retryable', error_code => 'DS007', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ],
 	'terminated: attempt 1 recorded as lost by an executor, attempt 2 completed');
 is($p->charges('term-keyed'), 1, 'terminated: charged once');
 is($node->safe_psql('postgres',

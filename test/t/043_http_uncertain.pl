@@ -30,13 +30,13 @@ step('retried', 'POST', 'fault=delay&secs=3', ", timeout => '500 ms', idempotenc
 step('get', 'GET', 'fault=delay&secs=3', ", timeout => '500 ms', idempotency_header => NULL");
 
 is(settle_http($node, 'unc', 'timeout'), 'uncertain', 'timeout: uncertain');
-is(history($node, 'unc', 'timeout'), '1|uncertain|DS012|worker', 'timeout: one attempt, uncertain');
+is_deeply(attempts_of($node, 'unc', 'timeout'), [ { attempt => 1, class => 'uncertain', error_code => 'DS012', executor => 'worker' } ], 'timeout: one attempt, uncertain');
 is(step_field($node, 'unc', 'timeout', "error_class || ' ' || (next_attempt_at IS NULL)"),
 	'uncertain true', 'timeout: nothing scheduled');
 is(settle_http($node, 'unc', 'dropped'), 'uncertain', 'dropped: uncertain');
-is(history($node, 'unc', 'dropped'), '1|uncertain|DS012|worker', 'dropped: one attempt, uncertain');
+is_deeply(attempts_of($node, 'unc', 'dropped'), [ { attempt => 1, class => 'uncertain', error_code => 'DS012', executor => 'worker' } ], 'dropped: one attempt, uncertain');
 is(settle_http($node, 'unc', 'get'), 'succeeded', 'GET: retried by itself, succeeded');
-is(history($node, 'unc', 'get'), '1|retryable|DS012|worker 2|completed||worker',
+is_deeply(attempts_of($node, 'unc', 'get'), [ { attempt => 1, class => 'retryable', error_code => 'DS012', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ],
 	'GET: the timeout was retryable');
 
 # not sent again: a step created afterwards is sent and done, and the uncertain ones were not
@@ -44,14 +44,14 @@ step('marker', 'POST', '', '');
 is(settle_http($node, 'unc', 'marker'), 'succeeded', 'a later step was sent');
 ok(wait_executor_loops($node, 'postgres', executor_pid($node), 500), 'the executors went on');
 is($p->requests('timeout') . ' ' . $p->requests('dropped'), '1 1', 'the uncertain steps were sent once');
-is(history($node, 'unc', 'timeout'), '1|uncertain|DS012|worker', 'timeout: still one attempt');
+is_deeply(attempts_of($node, 'unc', 'timeout'), [ { attempt => 1, class => 'uncertain', error_code => 'DS012', executor => 'worker' } ], 'timeout: still one attempt');
 
 # reconciliation: the operator found the charge made, and records it
 is($node->safe_psql('postgres', q{SET ROLE app;
 SELECT status || ' ' || (result->'body'->>'id') || ' ' || attempt
   FROM ds_resolve_step('unc', 'timeout', 'succeeded', '{"status": 200, "body": {"id": "ch_1"}}')}),
 	'succeeded ch_1 2', 'ds_resolve_step records the operator\'s finding');
-is(history($node, 'unc', 'timeout'), '1|uncertain|DS012|worker 2|completed||operator',
+is_deeply(attempts_of($node, 'unc', 'timeout'), [ { attempt => 1, class => 'uncertain', error_code => 'DS012', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'operator' } ],
 	'as an attempt of its own');
 is($node->safe_psql('postgres',
 		"SELECT error_message FROM ds_attempts WHERE step_id = 'timeout' AND attempt = 2"),
@@ -64,7 +64,7 @@ is($p->requests('timeout') . ' ' . $p->requests('dropped'), '1 1', 'resolving se
 is(settle_http($node, 'unc', 'retried'), 'uncertain', 'retried: uncertain');
 $node->safe_psql('postgres', q{SET ROLE app; SELECT ds_retry_step('unc', 'retried')});
 is(settle_http($node, 'unc', 'retried'), 'succeeded', 'retried: ds_retry_step sent it again');
-is(history($node, 'unc', 'retried'), '1|uncertain|DS012|worker 2|completed||worker',
+is_deeply(attempts_of($node, 'unc', 'retried'), [ { attempt => 1, class => 'uncertain', error_code => 'DS012', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ],
 	'retried: attempt 2 completed');
 is($p->requests('retried'), 2, 'retried: sent twice, the second time by the operator\'s decision');
 

@@ -82,7 +82,7 @@ ok(poll_until($node, 'postgres', "SELECT status FROM ds_steps WHERE run_id = '$f
 is(sql_as_app("SELECT ds_cancel_run('$f')"), 'cancelled', 'ds_cancel_run answers cancelled');
 is(step_field($node, $f, 'charge', 'status || \'/\' || (next_attempt_at IS NULL)'), 'cancelled/true',
 	'the step whose request timed out is cancelled, with no retry scheduled');
-is(history($node, $f, 'charge'), '1|retryable|DS012|worker',
+is_deeply(attempts_of($node, $f, 'charge'), [ { attempt => 1, class => 'retryable', error_code => 'DS012', executor => 'worker' } ],
 	'its one attempt ended before the cancellation');
 is($p->requests('inflight'), 1, 'the provider saw one request');
 
@@ -100,7 +100,7 @@ my $t0 = time();
 is(sql_as_app("SELECT ds_cancel_run('$s')"), 'cancelled', 'ds_cancel_run answers cancelled');
 cmp_ok(time() - $t0, '<', 30, 'without waiting for the 60 s attempt to end');
 is(step_field($node, $s, 'work', 'status'), 'cancelled', 'the step is cancelled');
-is(history($node, $s, 'work'), '1|retryable|DS002|caller 2|cancelled|57014|worker',
+is_deeply(attempts_of($node, $s, 'work'), [ { attempt => 1, class => 'retryable', error_code => 'DS002', executor => 'caller' }, { attempt => 2, class => 'cancelled', error_code => '57014', executor => 'worker' } ],
 	'its running attempt was stopped');
 is($node->safe_psql('postgres', "SELECT string_agg(attempt::text, ',') FROM ledger WHERE run = '$s'"),
 	'', 'and no attempt of it took effect');

@@ -76,13 +76,11 @@ EXCEPTION WHEN SQLSTATE 'DS102' THEN
 END $$;
 });
 
-# The step's attempts as "attempt:class:SQLSTATE", in order.
-sub history
+# The step's attempts in order, each with its class and SQLSTATE.
+sub attempt_classes
 {
 	my ($run, $step) = @_;
-	return $node->safe_psql('postgres',
-		qq{SELECT string_agg(attempt || ':' || class || ':' || coalesce(error_code, '-'), ',' ORDER BY attempt)
-		     FROM ds_attempts WHERE run_id = '$run' AND step_id = '$step'});
+	return [ map { fields($_, qw(attempt class error_code)) } @{ attempts_of($node, $run, $step) } ];
 }
 
 # What the log says the bodies of step $step of $run ran with: "attempt/key" in order.
@@ -110,7 +108,7 @@ sub runs_told
 	ok(poll_until($node, 'postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}, 'succeeded'),
 		"$t: the run succeeds afterwards");
 	isnt(executor_pid($node), $pid, "$t: another executor took the run up");
-	is(history($run, 's2'), '1:retryable:DS007,2:completed:-',
+	is_deeply(attempt_classes($run, 's2'), [ { attempt => 1, class => 'retryable', error_code => 'DS007' }, { attempt => 2, class => 'completed', error_code => undef } ],
 		"$t: the lost attempt is recorded (DS007), the next one has the next number");
 	my $told = runs_told($off, $run, 's2');
 	like($told, qr{^1/\S+,2/\S+$}, "$t: the body ran twice, as attempts 1 and 2 (told: $told)");
@@ -149,7 +147,7 @@ SELECT count(*) = 1 FROM pg_stat_activity
 	$node->safe_psql('postgres', q{UPDATE naps SET on_ = false WHERE place = 'between'});
 	ok(poll_until($node, 'postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}, 'succeeded'),
 		"$t: the run succeeds");
-	is(history($run, 's2'), '1:completed:-', "$t: s2 is charged nothing: its attempt 1 completed");
+	is_deeply(attempt_classes($run, 's2'), [ { attempt => 1, class => 'completed', error_code => undef } ], "$t: s2 is charged nothing: its attempt 1 completed");
 	is(runs_told($off, $run, 's2') =~ tr/,//, 0, "$t: s2's body ran once");
 }
 
@@ -168,7 +166,7 @@ SELECT count(*) = 1 FROM pg_stat_activity
 	$node->safe_psql('postgres', q{UPDATE naps SET on_ = false WHERE place = 'cancel'});
 	ok(poll_until($node, 'postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}, 'succeeded'),
 		"$t: the run succeeds");
-	is(history($run, 's2'), '1:retryable:57014,2:completed:-',
+	is_deeply(attempt_classes($run, 's2'), [ { attempt => 1, class => 'retryable', error_code => '57014' }, { attempt => 2, class => 'completed', error_code => undef } ],
 		"$t: the interrupted attempt is recorded (57014), the next one has the next number");
 	like(runs_told($off, $run, 's2'), qr{^1/\S+,2/\S+$}, "$t: the body ran as attempts 1 and 2");
 	is(executor_pid($node), $pid, "$t: the executor went on: a cancel ends no executor");
@@ -191,7 +189,7 @@ SELECT count(*) = 1 FROM pg_stat_activity
 	ok(poll_until($node, 'postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}, 'failed'),
 		"$t: the run fails");
 	$node->safe_psql('postgres', q{UPDATE naps SET on_ = false WHERE place = 'cancel'});
-	is(history($run, 's2'), '1:retryable:57014', "$t: s2 has its one attempt, recorded as interrupted");
+	is_deeply(attempt_classes($run, 's2'), [ { attempt => 1, class => 'retryable', error_code => '57014' } ], "$t: s2 has its one attempt, recorded as interrupted");
 	is( $node->safe_psql('postgres',
 			qq{SELECT s.status || ':' || s.error_class || '|' || r.error_code || '|' || (r.error_message LIKE 'gave up:%')
 			     FROM ds_steps s JOIN ds_runs r USING (run_id) WHERE run_id = '$run' AND s.step_id = 's2'}),
@@ -232,7 +230,7 @@ END $$;
 	$node->safe_psql('postgres', q{UPDATE naps SET on_ = false WHERE place = 'cancel'});
 	ok(poll_until($node, 'postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}, 'succeeded'),
 		"$t: the run succeeds");
-	is(history($run, 's2'), '1:retryable:P0001,2:retryable:57014,3:completed:-',
+	is_deeply(attempt_classes($run, 's2'), [ { attempt => 1, class => 'retryable', error_code => 'P0001' }, { attempt => 2, class => 'retryable', error_code => '57014' }, { attempt => 3, class => 'completed', error_code => undef } ],
 		"$t: attempts 1 (failed), 2 (interrupted) and 3 (completed), each once");
 	my $told = runs_told($off, $run, 's2');
 	like($told, qr{^1/\S+,2/\S+,3/\S+$}, "$t: the body ran as attempts 1, 2 and 3, never a number twice (told: $told)");
@@ -275,7 +273,7 @@ RESET ROLE;
 	ok(poll_until($node, 'postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}, 'succeeded'),
 		"$t: the run succeeds (its second turn takes the victim's step)");
 	# the victim's step even has the name of the shifty step whose attempt was interrupted
-	is(history($run, 'own'), '1:completed:-', "$t: the victim's step is charged nothing");
+	is_deeply(attempt_classes($run, 'own'), [ { attempt => 1, class => 'completed', error_code => undef } ], "$t: the victim's step is charged nothing");
 	is( $node->safe_psql('postgres',
 			qq{SELECT unrecorded_attempts::text FROM durable_steps.runs WHERE run_id = '$run'}),
 		'', "$t: the finished run keeps nothing to record");

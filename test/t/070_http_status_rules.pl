@@ -47,10 +47,10 @@ SELECT ds_http_step('st', 'in-request', '{"method": "POST", "url": "@{[$p->url('
     "fail_on_status": [402]}')});
 
 is(settle_http($node, 'st', 'declined-default'), 'blocked', '402 by default: blocked');
-is(history($node, 'st', 'declined-default'), '1|correctable|DS010|worker', 'declined-default: one correctable attempt');
+is_deeply(attempts_of($node, 'st', 'declined-default'), [ { attempt => 1, class => 'correctable', error_code => 'DS010', executor => 'worker' } ], 'declined-default: one correctable attempt');
 
 is(settle_http($node, 'st', 'declined'), 'failed', 'fail_on_status 402: failed');
-is(history($node, 'st', 'declined'), '1|permanent|DS010|worker', 'declined: one permanent attempt, not retried');
+is_deeply(attempts_of($node, 'st', 'declined'), [ { attempt => 1, class => 'permanent', error_code => 'DS010', executor => 'worker' } ], 'declined: one permanent attempt, not retried');
 like(step_field($node, 'st', 'declined', 'error_detail'),
 	qr/^The step's fail_on_status names this status\. Response: \{.*"status": 402/,
 	"declined: the receiver's response is kept in error_detail, saying why it failed");
@@ -59,17 +59,17 @@ ok(poll_until($node, 'postgres', "SELECT string_agg(step_id || ' ' || status, ',
 	'declined: its on_failure hook ran (and not the blocked one\'s)');
 
 is(settle_http($node, 'st', 'conflict'), 'succeeded', 'retry_on_status 4xx: 409 retried, then succeeded');
-is(history($node, 'st', 'conflict'), '1|retryable|DS010|worker 2|retryable|DS010|worker 3|completed||worker',
+is_deeply(attempts_of($node, 'st', 'conflict'), [ { attempt => 1, class => 'retryable', error_code => 'DS010', executor => 'worker' }, { attempt => 2, class => 'retryable', error_code => 'DS010', executor => 'worker' }, { attempt => 3, class => 'completed', error_code => undef, executor => 'worker' } ],
 	'conflict: two retryable attempts, then completed');
 is($p->charges('conflict'), 1, 'conflict: charged once');
 
 is(settle_http($node, 'st', 'exact'), 'succeeded', 'an exact retry_on_status beats a fail_on_status class');
-is(history($node, 'st', 'exact'), '1|retryable|DS010|worker 2|completed||worker', 'exact: retried once');
+is_deeply(attempts_of($node, 'st', 'exact'), [ { attempt => 1, class => 'retryable', error_code => 'DS010', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ], 'exact: retried once');
 
 is(settle_http($node, 'st', 'tie'), 'failed', 'fail_on_status wins a tie');
-is(history($node, 'st', 'tie'), '1|permanent|DS010|worker', 'tie: one permanent attempt');
+is_deeply(attempts_of($node, 'st', 'tie'), [ { attempt => 1, class => 'permanent', error_code => 'DS010', executor => 'worker' } ], 'tie: one permanent attempt');
 is(settle_http($node, 'st', 'class'), 'failed', 'fail_on_status 5xx overrides the retried 503');
-is(history($node, 'st', 'class'), '1|permanent|DS010|worker', 'class: one permanent attempt');
+is_deeply(attempts_of($node, 'st', 'class'), [ { attempt => 1, class => 'permanent', error_code => 'DS010', executor => 'worker' } ], 'class: one permanent attempt');
 is($p->requests('tie') . ' ' . $p->requests('class'), '1 1', 'each sent once');
 
 is(settle_http($node, 'st', 'in-request'), 'failed', 'the lists work as fields of the request too');

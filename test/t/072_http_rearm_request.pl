@@ -58,7 +58,7 @@ is($node->safe_psql('postgres', qq{SET ROLE app;
 SELECT status FROM ds_retry_step('re', 'refused', request => '{"method": "POST", "url": "$good"}')}),
 	'pending', 'the owner re-arms the step with a corrected request');
 is(settle_http($node, 're', 'refused'), 'succeeded', 'the corrected request succeeds');
-is(history($node, 're', 'refused'), '1|correctable|DS010|worker 2|completed||worker',
+is_deeply(attempts_of($node, 're', 'refused'), [ { attempt => 1, class => 'correctable', error_code => 'DS010', executor => 'worker' }, { attempt => 2, class => 'completed', error_code => undef, executor => 'worker' } ],
 	'attempt numbers go on; the refused attempt stays in the history');
 is($p->charges('refused'), 1, 'charged once');
 is($p->keys_seen('refused'), 're:refused,re:refused', 'both requests carried the step\'s key');

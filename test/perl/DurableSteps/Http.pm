@@ -6,7 +6,7 @@
 #   $p->charges('tag'), $p->requests('tag')
 #   my $node = http_node('name' [, $conf]);   # worker node, extension, role app (HTTP role),
 #                                             # its HTTP worker running
-#   http_worker_pid($node); settle_http($node, $run, $step); history($node, $run, $step)
+#   http_worker_pid($node); settle_http($node, $run, $step)
 package DurableSteps::Http;
 
 use strict;
@@ -23,7 +23,7 @@ use Time::HiRes qw(usleep);
 
 use DurableSteps::Test;
 
-our @EXPORT = qw(http_node http_worker_pid settle_http history step_field);
+our @EXPORT = qw(http_node http_worker_pid settle_http step_field);
 
 package DurableSteps::Http::Provider;
 
@@ -134,16 +134,6 @@ sub step_field
 	my ($node, $run, $step, $expr) = @_;
 	return $node->safe_psql('postgres',
 		"SELECT $expr FROM ds_steps WHERE run_id = '$run' AND step_id = '$step'");
-}
-
-# One line per attempt: attempt|class|error_code|executor
-sub history
-{
-	my ($node, $run, $step) = @_;
-	return $node->safe_psql('postgres', qq{
-SELECT string_agg(attempt || '|' || coalesce(class, 'running') || '|' || coalesce(error_code, '') || '|' || executor,
-                  ' ' ORDER BY attempt)
-  FROM ds_attempts WHERE run_id = '$run' AND step_id = '$step'});
 }
 
 1;

@@ -6,7 +6,7 @@
 #   executor_pid($node), wait_executor_loops($node, $db, $pid, $ms)
 #   reload_executors($node, @alter_system)   # ALTER SYSTEM, reload, every executor applied it
 #   my $node = retry_node('name');   # a worker node with the extension and the retry fixtures
-#   create_retry_fixtures($node); settle, attempts, ran_in_worker, gap, started_within ($node, run, step, ...)
+#   create_retry_fixtures($node); settle, ran_in_worker, gap, started_within ($node, run, step, ...)
 #   row_of($node, $db, $query), rows_of(...)   # rows as hashes of named columns, for is_deeply
 #   row_sql($query), decode_row($text)         # the same through a DurableSteps::Session
 #   poll_row($node, $db, $query, {column => value, ...})   # poll until the row has those values
@@ -31,7 +31,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(worker_node executors_running retry_node settled_and_sound log_since log_offset count_matches poll_log poll_until executor_pid
-  wait_executor_loops reload_executors $crash_re create_retry_fixtures settle attempts ran_in_worker gap
+  wait_executor_loops reload_executors $crash_re create_retry_fixtures settle ran_in_worker gap
   started_within row_of rows_of row_sql decode_row poll_row psql_as psql_as_ok
   claims_node claim_sql claim_counts claim_effects worker_attempt attempts_of fields);
 
@@ -269,17 +269,6 @@ sub settle
 	  or diag("step $run/$step did not settle");
 	return $node->safe_psql('postgres',
 		"SELECT status FROM ds_steps WHERE run_id = '$run' AND step_id = '$step'");
-}
-
-# One line per attempt: attempt|class|error_code|executor
-sub attempts
-{
-	my ($node, $run, $step) = @_;
-	return $node->safe_psql(
-		'postgres', qq{
-SELECT string_agg(attempt || '|' || coalesce(class, '-') || '|' || coalesce(error_code, '') || '|' || executor,
-                  E'\n' ORDER BY attempt)
-  FROM ds_attempts WHERE run_id = '$run' AND step_id = '$step'});
 }
 
 # Did every attempt of the given numbers run in an executor of the background worker?
