@@ -26,7 +26,8 @@ GRANT INSERT ON ledger TO app;
 CREATE FUNCTION charge(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 BEGIN
     RETURN ds_http('charge', jsonb_build_object('method', 'POST', 'url', input->>'url'),
-                   idempotency_header => input->>'header', timeout => '1 s',
+                   idempotency_header => input->>'header',
+                   timeout => coalesce((input->>'timeout')::interval, '1 s'),
                    policy => '{"max_attempts": 5, "initial_delay": "100 ms", "backoff": "fixed"}');
 END $$;
 -- attempt 1 fails, and its retry is due only in an hour; attempt 2 takes 60 s
@@ -73,9 +74,11 @@ like(sql_as_app("SELECT ds_retry_step('$u', 'charge')"), qr/step \Q$u\E\/charge 
 	'ds_retry_step refuses it');
 is($p->requests('unsure'), 1, 'one request reached the provider');
 
-# --- an HTTP request in flight: waited for, then its step is cancelled instead of retried
+# --- an HTTP request in flight: waited for, then its step is cancelled instead of retried (its
+# 4 s timeout leaves the test time to see it in flight and cancel it on a loaded machine)
 my $f = start_run('charge', 'inflight',
-	'{"url": "' . $p->url('inflight', 'fault=delay&secs=3') . '", "header": "Idempotency-Key"}');
+	'{"url": "' . $p->url('inflight', 'fault=delay&secs=8')
+	  . '", "header": "Idempotency-Key", "timeout": "4 s"}');
 ok(poll_until($node, 'postgres', "SELECT status FROM ds_steps WHERE run_id = '$f' AND step_id = 'charge'",
 		'running'),
 	'the keyed request is in flight');
