@@ -183,23 +183,33 @@ ds_wake_runs_with_emitted_events(void)
 }
 
 void
-ds_wake_if_event_emitted(const char *run_id, const char *event)
+ds_wake_if_event_emitted(const char *run_id, Oid owner, const char *event)
 {
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		args[2] = {CStringGetTextDatum(run_id), CStringGetTextDatum(event)};
+	Oid			types[3] = {TEXTOID, TEXTOID, BOOLOID};
+	Datum		args[3] = {CStringGetTextDatum(run_id), CStringGetTextDatum(event), (Datum) 0};
 	StoreSpi	spi;
 
+	/*
+	 * An emit that has not committed holds the event's lock (ds_emit_event):
+	 * its wake-up may have missed the run, whose wait was not committed yet,
+	 * and this look cannot see its event. Not waited for (a role's open
+	 * transaction would hold the executor): the run looks again later.
+	 */
+	args[2] = BoolGetDatum(!ds_event_lock(owner, event, false, true));
 	ds_store_spi_begin(&spi);
 	if (SPI_execute_plan(ds_prepare_kept(&event_plan,
 										 "UPDATE durable_steps.runs r"
-										 " SET next_wake_at = pg_catalog.clock_timestamp()"
+										 " SET next_wake_at = CASE WHEN $3"
+										 "  THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)"
+										 "   pg_catalog.current_setting('durable_steps.poll_interval')::pg_catalog.interval"
+										 "  ELSE pg_catalog.clock_timestamp() END"
 										 " WHERE r.run_id OPERATOR(pg_catalog.=) $1"
 										 " AND r.status OPERATOR(pg_catalog.=) 'waiting'"
 										 " AND r.wait_event OPERATOR(pg_catalog.=) $2"
-										 " AND EXISTS (SELECT FROM durable_steps.events e"
+										 " AND ($3 OR EXISTS (SELECT FROM durable_steps.events e"
 										 "  WHERE e.owner OPERATOR(pg_catalog.=) r.owner"
-										 "  AND e.name OPERATOR(pg_catalog.=) $2)",
-										 2, types),
+										 "  AND e.name OPERATOR(pg_catalog.=) $2))",
+										 3, types),
 						 args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "looking for event %s failed", event);
 	ds_store_spi_end(&spi);

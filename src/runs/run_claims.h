@@ -73,8 +73,12 @@ extern bool ds_record_turn_attempt_on_step(const char *run_id, const char *step_
  */
 extern bool ds_lock_claimed_run(ClaimedRun *run);
 
-/* In a new transaction after a turn that waits for `event`: wake the run if it is there. */
-extern void ds_wake_if_event_emitted(const char *run_id, const char *event);
+/*
+ * In a new transaction after a turn that waits for `event` of `owner`: wake the run if it is
+ * there. While an emit of that event has not committed, the run is woken after
+ * durable_steps.poll_interval to look again (its turn replays to the wait), never waited for.
+ */
+extern void ds_wake_if_event_emitted(const char *run_id, Oid owner, const char *event);
 
 /*
  * Wake every run that waits for an event already emitted: the look an executor takes after a

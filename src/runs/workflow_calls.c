@@ -733,6 +733,13 @@ ds_emit_event(PG_FUNCTION_ARGS)
 	nulls[2] = PG_ARGISNULL(1) ? 'n' : ' ';
 	if (!PG_ARGISNULL(1))
 		ds_check_size(DS_LIMIT_EVENT_PAYLOAD, "payload", VARSIZE_ANY(DatumGetPointer(args[2])));
+
+	/*
+	 * held to the commit: an executor that looks once more for the event a
+	 * turn just began to wait for waits for this emit, or comes after it
+	 * (ds_wake_if_event_emitted); either way one of the two wakes the run
+	 */
+	ds_event_lock(GetUserId(), name, true, false);
 	ds_store_spi_begin(&spi);
 	rc = SPI_execute_plan(ds_prepare_kept(&insert_plan,
 										  "INSERT INTO durable_steps.events (owner, name, payload)"

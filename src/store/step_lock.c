@@ -182,6 +182,21 @@ ds_run_id_lock(const char *run_id, bool exclusive, bool nowait)
 		LOCKACQUIRE_NOT_AVAIL;
 }
 
+/* An event's lock ('DE' in objsubid): the owner's OID and the name, hashed. */
+#define DS_EVENT_LOCKTAG_FIELD4 0x4445
+
+bool
+ds_event_lock(Oid owner, const char *name, bool exclusive, bool nowait)
+{
+	LOCKTAG		tag;
+	uint64		hash = hash_bytes_extended((const unsigned char *) name, (int) strlen(name), owner);
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 DS_EVENT_LOCKTAG_FIELD4);
+	return LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, nowait) !=
+		LOCKACQUIRE_NOT_AVAIL;
+}
+
 /*
  * The claim lock of a queue, to the end of the transaction ('DQ' in objsubid). Executors read a
  * queue's due steps without row locks (step_claims.c): two that read the same range at once see

@@ -49,6 +49,14 @@ extern void ds_step_lock_release_all_session(void);
 extern bool ds_run_id_lock(const char *run_id, bool exclusive, bool nowait);
 
 /*
+ * Lock event `name` of role `owner` to the end of the transaction: exclusive while an emit records
+ * it and wakes its waiting runs, shared while an executor looks once more for the event a run's
+ * turn has just started waiting for (docs/runs.md, "Events"). Whichever comes second sees the
+ * other's commit. With nowait, false instead of waiting for another transaction that holds it.
+ */
+extern bool ds_event_lock(Oid owner, const char *name, bool exclusive, bool nowait);
+
+/*
  * Try to take the claim lock of queue `queue` to the end of the transaction, without waiting:
  * executors take turns to read a queue's due steps (step_claims.c).
  */

@@ -601,7 +601,7 @@ look_for_awaited_events(ClaimedRun *runs, char **awaited, int n)
 		return;
 	for (int i = 0; i < n; i++)
 		if (awaited[i] != NULL)
-			ds_wake_if_event_emitted(runs[i].run_id, awaited[i]);
+			ds_wake_if_event_emitted(runs[i].run_id, runs[i].owner, awaited[i]);
 	ds_worker_commit();
 }
 
