@@ -59,18 +59,21 @@ ds_publish_started_claims(ExecutorEndCause cause)
 	pg_atomic_write_u32(&e->pid, (uint32) MyProcPid);
 }
 
-/* The fate of the last claim an executor started, by why it ended. */
+/*
+ * The fate of a claim an executor started, by why it ended: the last one started is the one
+ * whose code ended it, if any did; the others of its transaction rolled back for its sake.
+ */
 static ClaimFate
-claim_fate_of_end(int cause)
+claim_fate_of_end(int cause, bool last)
 {
 	switch ((ExecutorEndCause) cause)
 	{
 		case EXECUTOR_END_BODY:
-			return CLAIM_IGNORED_CANCEL;
+			return last ? CLAIM_IGNORED_CANCEL : CLAIM_ROLLED_BACK_BY_ANOTHER;
 		case EXECUTOR_END_SUCCESS_HOOK:
-			return CLAIM_SUCCESS_HOOK_IGNORED_CANCEL;
+			return last ? CLAIM_SUCCESS_HOOK_IGNORED_CANCEL : CLAIM_ROLLED_BACK_BY_ANOTHER;
 		case EXECUTOR_END_FAILURE_HOOK:
-			return CLAIM_FAILURE_HOOK_IGNORED_CANCEL;
+			return last ? CLAIM_FAILURE_HOOK_IGNORED_CANCEL : CLAIM_ROLLED_BACK_BY_ANOTHER;
 		case EXECUTOR_END_OTHER:
 			break;
 	}
@@ -98,7 +101,7 @@ ds_lost_claim_fate(int pid, TimestampTz claimed_at, uint64 key)
 		n = Min(e->n_started, DS_STARTED_CLAIMS_MAX);
 		for (int k = 0; k < n; k++)
 			if (e->started[k] == key)
-				fate = k != n - 1 ? CLAIM_STARTED : claim_fate_of_end(e->end_cause);
+				fate = claim_fate_of_end(e->end_cause, k == n - 1);
 		pg_read_barrier();
 		if (pg_atomic_read_u32(&e->pid) != (uint32) pid)
 			return CLAIM_FATE_UNKNOWN;	/* written again meanwhile */

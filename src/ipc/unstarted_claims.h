@@ -6,7 +6,9 @@
  * recover from -- the claims it had not reached are still marked running. Each executor tells
  * shared memory, as it exits, which attempts it had started in the transaction still open (those
  * may have run); whoever then records its lost attempts gives the others their attempt back
- * instead of charging them. A crash resets shared memory: every claim is then charged, as any
+ * instead of charging them. When the executor ended itself because the last attempt it started
+ * ignored its cancellation, the attempts started before that one in the same transaction are
+ * known to have been rolled back for another step's sake: they get their attempt back too. A crash resets shared memory: every claim is then charged, as any
  * attempt whose fate nobody knows.
  */
 #ifndef DS_UNSTARTED_CLAIMS_H
@@ -37,8 +39,12 @@ typedef enum ClaimFate
 	CLAIM_SUCCESS_HOOK_IGNORED_CANCEL,	/* its on_success hook ignored its
 										 * cancellation */
 	CLAIM_FAILURE_HOOK_IGNORED_CANCEL,	/* its on_failure hook did */
-	CLAIM_NEVER_STARTED			/* its executor ended before it: give its
+	CLAIM_NEVER_STARTED,		/* its executor ended before it: give its
 								 * attempt back */
+	CLAIM_ROLLED_BACK_BY_ANOTHER	/* it ran in the transaction whose last
+									 * claim's body or hook ignored its
+									 * cancellation: its outcome and every
+									 * write of its body rolled back with it */
 } ClaimFate;
 
 /* In an executor: attempt `key` (ds_attempt_cancel_key) starts now, in the open transaction. */

@@ -236,8 +236,8 @@ int
 ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 {
 	Oid			types[1] = {INT4OID};
-	Oid			lost_types[4] = {TEXTOID, TEXTOID, TEXTOID, BOOLOID};
-	Datum		args[4];
+	Oid			lost_types[5] = {TEXTOID, TEXTOID, TEXTOID, BOOLOID, BOOLOID};
+	Datum		args[5];
 	StoreSpi	spi;
 	int			n = 0;
 	int			rc;
@@ -298,6 +298,8 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 		RetryPolicy policy;
 		bool		give_up;
 		bool		step_ran;
+		bool		counted;
+		ClaimFate	fate;
 
 		/* a free lock on a running run means its executor is gone */
 		if (!ds_step_lock_try_session(ids[i], DS_TURN_STEP_ID))
@@ -306,21 +308,24 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 		ds_policy_resolve(policies[i], NULL, &policy);
 
 		/*
-		 * a turn that kills its executor every time must not be retried
-		 * forever
-		 */
-		give_up = lost[i] + 1 >= policy.max_attempts;
-
-		/*
 		 * The step attempt the turn may have run rolled back with its record:
 		 * the next turn records it on the step it reaches (DS007) -- unless
 		 * the executor is known to have ended before the turn began its step
-		 * (unstarted_claims.h). After a crash nobody knows: it is charged, as
-		 * a plain step's lost claim is.
+		 * (unstarted_claims.h), or the turn is known to have rolled back for
+		 * another turn's sake, whose code ended the executor: then neither
+		 * the run nor its step is charged. After a crash nobody knows: it is
+		 * charged, as a plain step's lost claim is.
 		 */
-		step_ran = ds_lost_claim_fate(claimed_by[i], claimed_at[i],
-									  ds_attempt_cancel_key(ids[i], DS_TURN_STEP_ID, turns[i]))
-			!= CLAIM_NEVER_STARTED;
+		fate = ds_lost_claim_fate(claimed_by[i], claimed_at[i],
+								  ds_attempt_cancel_key(ids[i], DS_TURN_STEP_ID, turns[i]));
+		counted = fate != CLAIM_ROLLED_BACK_BY_ANOTHER;
+		step_ran = counted && fate != CLAIM_NEVER_STARTED;
+
+		/*
+		 * a turn that kills its executor every time must not be retried
+		 * forever
+		 */
+		give_up = counted && lost[i] + 1 >= policy.max_attempts;
 
 		/*
 		 * known, it is recorded on its step now; a failed run records nothing
@@ -330,23 +335,29 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 			ds_record_turn_attempt_on_step(ids[i], current_step[i], owner[i],
 										   ERRCODE_DS_INVOCATION_LOST, claimed_at[i]))
 			step_ran = false;
-		ereport(LOG,
-				(errmsg("durable_steps: the turn of run %s was lost with its executor; %s",
-						ids[i], give_up ? "failing the run" : "running it again")));
+		if (counted)
+			ereport(LOG,
+					(errmsg("durable_steps: the turn of run %s was lost with its executor; %s",
+							ids[i], give_up ? "failing the run" : "running it again")));
+		else
+			ereport(LOG,
+					(errmsg("durable_steps: the turn of run %s rolled back when another run's code ended its executor; it is not counted",
+							ids[i])));
 		args[0] = CStringGetTextDatum(ids[i]);
 		args[1] = CStringGetTextDatum(give_up ? "failed" : "waiting");
 		args[2] = CStringGetTextDatum(unpack_sql_state(ERRCODE_DS_INVOCATION_LOST));
 		args[3] = BoolGetDatum(step_ran);
+		args[4] = BoolGetDatum(counted);
 		rc = SPI_execute_plan(ds_prepare_kept(&lost_plan,
 											  "UPDATE durable_steps.runs SET status = $2,"
-											  " lost_turns = lost_turns OPERATOR(pg_catalog.+) 1,"
+											  " lost_turns = lost_turns OPERATOR(pg_catalog.+) CASE WHEN $5 THEN 1 ELSE 0 END,"
 											  " claimed_by = NULL, lease_expires_at = NULL,"
 											  " updated_at = pg_catalog.clock_timestamp(),"
 											  " next_wake_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'waiting'"
 											  "  THEN pg_catalog.clock_timestamp() END,"
 											  " finished_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'failed'"
 											  "  THEN pg_catalog.clock_timestamp() END,"
-											  " wait_reason = 'turn lost with its executor',"
+											  " wait_reason = CASE WHEN $5 THEN 'turn lost with its executor' ELSE 'turn rolled back with another' END,"
 											  " unrecorded_attempts = CASE WHEN $2 OPERATOR(pg_catalog.=) 'failed' THEN NULL"
 											  "  WHEN $4 THEN pg_catalog.array_append("
 											  "  COALESCE(unrecorded_attempts, '{}'), $3) ELSE unrecorded_attempts END,"
@@ -354,7 +365,7 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 											  " error_message = CASE WHEN $2 OPERATOR(pg_catalog.=) 'failed'"
 											  "  THEN 'invocation_lost: every turn lost its executor' END"
 											  " WHERE run_id OPERATOR(pg_catalog.=) $1",
-											  4, lost_types),
+											  5, lost_types),
 							  args, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE)
 			elog(ERROR, "recovering run %s failed", ids[i]);

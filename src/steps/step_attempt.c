@@ -465,15 +465,21 @@ ds_record_unrecorded_attempts(StepRecord *rec, bool is_new, int n, const int *co
 }
 
 /*
- * A claim its executor never started: the claim is undone -- the attempt not counted, the step
- * waiting as before, due when it was -- and no attempt is recorded, for none ran.
+ * A claim its executor never started, or whose attempt rolled back with the transaction another
+ * claim's body or hook ended: the claim is undone -- the attempt not counted, the step waiting
+ * as before, due when it was -- and no attempt is recorded, for nothing of it is left.
  */
 static void
-give_back_unstarted_attempt(StepRecord *rec)
+give_back_attempt(StepRecord *rec, bool started)
 {
-	ereport(LOG,
-			(errmsg("durable_steps: attempt %d of step %s/%s never started before its executor ended; it is not counted",
-					rec->attempts, rec->run_id, rec->step_id)));
+	if (started)
+		ereport(LOG,
+				(errmsg("durable_steps: attempt %d of step %s/%s rolled back when another step's code ended its executor; it is not counted",
+						rec->attempts, rec->run_id, rec->step_id)));
+	else
+		ereport(LOG,
+				(errmsg("durable_steps: attempt %d of step %s/%s never started before its executor ended; it is not counted",
+						rec->attempts, rec->run_id, rec->step_id)));
 	rec->attempts--;
 	rec->status = rec->attempts > rec->attempt_base ? STEP_RETRYING : STEP_PENDING;
 	rec->lease_expires_at = 0;
@@ -506,7 +512,20 @@ ds_record_lost_attempt(StepRecord *rec)
 				 errhint("Retry after a moment.")));
 	if (fate == CLAIM_NEVER_STARTED)
 	{
-		give_back_unstarted_attempt(rec);
+		give_back_attempt(rec, false);
+		return;
+	}
+
+	/*
+	 * Another step's code ended the executor while this attempt's outcome
+	 * waited for the commit of their shared transaction: every write of the
+	 * attempt went with it, so the step is charged nothing (the other step
+	 * runs alone from now on). An attempt that acts outside the database may
+	 * have acted: it stays charged.
+	 */
+	if (fate == CLAIM_ROLLED_BACK_BY_ANOTHER && !ds_step_kinds[rec->kind].acts_outside)
+	{
+		give_back_attempt(rec, true);
 		return;
 	}
 	ereport(LOG,

@@ -608,7 +608,7 @@ look_for_awaited_events(ClaimedRun *runs, char **awaited, int n)
 /*
  * Order held runs by owner, so that one owner's turns can share a transaction, and within an
  * owner's the runs that lost turns before last: each of those takes its turn alone, after the
- * others committed theirs.
+ * others committed theirs. Then by run id.
  */
 static int
 compare_held_runs(const void *a, const void *b)
@@ -618,7 +618,10 @@ compare_held_runs(const void *a, const void *b)
 
 	if (x->owner != y->owner)
 		return x->owner < y->owner ? -1 : 1;
-	return (x->lost_turns > 0) - (y->lost_turns > 0);
+	if ((x->lost_turns > 0) != (y->lost_turns > 0))
+		return (x->lost_turns > 0) - (y->lost_turns > 0);
+	/* an order that does not depend on where the rows happen to lie */
+	return strcmp(x->run_id, y->run_id);
 }
 
 /*

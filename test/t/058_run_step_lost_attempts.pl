@@ -2,7 +2,8 @@
 # that ignored its cancellation, or the turn interrupted by a cancel of the executor -- is counted
 # and recorded on the step (DS007 lost, 57014 interrupted), as a plain step's lost attempt is:
 # the next attempt gets the next number and another ds_attempt_key(), never the lost one's. A
-# turn that ended before it began its step charges nothing. Each body's run is told in the
+# turn that ended before it began its step charges nothing, nor does one that rolled back with
+# another run's turn whose body ended the executor. Each body's run is told in the
 # server log (RAISE LOG), which no rollback takes back.
 
 use strict;
@@ -277,6 +278,48 @@ RESET ROLE;
 	is( $node->safe_psql('postgres',
 			qq{SELECT unrecorded_attempts::text FROM durable_steps.runs WHERE run_id = '$run'}),
 		'', "$t: the finished run keeps nothing to record");
+}
+
+{
+	# three runs' turns share a transaction with a fourth's (one owner's turns take their turns
+	# in run id order, for at most 20 ms a transaction), whose step's body ignores its
+	# cancellation and ends the executor: their turns rolled back for its sake and cost them
+	# nothing -- no lost turn, no attempt of their steps charged -- while the culprit's turn is
+	# counted lost. All four are due at once (one transaction).
+	my $t = "turns rolled back with another run's";
+	my $off = log_offset($node);
+	$node->safe_psql('postgres', q{
+BEGIN;
+SELECT ds_start_run('wf', '{"body": "effect"}', 'bystander-' || i) FROM generate_series(1, 3) i;
+SELECT ds_start_run('wf', '{"body": "stubborn", "timeout": "1 s"}', 'culprit');
+COMMIT;
+});
+	ok(poll_log($node, $off, qr/ignored its cancellation past durable_steps\.max_worker_attempt_time; ending the executor/),
+		"$t: the culprit's body ends the executor");
+	ok( poll_until($node, 'postgres',
+			q{SELECT string_agg(run_id || ':' || status, ',' ORDER BY run_id) FROM ds_runs
+			   WHERE run_id LIKE 'bystander-%' OR run_id = 'culprit'},
+			'bystander-1:succeeded,bystander-2:succeeded,bystander-3:succeeded,culprit:succeeded'),
+		"$t: every run succeeds");
+	# the first bystander's turn began the transaction the culprit's joined, unless that turn
+	# alone outlasted the 20 ms
+	cmp_ok( count_matches(log_since($node, $off),
+			qr/the turn of run bystander-\d rolled back when another run's code ended its executor; it is not counted/),
+		'>=', 1, "$t: the turns run before the culprit's in its transaction are logged as rolled back, not counted");
+	my $log = log_since($node, $off);
+	is(count_matches($log, qr/the turn of run culprit was lost with its executor; running it again/),
+		1, "$t: the culprit's turn is counted lost");
+	is(count_matches($log, qr/the turn of run bystander-\d was lost/), 0, "$t: no bystander's turn is");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(DISTINCT attempt || ':' || class, ',') FROM ds_attempts WHERE run_id LIKE 'bystander-%'}),
+		'1:completed', "$t: the bystanders' steps completed at their attempt 1, none charged");
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(run || '/' || step || ':' || attempt, ',' ORDER BY run, step) FROM ledger
+			   WHERE run LIKE 'bystander-%'}),
+		'bystander-1/s1:1,bystander-1/s2:1,bystander-2/s1:1,bystander-2/s2:1,bystander-3/s1:1,bystander-3/s2:1',
+		"$t: each of their effects committed once: the rolled-back writes left nothing");
+	is_deeply(attempt_classes('culprit', 's2'), [ { attempt => 1, class => 'retryable', error_code => 'DS007' }, { attempt => 2, class => 'completed', error_code => undef } ],
+		"$t: the culprit's step is charged its lost attempt");
 }
 
 unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed');
