@@ -2807,7 +2807,7 @@ sub run_trial
 	my $executor_exits = () = $log =~ /"durable_steps worker" \(PID \d+\) exited with exit code 1/g;
 	# bodies that ignored their cancellation ('ig'), and the claims their executors' ends gave back
 	my $ignored = () = $log =~ /a step body ignored its cancellation/g;
-	my $given_back = () = $log =~ /durable_steps: attempt \d+ of step \Q$prefix\E\S+ never started before its executor ended/g;
+	my $given_back = () = $log =~ /durable_steps: attempt \d+ of step \Q$prefix\E\S+ (?:never started before its executor ended|rolled back when another step's code ended its executor)/g;
 	# extra executors started while every executor was busy (README, "Fair share between roles")
 	my $extras = () = $log =~ /durable_steps: extra worker \d+ started/g;
 
