@@ -16,6 +16,7 @@ OBJS = \
 	src/ipc/executor_load.o \
 	src/ipc/unstarted_claims.o \
 	src/ipc/outcome_waits.o \
+	src/ipc/step_counters.o \
 	src/http/http_addresses.o \
 	src/http/http_request.o \
 	src/http/http_response.o \
@@ -24,6 +25,7 @@ OBJS = \
 	src/store/direct_write.o \
 	src/store/step_lock.o \
 	src/store/step_store.o \
+	src/store/step_counters_json.o \
 	src/store/step_probe.o \
 	src/store/outcome_json.o \
 	src/store/replay_cache.o \

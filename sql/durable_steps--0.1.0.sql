@@ -632,3 +632,83 @@ CREATE FUNCTION durable_steps.ds_serve_this_database() RETURNS void
     AS 'MODULE_PATHNAME', 'ds_serve_this_database' LANGUAGE C;
 REVOKE ALL ON FUNCTION durable_steps.ds_serve_this_database() FROM PUBLIC;
 SELECT durable_steps.ds_serve_this_database();
+
+-- Numbers for operators (docs/operations.md, "Numbers for operators"). The counters since the
+-- server started live in shared memory (ds_step_counters, a glance at them); the steps and runs
+-- in flight are counted through the indexes that hold exactly them (steps_due_idx: pending,
+-- retrying and running steps; runs_due_idx and runs_running_idx), never through the history.
+-- Queue names and counts of every role: for pg_monitor and durable_steps_admin. SECURITY
+-- DEFINER to read the tables, with a pinned search_path; enable_seqscan off so that a plan
+-- made before the table was analyzed still reads the partial indexes.
+CREATE FUNCTION durable_steps.ds_step_counters() RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_step_counters' LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION durable_steps.ds_step_counters() FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.ds_stats(
+        OUT metric text, OUT queue text, OUT kind text, OUT label text, OUT value double precision)
+    RETURNS SETOF record
+    LANGUAGE sql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+    AS $$
+WITH c AS (SELECT durable_steps.ds_step_counters() AS j),
+live AS (
+    SELECT s.queue, s.kind, s.status, pg_catalog.count(*) AS n,
+           pg_catalog.count(*) FILTER (WHERE s.status OPERATOR(pg_catalog.<>) 'running'
+               AND s.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) AS due,
+           pg_catalog.min(s.next_attempt_at) FILTER (WHERE s.status OPERATOR(pg_catalog.<>) 'running'
+               AND s.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) AS oldest_due
+      FROM durable_steps.steps s
+     WHERE s.next_attempt_at IS NOT NULL
+     GROUP BY s.queue, s.kind, s.status),
+live_runs AS (
+    SELECT r.status,
+           CASE WHEN r.status OPERATOR(pg_catalog.<>) 'waiting' THEN NULL
+                WHEN r.wait_event IS NOT NULL OR r.wait_reason LIKE 'event %' THEN 'event'
+                WHEN r.wait_reason LIKE 'sleep %' THEN 'sleep'
+                WHEN r.wait_reason LIKE 'http: %' THEN 'http step'
+                WHEN r.wait_reason LIKE 'retry of step %' THEN 'step retry'
+                WHEN r.wait_reason LIKE 'step % is blocked: %' THEN 'blocked step'
+                WHEN r.wait_reason LIKE 'step %' OR r.wait_reason LIKE 'running step %' THEN 'step'
+                WHEN r.wait_reason LIKE 'queue % is paused' THEN 'paused queue'
+                WHEN r.wait_reason LIKE 'turn %' THEN 'lost turn'
+                ELSE 'other' END AS reason
+      FROM durable_steps.runs r
+     WHERE r.status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}'::text[])
+    UNION ALL
+    SELECT r.status, NULL FROM durable_steps.runs r WHERE r.status OPERATOR(pg_catalog.=) 'running')
+SELECT 'steps', l.queue, l.kind, l.status, l.n::double precision FROM live l
+UNION ALL
+SELECT 'steps_due', l.queue, l.kind, NULL, pg_catalog.sum(l.due)::double precision
+  FROM live l WHERE l.status OPERATOR(pg_catalog.<>) 'running' GROUP BY l.queue, l.kind
+UNION ALL
+SELECT 'oldest_due_seconds', l.queue, l.kind, NULL,
+       coalesce(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()
+                OPERATOR(pg_catalog.-) pg_catalog.min(l.oldest_due)), 0)
+  FROM live l WHERE l.status OPERATOR(pg_catalog.<>) 'running' GROUP BY l.queue, l.kind
+UNION ALL
+SELECT 'runs', NULL, NULL, r.status, pg_catalog.count(*)::double precision
+  FROM live_runs r GROUP BY r.status
+UNION ALL
+SELECT 'runs_waiting', NULL, NULL, r.reason, pg_catalog.count(*)::double precision
+  FROM live_runs r WHERE r.status OPERATOR(pg_catalog.=) 'waiting' GROUP BY r.reason
+UNION ALL
+SELECT m.metric, NULL, k.key, v.key, v.value::text::double precision
+  FROM c, (VALUES ('attempts_total', 'attempts'), ('attempts_last_minute', 'recent'),
+                  ('attempt_outcomes_total', 'outcomes')) m(metric, field),
+       pg_catalog.jsonb_each(c.j OPERATOR(pg_catalog.->) m.field) k,
+       pg_catalog.jsonb_each(k.value) v
+UNION ALL
+SELECT 'lost_attempts_total', NULL, k.key, NULL, k.value::text::double precision
+  FROM c, pg_catalog.jsonb_each(c.j OPERATOR(pg_catalog.->) 'lost') k
+UNION ALL
+SELECT 'http_responses_total', NULL, 'http', h.key, h.value::text::double precision
+  FROM c, pg_catalog.jsonb_each(c.j OPERATOR(pg_catalog.->) 'http') h
+UNION ALL
+SELECT w.metric, NULL, NULL, NULL, (c.j OPERATOR(pg_catalog.->>) w.field)::double precision
+  FROM c, (VALUES ('executors', 'executors'), ('executors_busy', 'executors_busy'),
+                  ('http_workers', 'http_workers'), ('counters_since', 'since')) w(metric, field)
+ WHERE c.j IS NOT NULL
+$$;
+REVOKE ALL ON FUNCTION @extschema@.ds_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ds_stats() TO pg_monitor, durable_steps_admin;

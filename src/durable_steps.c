@@ -21,6 +21,7 @@
 #include "worker/worker.h"
 #include "worker/worker_session.h"
 #include "ipc/outcome_waits.h"
+#include "ipc/step_counters.h"
 #include "ipc/worker_wakeup.h"
 #include "base/size_limits.h"
 
@@ -46,6 +47,7 @@ _PG_init(void)
 	ds_http_worker_init_module();
 	ds_worker_shmem_init_module();
 	ds_outcome_waits_init_module();
+	ds_step_counters_init_module();
 	ds_launcher_init_module();
 	ds_role_guard_init_module();
 	ds_size_limits_init_module();

@@ -32,6 +32,8 @@
 #include "store/direct_write.h"
 #include "store/step_store.h"
 #include "base/policy.h"
+#include "base/ds_errcodes.h"
+#include "ipc/step_counters.h"
 
 
 #define STEP_KEY_WHERE \
@@ -488,11 +490,26 @@ insert_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o, bool
 	insert_attempt_by(rec, attempt, o, by_worker ? EXECUTOR_WORKER : EXECUTOR_CALLER, claimed_at);
 }
 
+/*
+ * Every recorded attempt passes here, with the status it leaves its step in: counted for
+ * ds_stats() if the transaction commits (step_counters.h).
+ */
+static void
+count_attempt(const StepRecord *rec, const AttemptOutcome *o)
+{
+	StaticAssertStmt(STEP_CANCELLED + 1 == DS_COUNTED_STATUSES,
+					 "the counted statuses are the step statuses");
+	ds_count_attempt_at_commit(rec->kind, o->cls,
+							   o->cls != ATTEMPT_COMPLETED && o->sqlerrcode == ERRCODE_DS_INVOCATION_LOST,
+							   (int) rec->status);
+}
+
 void
 ds_store_update_step_insert_operator_attempt(StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
 	ds_store_update_step(rec);
 	insert_attempt_by(rec, attempt, o, EXECUTOR_OPERATOR, 0);
+	count_attempt(rec, o);
 }
 
 /* A deferred step: its row only, no attempt yet. */
@@ -513,6 +530,7 @@ ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt, const Atte
 {
 	ds_store_insert_step(rec);
 	insert_attempt(rec, attempt, o, false, 0);
+	count_attempt(rec, o);
 }
 
 /* Every column but the key, from the record. */
@@ -547,6 +565,7 @@ ds_store_update_step_insert_attempt(StepRecord *rec, int attempt, const AttemptO
 {
 	ds_store_update_step(rec);
 	insert_attempt(rec, attempt, o, false, 0);
+	count_attempt(rec, o);
 }
 
 void
@@ -581,4 +600,5 @@ ds_store_finish_claimed_attempt(StepRecord *rec, int attempt, TimestampTz claime
 		rec->attempt_started_at = 0;
 	}
 	ds_store_update_step(rec);
+	count_attempt(rec, o);
 }

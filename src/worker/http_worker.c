@@ -51,6 +51,7 @@
 #include "http/http_request.h"
 #include "http/http_transfer.h"
 #include "ipc/served_databases.h"
+#include "ipc/step_counters.h"
 #include "ipc/worker_wakeup.h"
 #include "steps/step_exec.h"
 #include "store/step_lock.h"
@@ -325,6 +326,12 @@ advance_transfers(void)
 
 		dlist_delete(&attempt->node);
 		n_in_flight--;
+
+		/*
+		 * (ds_stats(): the responses the receivers gave, whatever is recorded
+		 * of them)
+		 */
+		ds_count_http_response(transfer->resp.status);
 		dlist_push_tail(&finished_attempts, &attempt->node);
 		n_finished++;
 	}
