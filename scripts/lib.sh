@@ -15,9 +15,10 @@
 DS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # bison, flex and zlib1g-dev build the other PostgreSQL majors from their release sources
-# (scripts/pg-build).
+# (scripts/pg-build); prometheus-postgres-exporter serves the metrics of monitoring/ (TAP 081).
 DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgresql-15-cron
-             libipc-run-perl make gcc python3 perl ca-certificates bison flex zlib1g-dev)
+             libipc-run-perl make gcc python3 perl ca-certificates bison flex zlib1g-dev
+             prometheus-postgres-exporter)
 
 # The PostgreSQL to build and test against: PG_CONFIG when the caller names one (scripts/test
 # --pg N sets it for each major of the matrix; a user's own packages are picked the same way),
