@@ -101,9 +101,11 @@ for my $k (qw(workdir runner bindir))
 # Sizes and bounds: --short stays well under a minute on a 2-CPU machine.
 my %cfg = $opt{short}
   ? (trials => 3, steps => 40, clients => 4, gap_min => 0.15, gap_max => 0.5,
-	fault_window => 6, calls_deadline => 40, settle_timeout => 40, http_share => 0.25, runs => 5)
+	fault_window => 6, calls_deadline => 40, settle_timeout => 40, http_share => 0.25, runs => 5,
+	idem_keys => 6, waited => 4)
   : (trials => 20, steps => 150, clients => 6, gap_min => 0.2, gap_max => 0.9,
-	fault_window => 25, calls_deadline => 120, settle_timeout => 120, http_share => 0.25, runs => 20);
+	fault_window => 25, calls_deadline => 120, settle_timeout => 120, http_share => 0.25, runs => 20,
+	idem_keys => 12, waited => 8);
 $cfg{trials}  = $opt{trials}  if defined $opt{trials};
 $cfg{runs}    = $opt{runs}    if defined $opt{runs};
 $cfg{steps}   = $opt{steps}   if defined $opt{steps};
@@ -636,6 +638,17 @@ BEGIN
     END IF;
 END
 \$\$;
+
+-- What the handlers of idempotent requests (ds_idempotent, idem_main) did: one row per
+-- execution that committed, no unique constraint so that a duplicate shows.
+CREATE TABLE fh_idem_effects (
+    id       bigserial PRIMARY KEY,
+    scope    text NOT NULL,
+    key      text NOT NULL,
+    who      text NOT NULL DEFAULT current_user
+);
+GRANT SELECT, INSERT ON fh_idem_effects TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_idem_effects_id_seq TO PUBLIC;
 
 -- The hog's stop sign: a row for its trial's prefix once the other roles' steps have settled.
 CREATE TABLE fh_hog_stop (prefix text PRIMARY KEY);
@@ -1255,6 +1268,82 @@ sub cancel_main
 			(my $e = $err) =~ s/\s+/ /g;
 			print $fh "err\t$st->{run}\t$st->{step}\t$e\n";
 			last;
+		}
+	}
+	print $fh "stat\t$reconnects\n";
+	close $fh;
+	POSIX::_exit(0);
+}
+
+# Idempotent requests (docs/idempotent-requests.md): calls ds_idempotent for each of its keys,
+# in its own order, as $role; the other idempotent sessions call the same keys with the same
+# request, so that duplicates arrive together, in flight and after. The handler inserts its
+# effect and answers its id. A call whose connection was lost is made again (the same request
+# under the same key is idempotent). Writes "ack key status effect replayed" for an answer,
+# "err key sqlstate message" for an error, and "stat reconnects".
+sub idem_main
+{
+	my ($role, $scope, $keys, $outfile, $deadline) = @_;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	$fh->autoflush(1);
+	my $reconnects = 0;
+	my $handler = "WITH e AS (INSERT INTO fh_idem_effects (scope, key) VALUES (" . lit($scope)
+	  . ", \$1->>'key') RETURNING id) SELECT 201, jsonb_build_object('effect', id) FROM e";
+	for my $key (@$keys)
+	{
+		while (1)
+		{
+			if (time() > $deadline)
+			{
+				print $fh "err\t$key\tTIMEOUT\tnot answered before the clients' deadline\n";
+				last;
+			}
+			my ($rc, $out, $err) = psql($role,
+				sprintf("SELECT 'ack', status, body->>'effect', replayed FROM ds_idempotent(%s, %s, %s, %s, wait => '20 s');\n",
+					lit($scope), lit($key), lit(qq({"key": "$key", "amount": 100})), lit($handler)),
+				timeout => 60);
+			if ($out =~ /^ack$US(\d+)$US(\d+)$US([tf])/m) { print $fh "ack\t$key\t$1\t$2\t$3\n"; last }
+			if ($err =~ /ERROR:\s+([0-9A-Z]{5}):\s*([^\n]*)/ && $err !~ $transient_re)
+			{
+				print $fh "err\t$key\t$1\t$2\n";
+				last;
+			}
+			$reconnects++;
+			usleep(50_000 + int rand 150_000);
+		}
+	}
+	print $fh "stat\t$reconnects\n";
+	close $fh;
+	POSIX::_exit(0);
+}
+
+# Waits for steps to stop (docs/steps.md, "Waiting for an outcome"): ds_wait_step on each of its
+# steps, with a 3 s timeout, again and again until an answer says it stopped. A step not created
+# yet, or a lost connection, is asked again. Writes "wait run step status attempt seconds" for
+# every answer, with the seconds the call took in the server, and "stat reconnects".
+sub waiter_main
+{
+	my ($role, $steps, $outfile, $deadline) = @_;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	$fh->autoflush(1);
+	my $reconnects = 0;
+	for my $st (@$steps)
+	{
+		while (time() < $deadline)
+		{
+			my ($rc, $out, $err) = psql($role,
+				sprintf("SELECT clock_timestamp() AS t0 \\gset\nSELECT 'ack', status, attempt, "
+					  . "extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) FROM ds_wait_step(%s, %s, '3 s');\n",
+					lit($st->{run}), lit($st->{step})),
+				timeout => 60);
+			if ($out =~ /^ack$US(\w+)$US(\d+)$US([0-9.]+)/m)
+			{
+				print $fh "wait\t$st->{run}\t$st->{step}\t$1\t$2\t$3\n";
+				last if $1 =~ /^(?:succeeded|failed|blocked|uncertain|cancelled)$/;
+				next;
+			}
+			$reconnects++ unless $err =~ /DS404/;
+			usleep(100_000);
 		}
 	}
 	print $fh "stat\t$reconnects\n";
@@ -2216,6 +2305,30 @@ sub run_trial
 		my $pid = spawn(sub { rearm_main(\@rearm, "$dir/rearm", $deadline) });
 		$child{$pid} = 'rearm';
 	}
+	# idempotent requests: three sessions of the first role call the same keys with the same
+	# request, in their own orders, and one of the second role calls them too (its own keys)
+	my @idem_keys = map { "${prefix}k$_" } 1 .. $cfg{idem_keys};
+	my @idem_sessions = ((map { $ROLES[0] } 1 .. 3), $ROLES[1]);
+	for my $i (0 .. $#idem_sessions)
+	{
+		my @mine = @{ shuffled(@idem_keys) };
+		my $pid = spawn(sub { idem_main($idem_sessions[$i], 'fh', \@mine, "$dir/idem$i", $deadline) });
+		$child{$pid} = "idem$i";
+	}
+	# waits: a session of each role waits for a few of its steps to stop
+	my @waited;
+	for my $r (0 .. $#ROLES)
+	{
+		# (an identity with a tab or a CR, which some HTTP steps have, would not fit a line)
+		my @theirs = grep { $_->{role} eq $ROLES[$r] && "$_->{run}/$_->{step}" =~ m{^[\w/-]+$} } @steps;
+		my @pick = @{ shuffled(@theirs) }[ 0 .. ($cfg{waited} < @theirs ? $cfg{waited} : scalar @theirs) - 1 ];
+		push @waited, [ $ROLES[$r], \@pick ];
+	}
+	for my $w (0 .. $#waited)
+	{
+		my $pid = spawn(sub { waiter_main(@{ $waited[$w] }, "$dir/waiter$w", $deadline) });
+		$child{$pid} = "waiter$w";
+	}
 	my @to_cancel = grep { defined $_->{cancel_at} } @steps;
 	# the timed cancels in one session, in order; each wait for a running attempt in its own
 	my @cancel_groups = ([ grep { !$_->{cancel_running} } @to_cancel ],
@@ -2409,6 +2522,36 @@ sub run_trial
 			$cancel_calls{"$f[1]/$f[2]"} = $f[4] if $f[0] eq 'cancel';
 			$cancel_ack{"$f[1]/$f[2]"} = 'done' if $f[0] eq 'done';
 			push @cancel_errs, "@f[1..$#f]" if $f[0] eq 'err';
+			$reconnects += $f[1] if $f[0] eq 'stat';
+		}
+		close $fh;
+	}
+
+	# idempotent requests: the answers by (role, key), and the calls that got an error
+	my (%idem_acks, @idem_errs);
+	for my $i (0 .. $#idem_sessions)
+	{
+		open my $fh, '<', "$dir/idem$i" or die "$dir/idem$i: $!";
+		while (<$fh>)
+		{
+			chomp;
+			my @f = split /\t/;
+			push @{ $idem_acks{"$idem_sessions[$i]/$f[1]"} }, [ @f[ 2 .. 4 ] ] if $f[0] eq 'ack';
+			push @idem_errs, "$idem_sessions[$i] $f[1]: $f[2] $f[3]" if $f[0] eq 'err';
+			$reconnects += $f[1] if $f[0] eq 'stat';
+		}
+		close $fh;
+	}
+	# waits: every answer, in order, by step
+	my %wait_answers;
+	for my $w (0 .. $#waited)
+	{
+		open my $fh, '<', "$dir/waiter$w" or die "$dir/waiter$w: $!";
+		while (<$fh>)
+		{
+			chomp;
+			my @f = split /\t/;
+			push @{ $wait_answers{"$f[1]/$f[2]"} }, [ @f[ 3 .. 5 ] ] if $f[0] eq 'wait';
 			$reconnects += $f[1] if $f[0] eq 'stat';
 		}
 		close $fh;
@@ -2868,6 +3011,59 @@ sub run_trial
 	}
 	my $hook_exits = keys %hook_ended;
 
+	# ---- idempotent requests: per role and key, at most one handler execution committed; when
+	# any call was answered, exactly one, and every answer is its response, one of them (at most)
+	# not a replay
+	my $effects = rows("SELECT who, key, string_agg(id::text, ',' ORDER BY id) FROM fh_idem_effects "
+		  . "WHERE scope = 'fh' AND key LIKE '$prefix%' GROUP BY who, key");
+	my %effect_ids = map { ("$_->[0]/$_->[1]" => $_->[2]) } @$effects;
+	my ($n_idem_acks, $n_idem_replays) = (0, 0);
+	for my $rk (sort keys %effect_ids)
+	{
+		$v->('idempotent effect', "$rk: the handler's effect committed more than once (ids $effect_ids{$rk})")
+		  if $effect_ids{$rk} =~ /,/;
+	}
+	for my $rk (sort keys %idem_acks)
+	{
+		my @a = @{ $idem_acks{$rk} };
+		$n_idem_acks += @a;
+		$n_idem_replays += grep { $_->[2] eq 't' } @a;
+		my $id = $effect_ids{$rk};
+		if (!defined $id)
+		{
+			$v->('idempotent effect', "$rk: answered " . scalar(@a) . " time(s), but no effect of its handler committed");
+			next;
+		}
+		$v->('idempotent answer', "$rk: answered status $_->[0], effect $_->[1], not the stored response (201, effect $id)")
+		  for grep { $_->[0] != 201 || $_->[1] ne $id } @a;
+		my $fresh = grep { $_->[2] eq 'f' } @a;
+		$v->('idempotent answer', "$rk: $fresh answers say they ran the handler") if $fresh > 1;
+	}
+	# a repeat in flight for longer than the wait (20 s) may be told so (DS409); nothing else
+	$v->('idempotent error', $_) for grep { !/: DS409 / } @idem_errs;
+
+	# ---- waits: an answer before the timeout says the step stopped; a stopped step's answer
+	# matches what it ended as (a succeeded step never changes; another may be re-armed, never
+	# back to an earlier attempt)
+	my %final = map { ("$_->[0]/$_->[1]" => [ $_->[2], $_->[3] ]) } @$steps_rows;
+	my $n_wait_answers = 0;
+	my $stopped_re = qr/^(?:succeeded|failed|blocked|uncertain|cancelled)$/;
+	for my $k (sort keys %wait_answers)
+	{
+		my ($fs, $fa) = @{ $final{$k} || [ '', 0 ] };
+		for my $a (@{ $wait_answers{$k} })
+		{
+			my ($status, $attempt, $secs) = @$a;
+			$n_wait_answers++;
+			$v->('wait', "step $k: ds_wait_step answered $status (attempt $attempt) after ${secs}s, before its 3 s timeout")
+			  if $status !~ $stopped_re && $secs < 2.9;
+			$v->('wait', "step $k: ds_wait_step answered succeeded at attempt $attempt; it ended $fs at attempt $fa")
+			  if $status eq 'succeeded' && ($fs ne 'succeeded' || $fa != $attempt);
+			$v->('wait', "step $k: ds_wait_step answered $status at attempt $attempt; it ended at attempt $fa")
+			  if $status =~ $stopped_re && $fa < $attempt;
+		}
+	}
+
 	# a client that died, or left no closing line: its calls' fate is unknown to the harness
 	for my $c (0 .. $nc - 1)
 	{
@@ -2908,6 +3104,7 @@ sub run_trial
 	  . "http %d: succeeded %d failed %d uncertain %d blocked %d, %d charges, %d lost; HTTP worker hit %d (%d in flight) | "
 	  . "stubborn hooks %d (sql %d, http %d): %d struck, %d executor(s) ended in a hook | "
 	  . "runs %d: succeeded %d failed %d cancelled %d/%d, %d turns, %d run steps (succeeded %d failed %d cancelled %d) | "
+	  . "idempotent %d keys x %d sessions: %d answers (%d replayed), %d effects | waits %d answers on %d steps | "
 	  . "%sreconnects %d | %s%.1fs (settle %.1fs) | %s\n",
 	  $t, $cfg{trials}, $tseed, $n_plain, scalar @runs, $calls_n, $dups, $nfaults, $fdesc, $mid,
 	  $status_n{succeeded} || 0, $status_n{failed} || 0, $status_n{blocked} || 0,
@@ -2917,6 +3114,8 @@ sub run_trial
 	  $n_stub_sql + $n_stub_http, $n_stub_sql, $n_stub_http, $stub_struck, $hook_exits,
 	  scalar @runs, $run_n{succeeded} || 0, $run_n{failed} || 0, $run_n{cancelled} || 0, scalar @runs_to_cancel,
 	  $run_turns, $n_run_steps, $run_step_n{succeeded} || 0, $run_step_n{failed} || 0, $run_step_n{cancelled} || 0,
+	  scalar @idem_keys, scalar @idem_sessions, $n_idem_acks, $n_idem_replays, scalar keys %effect_ids,
+	  $n_wait_answers, scalar keys %wait_answers,
 	  $hogdesc, $reconnects, $sbdesc, time() - $t0, $settle_time,
 	  $nviol ? "$nviol VIOLATION(S)" : 'ok';
 	for my $check (sort keys %viol)
