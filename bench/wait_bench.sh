@@ -107,15 +107,19 @@ q "SELECT 'latency ratio (p50 polling / p50 ds_wait_step): ' ||
            / nullif((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) FROM lat WHERE kind = 'wait'), 0)::numeric, 1)"
 
 # ---- many waiters -----------------------------------------------------------------------------
-# CPU ticks of the server's processes (the postmaster's children)
+# CPU ticks of the server's processes (the postmaster's children), one "pid ticks" line each
 server_ticks() {
-	local pm total=0 p t
+	local pm p t
 	pm="$(head -n 1 "$PGDATA_DIR/postmaster.pid")"
 	for p in $(pgrep -P "$pm"); do
-		t="$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)"
-		total=$((total + t))
+		t="$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null)" && [[ -n "$t" ]] && echo "$p $t"
 	done
-	echo "$total"
+}
+
+# The ticks the processes present in both readings used between them: a process read only at
+# the end would count its whole life
+ticks_between() {
+	awk 'NR == FNR { before[$1] = $2; next } ($1 in before) { sum += $2 - before[$1] } END { print sum + 0 }' "$1" "$2"
 }
 
 many() {
@@ -131,9 +135,11 @@ many() {
 		psql_db -At -c "$sql" >"$WORK/$run.$k" &
 	done
 	until [[ "$(waiting_sessions "/* $run */")" == "$WAITERS" ]]; do sleep 0.05; done
-	t0="$(server_ticks)"
+	server_ticks >"$WORK/ticks0"
 	sleep "$SLEEP_S"
-	t1="$(server_ticks)"
+	server_ticks >"$WORK/ticks1"
+	t0=0
+	t1="$(ticks_between "$WORK/ticks0" "$WORK/ticks1")"
 	start="$(q "SELECT extract(epoch FROM clock_timestamp())")"
 	q "SELECT count(*) FROM generate_series(1, $WAITERS) g, ds_cancel_step('$run', 's' || g)" >/dev/null
 	wait

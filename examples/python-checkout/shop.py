@@ -1,0 +1,99 @@
+"""The checkout service of the example: POST /checkout with an Idempotency-Key header.
+
+Flask over SQLAlchemy (Core) and psycopg2, all from Debian's packages. One request:
+
+1. ds_idempotent() stores, under the client's key, the request and the response of a handler
+   that creates the charge as an HTTP step (ds_http_step): the response (202, the order) commits
+   with the step, and a repeat of the request replays it without running the handler again. A
+   repeat while the first is in flight waits for it (wait => 10 s); another request under the
+   key is refused (DS422 -> 422).
+2. ds_wait_step() waits, in one statement, for the charge's outcome: no LISTEN (which a
+   transaction-mode PgBouncer cannot carry), no polling loop.
+
+Every SQL text goes to the server as a bind parameter, never spliced into a statement: SQLAlchemy's
+text() rewrites `:name` and psycopg2 rewrites `%s`, so the handler's own `$1` and the step
+SQL must reach durable_steps untouched.
+
+Run: DATABASE_URL=postgresql://app@127.0.0.1:6432/shop CHARGE_URL='http://127.0.0.1:8000/charge/{key}' \
+         python3 shop.py 5000
+"""
+import json
+import os
+import sys
+
+from flask import Flask, jsonify, request
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import DBAPIError
+
+import durable_steps_errors as dse
+
+# The handler ds_idempotent runs once per key: one statement, $1 the stored request. It creates
+# the charge as an HTTP step whose run_id is the checkout's key, and answers 202 with the order.
+HANDLER = """
+SELECT 202, jsonb_build_object('order', s.run_id)
+  FROM ds_http_step('checkout:' || ($1->>'idempotency_key'), 'charge',
+                    jsonb_build_object(
+                        'method', 'POST',
+                        'url', replace((SELECT value FROM shop_config WHERE name = 'charge_url'),
+                                       '{key}', $1->>'idempotency_key'),
+                        'headers', jsonb_build_object('Content-Type', 'application/json'),
+                        'body', ($1->'body')::text),
+                    policy => '{"max_attempts": 5, "initial_delay": "100 ms"}') s
+"""
+
+# psycopg2 placeholders (%(name)s) are bound by the driver: the handler above is one value
+IDEMPOTENT = text(
+    "SELECT status, body, replayed FROM ds_idempotent('checkout', :key, CAST(:request AS jsonb), "
+    ":handler, wait => '10 s')")
+WAIT = text(
+    "SELECT status, result, error_code, error_message FROM ds_wait_step(:run_id, 'charge', '10 s')")
+
+
+def make_app(database_url, charge_url):
+    # behind PgBouncer in transaction mode every statement here is its own transaction, and
+    # psycopg2 prepares nothing by name: nothing is left on a server connection for another client
+    engine = create_engine(database_url, pool_size=30, max_overflow=10, pool_pre_ping=True,
+                           isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        c.execute(text("CREATE TABLE IF NOT EXISTS shop_config (name text PRIMARY KEY, value text NOT NULL)"))
+        c.execute(text("INSERT INTO shop_config VALUES ('charge_url', :url) "
+                       "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value"), {"url": charge_url})
+
+    app = Flask(__name__)
+
+    @app.errorhandler(dse.DurableStepsError)
+    def durable_steps_error(e):
+        return jsonify(error=e.message, sqlstate=e.sqlstate), e.http_status
+
+    @app.post("/checkout")
+    def checkout():
+        key = request.headers.get("Idempotency-Key", "")
+        if not 1 <= len(key) <= 200:
+            return jsonify(error="an Idempotency-Key header of 1 to 200 characters is required"), 400
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            return jsonify(error="a JSON object is required"), 400
+        stored = {"idempotency_key": key, "body": body}
+        try:
+            with engine.connect() as c:
+                status, answer, replayed = c.execute(
+                    IDEMPOTENT, {"key": key, "request": json.dumps(stored), "handler": HANDLER}).one()
+                run_id = answer["order"]
+                charge = c.execute(WAIT, {"run_id": run_id}).one()
+        except DBAPIError as e:
+            raise dse.from_dbapi(e) from e
+        headers = {"Idempotent-Replayed": "true"} if replayed else {}
+        if charge.status == "succeeded":
+            return jsonify(order=run_id, charged=charge.result["body"]), 201, headers
+        if charge.status in ("failed", "blocked", "uncertain", "cancelled"):
+            return jsonify(order=run_id, status=charge.status, error=charge.error_message), 402, headers
+        # still being charged: the client asks again with the same key
+        return jsonify(order=run_id, status=charge.status), 202, headers
+
+    return app
+
+
+if __name__ == "__main__":
+    port = int(sys.argv[1])
+    app = make_app(os.environ["DATABASE_URL"], os.environ["CHARGE_URL"])
+    app.run(host="127.0.0.1", port=port, threaded=True)
