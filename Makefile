@@ -10,6 +10,7 @@ OBJS = \
 	src/base/step_kind.o \
 	src/base/sql_text.o \
 	src/base/subtransaction.o \
+	src/base/cron_schedule.o \
 	src/ipc/served_databases.o \
 	src/ipc/worker_wakeup.o \
 	src/ipc/claim_size.o \

@@ -16,7 +16,7 @@ DS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # bison, flex and zlib1g-dev build the other PostgreSQL majors from their release sources
 # (scripts/pg-build).
-DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgresql-15-cron
+DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgresql-15-cron python3-croniter
              libipc-run-perl make gcc python3 perl ca-certificates bison flex zlib1g-dev)
 
 # The PostgreSQL to build and test against: PG_CONFIG when the caller names one (scripts/test

@@ -626,6 +626,12 @@ CREATE VIEW @extschema@.ds_idempotency_keys WITH (security_barrier) AS
      WHERE pg_catalog.pg_has_role(i.owner::pg_catalog.oid, 'USAGE');
 GRANT SELECT ON @extschema@.ds_idempotency_keys TO PUBLIC;
 
+-- Schedules (docs/schedules.md): pg_cron's schedule syntax, evaluated in UTC as pg_cron 1.4 does.
+-- The slots of a schedule in [from, to], earliest first.
+CREATE FUNCTION @extschema@.ds_cron_slots(schedule text, "from" timestamptz, "to" timestamptz)
+    RETURNS SETOF timestamptz
+    AS 'MODULE_PATHNAME', 'ds_cron_slots' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE ROWS 100;
+
 -- The background worker serves every database in which the extension is installed (docs/worker.md): this tells the launcher, once the CREATE EXTENSION commits, to start this
 -- database's executors. Without the library preloaded it does nothing.
 CREATE FUNCTION durable_steps.ds_serve_this_database() RETURNS void
