@@ -50,6 +50,7 @@ OBJS = \
 	src/runs/run_turn.o \
 	src/runs/runs.o \
 	src/runs/waits.o \
+	src/schedules/schedules.o \
 	src/worker/worker_session.o \
 	src/worker/http_outcomes.o \
 	src/worker/step_claims.o \
