@@ -408,6 +408,7 @@ typedef struct CronSlotScan
 	CronSchedule schedule;
 	TimestampTz from;
 	TimestampTz to;
+	bool		ascending;		/* from <= to when the scan began */
 } CronSlotScan;
 
 static TimestampTz
@@ -444,20 +445,21 @@ ds_cron_slots(PG_FUNCTION_ARGS)
 		ds_cron_parse(text_to_cstring(PG_GETARG_TEXT_PP(0)), &scan->schedule);
 		scan->from = finite_arg(fcinfo, 1, "from");
 		scan->to = finite_arg(fcinfo, 2, "to");
+		scan->ascending = scan->from <= scan->to;
 		funcctx->user_fctx = scan;
 		MemoryContextSwitchTo(old);
 	}
 	funcctx = SRF_PERCALL_SETUP();
 	scan = funcctx->user_fctx;
-	if (scan->from <= scan->to)
+	if (scan->ascending)
 	{
-		if (ds_cron_next(&scan->schedule, scan->from, scan->to, &slot))
+		if (scan->from <= scan->to && ds_cron_next(&scan->schedule, scan->from, scan->to, &slot))
 		{
 			scan->from = slot + USECS_PER_MINUTE;
 			SRF_RETURN_NEXT(funcctx, TimestampTzGetDatum(slot));
 		}
 	}
-	else if (ds_cron_prev(&scan->schedule, scan->to, scan->from, &slot))
+	else if (scan->from >= scan->to && ds_cron_prev(&scan->schedule, scan->to, scan->from, &slot))
 	{
 		scan->from = slot - USECS_PER_MINUTE;
 		SRF_RETURN_NEXT(funcctx, TimestampTzGetDatum(slot));
