@@ -211,7 +211,7 @@ read_special(CronReader *r, CronSchedule *s)
 	if (strcmp(word, "hourly") == 0)
 		s->hours = 0xFFFFFF;
 	else if (strcmp(word, "daily") == 0 || strcmp(word, "midnight") == 0)
-		 /* every day */ ;
+		s->days_star = false;	/* every day at midnight: the defaults */
 	else if (strcmp(word, "weekly") == 0)
 	{
 		s->days_star = true;
@@ -247,8 +247,11 @@ mentions_seconds(const char *text)
 void
 ds_cron_parse(const char *text, CronSchedule *out)
 {
-	CronReader	r = {text, text};
+	CronReader	r;
 	bool		star;
+
+	r.text = text;
+	r.p = text;
 
 	memset(out, 0, sizeof(*out));
 	while (is_blank(*r.p))

@@ -293,7 +293,10 @@ ds_schedule(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("ds_schedule()");
 	PreventCommandIfParallelMode("ds_schedule()");
 
-	/* stored as a qualified signature: the firing's search_path cannot change it */
+	/*
+	 * stored as a qualified signature: the firing's search_path cannot change
+	 * it
+	 */
 	if (workflow)
 		workflow = format_procedure_qualified(ds_resolve_workflow(workflow));
 	else
@@ -444,7 +447,10 @@ start_slot(const char *nsp, const char *job_name, const ScheduleRow *row, Timest
 	args[2] = CStringGetTextDatum(row->workflow ? row->workflow : row->sql);
 	args[3] = JsonbPGetDatum(row->input);
 
-	/* the slot's identity is its key: a run or step under it, of any input, is the slot's */
+	/*
+	 * the slot's identity is its key: a run or step under it, of any input,
+	 * is the slot's
+	 */
 	rc = SPI_execute_with_args(row->workflow ?
 							   psprintf("SELECT EXISTS (SELECT FROM %s.ds_runs WHERE run_id OPERATOR(pg_catalog.=) %s)",
 										nsp, key) :
@@ -533,7 +539,10 @@ ds_schedule_fire(PG_FUNCTION_ARGS)
 	ds_cron_parse(row.schedule, &parsed);
 	nsp = quote_identifier(own_schema(fcinfo));
 
-	/* the latest slot, however late the firing; then the backfill's, none before creation */
+	/*
+	 * the latest slot, however late the firing; then the backfill's, none
+	 * before creation
+	 */
 	has_latest = ds_cron_prev(&parsed, row.created_at, fired_at, &latest);
 	lower = Max(row.created_at, minus_interval(fired_at, row.backfill));
 	SPI_connect();
