@@ -23,7 +23,7 @@ plan skip_all => "pg_cron is not installed for this PostgreSQL ($pkglibdir/pg_cr
 my $node = worker_node('schedule',
 	"shared_preload_libraries = 'pg_cron,durable_steps'\n"
 	  . "cron.database_name = 'postgres'\ncron.use_background_workers = on\n"
-	  . "max_worker_processes = 32\ndurable_steps.database = 'postgres'\n");
+	  . "max_worker_processes = 32\ndurable_steps.database = 'postgres'\ndurable_steps.max_workers = 1\n");
 $node->safe_psql('postgres', q{
 CREATE EXTENSION pg_cron;
 CREATE EXTENSION durable_steps;
