@@ -51,8 +51,8 @@ my $first = row_of($node, 'postgres', qq{SELECT run_id, input, owner::text AS ow
        run_id = ds_key('schedule', '$job_lit', (input->>'scheduled_at')::timestamptz) AS keyed
   FROM ds_runs WHERE run_key LIKE 'schedule:%' ORDER BY created_at LIMIT 1});
 is($first->{owner}, 'alice', 'the run is alice\'s');
-is($first->{on_time}, 't', 'the run is for the slot of the minute it fired in');
-is($first->{keyed}, 't', 'its run id is ds_key(\'schedule\', job_name, slot)');
+is($first->{on_time}, 'true', 'the run is for the slot of the minute it fired in');
+is($first->{keyed}, 'true', 'its run id is ds_key(\'schedule\', job_name, slot)');
 like($first->{input}, qr/^\{"k": 1, "scheduled_at": "\d{4}-\d\d-\d\dT\d\d:\d\d:00Z"\}$/,
 	'its input is the schedule\'s with the slot as scheduled_at');
 ok(poll_until($node, 'postgres', q{SELECT count(*) > 0 FROM cron.job_run_details WHERE status = 'succeeded'}),
