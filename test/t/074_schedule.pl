@@ -59,10 +59,11 @@ ok(poll_until($node, 'postgres', q{SELECT count(*) > 0 FROM cron.job_run_details
 	'pg_cron recorded the firing as succeeded');
 
 # a duplicate firing for the same slot (30 s into its minute) starts nothing
-my $slot = $node->safe_psql('postgres', qq{SELECT input->>'scheduled_at' FROM ds_runs WHERE run_id = '$first->{run_id}'});
+(my $rid_lit = $first->{run_id}) =~ s/'/''/g;
+my $slot = $node->safe_psql('postgres', qq{SELECT input->>'scheduled_at' FROM ds_runs WHERE run_id = '$rid_lit'});
 is(psql_as_ok($node, 'alice', qq{SELECT ds_schedule_fire('$job_lit', '$slot'::timestamptz + interval '30 s')}),
 	'0', 'a second firing for the same slot starts nothing');
-is($node->safe_psql('postgres', qq{SELECT count(*) FROM ds_runs WHERE run_key = '$first->{run_id}'}),
+is($node->safe_psql('postgres', qq{SELECT count(*) FROM ds_runs WHERE run_key = '$rid_lit'}),
 	'1', 'the slot has one run');
 
 # firings at chosen times, of a schedule made older than it is (as if the server had been down):
