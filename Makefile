@@ -10,6 +10,7 @@ OBJS = \
 	src/base/step_kind.o \
 	src/base/sql_text.o \
 	src/base/subtransaction.o \
+	src/base/cron_schedule.o \
 	src/ipc/served_databases.o \
 	src/ipc/worker_wakeup.o \
 	src/ipc/claim_size.o \
@@ -51,6 +52,7 @@ OBJS = \
 	src/runs/run_turn.o \
 	src/runs/runs.o \
 	src/runs/waits.o \
+	src/schedules/schedules.o \
 	src/worker/worker_session.o \
 	src/worker/http_outcomes.o \
 	src/worker/step_claims.o \

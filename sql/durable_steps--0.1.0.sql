@@ -626,6 +626,63 @@ CREATE VIEW @extschema@.ds_idempotency_keys WITH (security_barrier) AS
      WHERE pg_catalog.pg_has_role(i.owner::pg_catalog.oid, 'USAGE');
 GRANT SELECT ON @extschema@.ds_idempotency_keys TO PUBLIC;
 
+-- Schedules (docs/schedules.md): pg_cron's schedule syntax, evaluated in UTC as pg_cron 1.4 does.
+-- The slots of a schedule in [from, to], earliest first.
+CREATE FUNCTION @extschema@.ds_cron_slots(schedule text, "from" timestamptz, "to" timestamptz)
+    RETURNS SETOF timestamptz
+    AS 'MODULE_PATHNAME', 'ds_cron_slots' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE ROWS 100;
+
+-- A schedule of a role: a pg_cron job (jobid, named job_name, run as the owner) whose every
+-- firing starts, for each slot of the schedule it is for, a run of the workflow or a deferred step
+-- of the SQL, keyed by ds_key('schedule', job_name, slot). Job names are unique in the database:
+-- the slots' keys are made of them.
+CREATE TABLE durable_steps.schedules (
+    job_name      text COLLATE "C" PRIMARY KEY,
+    owner         regrole NOT NULL,
+    schedule      text NOT NULL,
+    -- the workflow's qualified signature, or the SQL of the step: exactly one
+    workflow      text,
+    sql           text,
+    input         jsonb NOT NULL,
+    backfill      interval NOT NULL,
+    jobid         bigint NOT NULL,
+    -- no slot before it is started; scheduling the name again sets it anew
+    created_at    timestamptz NOT NULL,
+    -- the latest slot a firing was for, and when it fired
+    last_slot     timestamptz,
+    last_fired_at timestamptz,
+    CHECK ((workflow IS NULL) <> (sql IS NULL))
+);
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.schedules', '');
+
+CREATE FUNCTION @extschema@.ds_schedule(
+        job_name text,
+        schedule text,
+        workflow text DEFAULT NULL,
+        input jsonb DEFAULT '{}',
+        sql text DEFAULT NULL,
+        backfill interval DEFAULT '0')
+    RETURNS bigint
+    AS 'MODULE_PATHNAME', 'ds_schedule' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_unschedule(job_name text) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'ds_unschedule' LANGUAGE C VOLATILE;
+-- The command of a schedule's pg_cron job; its owner may also call it (fired_at: not after now).
+CREATE FUNCTION @extschema@.ds_schedule_fire(job_name text, fired_at timestamptz DEFAULT NULL)
+    RETURNS integer
+    AS 'MODULE_PATHNAME', 'ds_schedule_fire' LANGUAGE C VOLATILE;
+
+-- A role sees its own schedules (and those of the roles it is a member of), nobody else's.
+CREATE VIEW @extschema@.ds_schedules WITH (security_barrier) AS
+    SELECT s.job_name, s.schedule, s.workflow, s.sql, s.input, s.backfill, s.owner, s.jobid,
+           s.created_at, s.last_slot, s.last_fired_at,
+           (SELECT @extschema@.ds_cron_slots(s.schedule,
+                       GREATEST(s.created_at, pg_catalog.clock_timestamp()),
+                       pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) interval '10 years')
+             LIMIT 1) AS next_slot
+      FROM durable_steps.schedules s
+     WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE');
+GRANT SELECT ON @extschema@.ds_schedules TO PUBLIC;
+
 -- The background worker serves every database in which the extension is installed (docs/worker.md): this tells the launcher, once the CREATE EXTENSION commits, to start this
 -- database's executors. Without the library preloaded it does nothing.
 CREATE FUNCTION durable_steps.ds_serve_this_database() RETURNS void

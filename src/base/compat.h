@@ -86,6 +86,15 @@
 #define ds_proc_aclcheck(proc_oid, role_oid, mode) pg_proc_aclcheck((proc_oid), (role_oid), (mode))
 #endif
 
+/* A privilege on a schema: 16 folded pg_namespace_aclcheck() into object_aclcheck(). */
+#if PG_VERSION_NUM >= 160000
+#define ds_namespace_aclcheck(nsp_oid, role_oid, mode) \
+	object_aclcheck(NamespaceRelationId, (nsp_oid), (role_oid), (mode))
+#else
+#define ds_namespace_aclcheck(nsp_oid, role_oid, mode) \
+	pg_namespace_aclcheck((nsp_oid), (role_oid), (mode))
+#endif
+
 /*
  * An index scan without instrumentation: 18 added the instrumentation argument, 19 the scan
  * option flags.

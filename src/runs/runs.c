@@ -36,6 +36,7 @@
 #include "store/step_store.h"
 #include "ipc/worker_wakeup.h"
 #include "base/size_limits.h"
+#include "runs/runs.h"
 
 PG_FUNCTION_INFO_V1(ds_start_run);
 PG_FUNCTION_INFO_V1(ds_cancel_run);
@@ -72,13 +73,9 @@ run_id_arg(FunctionCallInfo fcinfo)
 	return run_id_text(fcinfo, 0, "run_id");
 }
 
-/*
- * The workflow named by `name`: a signature ("checkout(text, jsonb)") or a name, which then
- * means the one taking (text, jsonb). It must be a plain function or procedure of that
- * signature, returning one value, and the caller must be allowed to execute it.
- */
-static Oid
-resolve_workflow(const char *name)
+/* (runs.h) */
+Oid
+ds_resolve_workflow(const char *name)
 {
 	LOCAL_FCINFO(lookup, 1);
 	const char *signature = strchr(name, '(') ? name : psprintf("%s(text, jsonb)", name);
@@ -191,7 +188,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 	 * the stored name is the qualified signature: the search_path of later
 	 * turns cannot change it
 	 */
-	workflow = format_procedure_qualified(resolve_workflow(workflow));
+	workflow = format_procedure_qualified(ds_resolve_workflow(workflow));
 	run_id = run_key ? run_key : generated_run_id();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "ds_start_run must return a composite type");
