@@ -31,6 +31,7 @@ CREATE ROLE alice LOGIN;
 CREATE ROLE bob LOGIN;
 CREATE ROLE carol LOGIN;
 GRANT USAGE ON SCHEMA cron TO alice, bob;
+GRANT CREATE ON SCHEMA public TO bob;
 CREATE FUNCTION tick(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT input $$;
 });
 ok(executors_running($node, 1), 'an executor is running');
@@ -58,18 +59,19 @@ like($first->{input}, qr/^\{"k": 1, "scheduled_at": "\d{4}-\d\d-\d\dT\d\d:\d\d:0
 ok(poll_until($node, 'postgres', q{SELECT count(*) > 0 FROM cron.job_run_details WHERE status = 'succeeded'}),
 	'pg_cron recorded the firing as succeeded');
 
-# a duplicate firing for the same slot (30 s into its minute) starts nothing
+# a duplicate firing for the same slot (up to 30 s into its minute, never later than now) starts
+# nothing
 (my $rid_lit = $first->{run_id}) =~ s/'/''/g;
 my $slot = $node->safe_psql('postgres', qq{SELECT input->>'scheduled_at' FROM ds_runs WHERE run_id = '$rid_lit'});
-is(psql_as_ok($node, 'alice', qq{SELECT ds_schedule_fire('$job_lit', '$slot'::timestamptz + interval '30 s')}),
+is(psql_as_ok($node, 'alice', qq{SELECT ds_schedule_fire('$job_lit', least('$slot'::timestamptz + interval '30 s', now()))}),
 	'0', 'a second firing for the same slot starts nothing');
 is($node->safe_psql('postgres', qq{SELECT count(*) FROM ds_runs WHERE run_key = '$rid_lit'}),
 	'1', 'the slot has one run');
 
 # firings at chosen times, of a schedule made older than it is (as if the server had been down):
-# created at M - 29:30, every minute, backfill 5 minutes
+# created at M - 29:30 (M: a whole hour, an hour ago), every minute, backfill 5 minutes
 psql_as_ok($node, 'alice', q{SELECT ds_schedule('bf', '* * * * *', 'tick', backfill => '5 minutes')});
-my $m = $node->safe_psql('postgres', q{SELECT date_trunc('minute', now()) - interval '1 hour'});
+my $m = $node->safe_psql('postgres', q{SELECT date_trunc('hour', now()) - interval '1 hour'});
 $node->safe_psql('postgres', qq{UPDATE durable_steps.schedules SET created_at = '$m'::timestamptz - interval '29 min 30 s' WHERE job_name = 'bf'});
 my $slots = sub {
 	return $node->safe_psql('postgres', qq{SELECT string_agg(to_char((input->>'scheduled_at')::timestamptz - '$m'::timestamptz, 'MI'), ',' ORDER BY input->>'scheduled_at')
