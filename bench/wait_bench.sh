@@ -108,12 +108,12 @@ q "SELECT 'latency ratio (p50 polling / p50 ds_wait_step): ' ||
 
 # ---- many waiters -----------------------------------------------------------------------------
 # CPU ticks of the server's processes (the postmaster's children), one "pid ticks" line each
+# (one awk over every /proc/PID/stat: a process per reading would take seconds on a loaded machine)
 server_ticks() {
-	local pm p t
+	local pm files=()
 	pm="$(head -n 1 "$PGDATA_DIR/postmaster.pid")"
-	for p in $(pgrep -P "$pm"); do
-		t="$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null)" && [[ -n "$t" ]] && echo "$p $t"
-	done
+	for p in $(pgrep -P "$pm"); do files+=("/proc/$p/stat"); done
+	awk '{print $1, $14 + $15}' "${files[@]}" 2>/dev/null || true
 }
 
 # The ticks the processes present in both readings used between them: a process read only at
@@ -135,9 +135,14 @@ many() {
 		psql_db -At -c "$sql" >"$WORK/$run.$k" &
 	done
 	until [[ "$(waiting_sessions "/* $run */")" == "$WAITERS" ]]; do sleep 0.05; done
+	local w0 w1 secs
+	w0="$(date +%s.%N)"
 	server_ticks >"$WORK/ticks0"
 	sleep "$SLEEP_S"
+	w1="$(date +%s.%N)"
 	server_ticks >"$WORK/ticks1"
+	# the seconds between the two readings, as they were taken (the sleep, and a reading's time)
+	secs="$(awk -v a="$w0" -v b="$w1" 'BEGIN {print b - a}')"
 	t0=0
 	t1="$(ticks_between "$WORK/ticks0" "$WORK/ticks1")"
 	start="$(q "SELECT extract(epoch FROM clock_timestamp())")"
@@ -147,7 +152,7 @@ many() {
 	end="$(q "SELECT extract(epoch FROM '$end'::timestamptz)")"
 	printf '%-14s %d sessions: server CPU while they waited %.1f%% of one CPU; all answered %.0f ms after the cancelling statement began\n' \
 		"$([[ $kind == wait ]] && echo ds_wait_step || echo "polling ${POLL_MS}ms")" "$WAITERS" \
-		"$(awk -v a="$t0" -v b="$t1" -v s="$SLEEP_S" 'BEGIN {print (b - a) / s}')" \
+		"$(awk -v a="$t0" -v b="$t1" -v s="$secs" -v hz="$(getconf CLK_TCK)" 'BEGIN {print 100 * (b - a) / hz / s}')" \
 		"$(awk -v a="$start" -v b="$end" 'BEGIN {print (b - a) * 1000}')"
 }
 echo "waiters: $WAITERS sessions for $SLEEP_S s"
