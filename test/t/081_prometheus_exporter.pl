@@ -2,7 +2,8 @@
 # the query file shipped in monitoring/, connected as a role in pg_monitor, serves the
 # durable_steps_* metrics on its /metrics page: counters of attempts, outcomes, lost attempts and
 # HTTP responses, the steps in flight and due, runs, workers -- each with the figures ds_stats()
-# gives for a known mix of steps, and a counter that moves when more steps run.
+# gives for a known mix of steps, and a counter that moves when more steps run. The Grafana
+# dashboard beside the query file graphs only metrics the exporter serves.
 
 use strict;
 use warnings;
@@ -13,6 +14,7 @@ use DurableSteps::Http;
 use DurableSteps::Test;
 use HTTP::Tiny;
 use IO::Socket::INET;
+use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -37,6 +39,16 @@ $node->safe_psql('postgres', qq{SET ROLE app;
 SELECT ds_http_step('web', 'ok', '{"method": "POST", "url": "@{[$p->url('ok')]}"}');
 });
 is(settle_http($node, 'web', 'ok'), 'succeeded', 'the HTTP step succeeded');
+# and a run waiting for an event
+$node->safe_psql('postgres', q{
+CREATE FUNCTION waits(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN ds_await_event('wait', 'go');
+END $$;
+SELECT ds_start_run('waits', '{}', 'waiter');
+});
+ok(poll_until($node, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'waiter'}, 'waiting'),
+	'the run waits for its event');
 
 # a free loopback port for the exporter
 my $port = do
@@ -110,6 +122,15 @@ is($m->{'durable_steps_due_steps{kind="sql",queue="paused"}'}, 1, 'due_steps: it
 cmp_ok($m->{'durable_steps_due_oldest_seconds{kind="sql",queue="paused"}'} // 0, '>=', 60, 'due_oldest_seconds: for a minute');
 is($m->{'durable_steps_workers_executors'}, 1, 'workers_executors: one executor');
 is($m->{'durable_steps_workers_http_workers'}, 1, 'workers_http_workers: the HTTP worker');
+is($m->{'durable_steps_runs_in_flight{status="waiting"}'}, 1, 'runs_in_flight: the waiting run');
+is($m->{'durable_steps_runs_waiting_runs{reason="event"}'}, 1, 'runs_waiting_runs: it waits for an event');
+
+# the Grafana dashboard shipped beside the query file graphs only metrics the exporter serves
+my $dashboard = decode_json(slurp_file("$FindBin::RealBin/../../monitoring/grafana-dashboard.json"));
+my %served = map { /^([a-z_]+)/ ? ($1 => 1) : () } keys %$m;
+my @queried = map { $_->{expr} =~ /\b(durable_steps_[a-z_]+)/g } map { @{ $_->{targets} } } @{ $dashboard->{panels} };
+ok(@queried >= 9, 'the dashboard queries the metrics (' . scalar(@queried) . ' of them)');
+is(join(', ', grep { !$served{$_} } @queried), '', 'every metric the dashboard queries is served');
 
 # more steps: the counter moves at the next scrape
 $node->safe_psql('postgres', q{SET ROLE app; SELECT ds_run_step('mix', 'more-' || i, 'SELECT 1') FROM generate_series(1, 5) i});
