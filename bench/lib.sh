@@ -12,6 +12,9 @@
 #   bench_stop RC           in the caller's EXIT trap: stops the server if it runs and, when RC
 #                           is not 0, shows the end of its log
 #   as_cluster_owner CMD..  runs CMD as the account that owns the cluster
+#   bench_positive VAR..    dies unless each named variable holds a positive integer
+#   bench_on_exit           the EXIT trap of a driver with nothing else to clean up: ends its
+#                           background jobs, stops the server, removes WORK
 
 # initdb refuses root: as root, the cluster runs as an unprivileged account
 RUNAS=()
@@ -63,4 +66,19 @@ bench_stop() {
 		echo "$BENCH_NAME: failed (status $1); last lines of the server log:" >&2
 		tail -n 25 "$LOG" >&2 || true
 	fi
+}
+
+bench_positive() {
+	local v
+	for v in "$@"; do
+		[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
+	done
+}
+
+bench_on_exit() {
+	local rc=$?
+	jobs -p | xargs -r kill 2>/dev/null || true
+	bench_stop "$rc"
+	[[ -n "${WORK:-}" ]] && rm -rf "$WORK"
+	exit "$rc"
 }

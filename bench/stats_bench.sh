@@ -27,20 +27,10 @@ HISTORY="${HISTORY:-1000000}"
 ACTIVE="${ACTIVE:-1000}"
 BATCH="${BATCH:-1000}"
 REPS="${REPS:-20}"
-for v in HISTORY ACTIVE BATCH REPS; do
-	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
-done
 # shellcheck source=bench/lib.sh
 . "$HERE/lib.sh"
-
-cleanup() {
-	local rc=$?
-	jobs -p | xargs -r kill 2>/dev/null || true
-	bench_stop "$rc"
-	[[ -n "${WORK:-}" ]] && rm -rf "$WORK"
-	exit "$rc"
-}
-trap cleanup EXIT
+bench_positive HISTORY ACTIVE BATCH REPS
+trap bench_on_exit EXIT
 
 bench_workdir
 bench_initdb C.UTF-8

@@ -34,20 +34,10 @@ SAMPLES="${SAMPLES:-200}"
 POLL_MS="${POLL_MS:-10}"
 WAITERS="${WAITERS:-200}"
 SLEEP_S="${SLEEP_S:-5}"
-for v in SAMPLES POLL_MS WAITERS SLEEP_S; do
-	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
-done
 # shellcheck source=bench/lib.sh
 . "$HERE/lib.sh"
-
-cleanup() {
-	local rc=$?
-	jobs -p | xargs -r kill 2>/dev/null || true
-	bench_stop "$rc"
-	[[ -n "${WORK:-}" ]] && rm -rf "$WORK"
-	exit "$rc"
-}
-trap cleanup EXIT
+bench_positive SAMPLES POLL_MS WAITERS SLEEP_S
+trap bench_on_exit EXIT
 
 bench_workdir
 bench_initdb C.UTF-8
