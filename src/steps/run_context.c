@@ -106,8 +106,10 @@ ds_turn_visit(const char *step_id)
 	if (!turn.active)
 		return;
 	foreach(lc, turn.visited)
+	{
 		if (strcmp((const char *) lfirst(lc), step_id) == 0)
 			return;
+	}
 	old = MemoryContextSwitchTo(turn.cxt);
 	turn.visited = lappend(turn.visited, pstrdup(step_id));
 	MemoryContextSwitchTo(old);
