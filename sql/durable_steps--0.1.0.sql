@@ -93,7 +93,7 @@ CREATE TABLE durable_steps.steps (
     -- what the step is: written once (a re-arm may replace input and fingerprint)
     run_id          text COLLATE "C" NOT NULL,
     step_id         text COLLATE "C" NOT NULL,
-    kind            text NOT NULL DEFAULT 'sql',            -- 'sql' | 'http' | 'sleep' | 'event'
+    kind            text NOT NULL DEFAULT 'sql',            -- 'sql' | 'http' | 'sleep' | 'event' | 'patch'
     sql             text,
     input           jsonb,
     request         jsonb,
@@ -552,6 +552,9 @@ CREATE FUNCTION @extschema@.ds_await_event(step_id text, name text, timeout inte
     AS 'MODULE_PATHNAME', 'ds_await_event' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_emit_event(name text, payload jsonb DEFAULT NULL) RETURNS boolean
     AS 'MODULE_PATHNAME', 'ds_emit_event' LANGUAGE C VOLATILE;
+-- Changing a workflow while runs are in flight (docs/runs.md, "Changing a workflow")
+CREATE FUNCTION @extschema@.ds_patched(change_id text) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'ds_patched' LANGUAGE C VOLATILE;
 
 -- Waiting without polling (docs/steps.md, "Waiting for a step"): one statement each, woken by
 -- the commit that stops the step or the run.

@@ -10,6 +10,7 @@ const StepKindInfo ds_step_kinds[N_STEP_KINDS] = {
 	[STEP_KIND_HTTP] = {.name = "http",.sent_by_http_worker = true,.acts_outside = true},
 	[STEP_KIND_SLEEP] = {.name = "sleep"},
 	[STEP_KIND_EVENT] = {.name = "event"},
+	[STEP_KIND_PATCH] = {.name = "patch"},
 };
 
 StepKind

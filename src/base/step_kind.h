@@ -17,10 +17,12 @@ typedef enum StepKind
 								 * executor */
 	STEP_KIND_HTTP,				/* a request, sent by the HTTP worker */
 	STEP_KIND_SLEEP,			/* a run's ds_sleep: its record only */
-	STEP_KIND_EVENT				/* a run's ds_await_event: its record only */
+	STEP_KIND_EVENT,			/* a run's ds_await_event: its record only */
+	STEP_KIND_PATCH				/* a run's ds_patched: its answer, recorded
+								 * once */
 } StepKind;
 
-#define N_STEP_KINDS (STEP_KIND_EVENT + 1)
+#define N_STEP_KINDS (STEP_KIND_PATCH + 1)
 
 typedef struct StepKindInfo
 {

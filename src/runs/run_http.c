@@ -94,6 +94,8 @@ ds_http(PG_FUNCTION_ARGS)
 
 	if (ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL))
 	{
+		ds_turn_visit(step_id);
+
 		/*
 		 * another role's step is 42501; another definition (or a SQL step) is
 		 * DS422

@@ -55,6 +55,7 @@ PG_FUNCTION_INFO_V1(ds_step);
 PG_FUNCTION_INFO_V1(ds_sleep);
 PG_FUNCTION_INFO_V1(ds_await_event);
 PG_FUNCTION_INFO_V1(ds_emit_event);
+PG_FUNCTION_INFO_V1(ds_patched);
 
 #define MAX_NAME_CHARS 255
 
@@ -300,6 +301,7 @@ ds_step(PG_FUNCTION_ARGS)
 		check_new_step_args(fcinfo);
 		suspend_for_attempt(step_id, args, nulls);
 	}
+	ds_turn_visit(step_id);
 	if (probe.status == STEP_SUCCEEDED && probe.attempt_base == 0 &&
 		probe.owner == GetUserId() && probe.kind == STEP_KIND_SQL && !PG_ARGISNULL(1) &&
 		probe.on_success == NULL && probe.on_failure == NULL &&
@@ -429,6 +431,7 @@ read_wait_step(const char *run_id, const char *step_id, StepKind kind, StepRecor
 	if (!ds_store_lock_step(run_id, step_id, rec))
 		return false;
 	ds_step_check_owner(rec);
+	ds_turn_visit(step_id);
 	if (rec->kind != kind)
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_STEP_CONFLICT),
@@ -653,6 +656,62 @@ ds_await_event(PG_FUNCTION_ARGS)
 	PG_RETURN_NULL();
 }
 
+/* How many steps run `run_id` has recorded, of every kind. */
+static int64
+recorded_steps(const char *run_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(run_id)};
+	StoreSpi	spi;
+	bool		isnull;
+	int64		n;
+	int			rc;
+
+	ds_store_spi_begin(&spi);
+	rc = SPI_execute_plan(ds_prepare_kept(&plan,
+										  "SELECT pg_catalog.count(*) FROM durable_steps.steps"
+										  " WHERE run_id OPERATOR(pg_catalog.=) $1", 1, types),
+						  args, NULL, true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "counting the steps of run %s failed", run_id);
+	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	ds_store_spi_end(&spi);
+	return n;
+}
+
+/*
+ * ds_patched(change_id) -> boolean (docs/runs.md, "Changing a workflow"): whether this run takes
+ * the code of change `change_id`. The first time a run reaches the call, the answer is true
+ * when the run's history goes no further than this point -- every step it has recorded was
+ * found by a call of this turn before it, so the run reaches the change as new code -- and false
+ * when it recorded steps this turn has not reached yet: its history went past this point under
+ * the code before the change, which it must replay. The answer is recorded as a step of kind
+ * `patch` named `change_id` (after the turn, as a wait is), and every later turn answers it.
+ */
+Datum
+ds_patched(PG_FUNCTION_ARGS)
+{
+	const char *run_id = ds_turn_require("ds_patched", NULL);
+	char	   *step_id = name_arg(fcinfo, 0, "change_id");
+	StepRecord	rec;
+	TurnSuspension work;
+
+	if (read_wait_step(run_id, step_id, STEP_KIND_PATCH, &rec))
+	{
+		char	   *patched = ds_jsonb_field_text(rec.result, "patched", NULL);
+
+		if (patched == NULL)
+			elog(ERROR, "patch step %s/%s has no answer", run_id, step_id);
+		PG_RETURN_BOOL(strcmp(patched, "true") == 0);
+	}
+	wait_work(&work, TURN_WORK_PATCH, step_id, psprintf("patch %s", step_id));
+	work.patched = recorded_steps(run_id) <= ds_turn_visited();
+	work.wake_at = GetCurrentTimestamp();
+	ds_turn_suspend_for_work(&work);
+	PG_RETURN_NULL();
+}
+
 void
 ds_turn_record_wait(const char *run_id, TurnSuspension *work)
 {
@@ -702,6 +761,16 @@ ds_turn_record_wait(const char *run_id, TurnSuspension *work)
 				rec.error_message = psprintf("event %s was not emitted in time", work->event);
 			}
 			ds_store_update_step(&rec);
+			break;
+		case TURN_WORK_PATCH:
+			wait_step_record(&rec, run_id, work->step_id, STEP_KIND_PATCH, work->owner, work->search_path);
+			rec.status = STEP_SUCCEEDED;
+			rec.result = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+															CStringGetDatum(work->patched ?
+																			"{\"patched\": true}" :
+																			"{\"patched\": false}")));
+			rec.finished_at = rec.created_at;
+			ds_store_insert_step(&rec);
 			break;
 		default:
 			elog(ERROR, "not a wait to record");

@@ -35,6 +35,8 @@ static struct
 	Oid			owner;
 	TurnSuspension suspension;
 	MemoryContext cxt;
+	List	   *visited;		/* the run's steps this turn's calls found
+								 * recorded (ds_turn_visit) */
 }			turn;
 
 /* What the executor handed to the ds_run_step of the step its turn runs now. */
@@ -91,7 +93,32 @@ ds_turn_begin(const char *run_id, Oid owner)
 	memset(&turn.suspension, 0, sizeof(turn.suspension));
 	turn.run_id = MemoryContextStrdup(turn.cxt, run_id);
 	turn.owner = owner;
+	turn.visited = NIL;
 	turn.active = true;
+}
+
+void
+ds_turn_visit(const char *step_id)
+{
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (!turn.active)
+		return;
+	foreach(lc, turn.visited)
+	{
+		if (strcmp((const char *) lfirst(lc), step_id) == 0)
+			return;
+	}
+	old = MemoryContextSwitchTo(turn.cxt);
+	turn.visited = lappend(turn.visited, pstrdup(step_id));
+	MemoryContextSwitchTo(old);
+}
+
+int
+ds_turn_visited(void)
+{
+	return list_length(turn.visited);
 }
 
 void
@@ -185,6 +212,7 @@ ds_turn_release(void)
 		MemoryContextReset(turn.cxt);
 	memset(&turn.suspension, 0, sizeof(turn.suspension));
 	turn.run_id = NULL;
+	turn.visited = NIL;
 	unrecorded.n = 0;
 }
 

@@ -29,8 +29,10 @@ typedef enum TurnWork
 								 * `payload` */
 	TURN_WORK_EVENT_TIMEOUT,	/* record event step `step_id` failed: timed
 								 * out */
-	TURN_WORK_HTTP				/* create HTTP step `step_id` (ds_http_step
+	TURN_WORK_HTTP,				/* create HTTP step `step_id` (ds_http_step
 								 * call in step_call) */
+	TURN_WORK_PATCH				/* record patch step `step_id` answering
+								 * `patched` */
 } TurnWork;
 
 /* How a turn ended when a call in it had to wait or had work to do. */
@@ -54,6 +56,7 @@ typedef struct TurnSuspension
 								 * none */
 	char	   *payload;		/* TURN_WORK_EVENT_DONE: jsonb text, NULL =
 								 * SQL NULL */
+	bool		patched;		/* TURN_WORK_PATCH */
 	Oid			owner;			/* the role the workflow called as */
 	char	   *search_path;
 } TurnSuspension;
@@ -84,6 +87,13 @@ pg_noreturn extern void ds_turn_suspend(bool blocked, TimestampTz wake_at, const
  * here like a suspension, and leave the work in `work` (its strings are copied). Never returns.
  */
 pg_noreturn extern void ds_turn_suspend_for_work(const TurnSuspension *work);
+
+/*
+ * A call of the turn found step `step_id` of its run recorded (a replay, a wait, a patch): the
+ * run's history reaches at least that far. ds_turn_visited: how many distinct steps so far.
+ */
+extern void ds_turn_visit(const char *step_id);
+extern int	ds_turn_visited(void);
 
 /* After the turn's transaction ended: forget the turn (its suspension and work). */
 extern void ds_turn_release(void);
