@@ -16,9 +16,10 @@
  *     and fast ones a thousand at a time.
  *
  * The pace is the queue's, as this executor last saw it within PACE_MEMORY_MS. A claim whose pace
- * is not known -- a queue's first, or its first after a pause -- takes FIRST_CLAIM_SIZE: a burst
- * of slow steps is then spread over the executors, and a backlog of fast ones reaches full-size
- * claims with its second claim. A pace learnt on fast steps still sizes the claim that meets the
+ * is not known -- a queue's first, or its first after a pause -- takes the caller's first size
+ * (claim_size.h): one step, so that a burst of slow steps is spread over the executors at once
+ * (three 20-second steps on two executors end by +40 s, not +60 s), and a backlog of fast ones
+ * reaches full-size claims with its second claim. A pace learnt on fast steps still sizes the claim that meets the
  * first of a run of slow steps in the same queue without a pause in between: keep steps of very
  * different durations in different queues (docs/queues.md).
  */
@@ -34,8 +35,6 @@
 
 /* Work one claim should hold, at the recent pace. */
 #define CLAIM_BUDGET_MS 100
-/* Size of a claim whose pace is not known yet. */
-#define FIRST_CLAIM_SIZE 10
 /* Share of the server's lock table all executors' claims may hold together: 1/LOCK_TABLE_PART. */
 #define LOCK_TABLE_PART 4
 /* How long a queue's pace is remembered after its last claim. */
@@ -78,13 +77,13 @@ pace_known(const QueuePace *e, TimestampTz now)
 }
 
 int
-ds_claim_size(const ClaimSizer *sizer, const char *queue, int most)
+ds_claim_size(const ClaimSizer *sizer, const char *queue, int most, int first)
 {
 	const QueuePace *pace = entry_of(sizer, queue);
 	int			size = Min(most, ds_claim_lock_share());
 
 	if (!pace_known(pace, GetCurrentTimestamp()))
-		size = Min(size, FIRST_CLAIM_SIZE);
+		size = Min(size, first);
 	else if (pace->usecs_per_item * size > CLAIM_BUDGET_MS * 1000.0)
 		size = (int) (CLAIM_BUDGET_MS * 1000.0 / Max(pace->usecs_per_item, 1.0));
 	return Max(size, 1);

@@ -26,11 +26,21 @@ typedef struct ClaimSizer
 } ClaimSizer;
 
 /*
+ * The size of a claim whose pace is not known yet. Steps: one, because a step may take a second
+ * or an hour, and each one an executor claims waits for that executor while another may be idle.
+ * Run turns: a few, because a turn runs until its workflow waits, most often for a step, which
+ * the turn leaves to a claim of its own.
+ */
+#define FIRST_STEP_CLAIM_SIZE 1
+#define FIRST_TURN_CLAIM_SIZE 10
+
+/*
  * How many items the next claim from `queue` may take: at most `most` (durable_steps.batch_size),
  * at most this executor's share of the server's lock table (each claimed item holds a lock until
- * its outcome commits), and about CLAIM_BUDGET_MS of work at the queue's recent pace. At least 1.
+ * its outcome commits), and about CLAIM_BUDGET_MS of work at the queue's recent pace, or `first`
+ * when the pace is not known. At least 1.
  */
-extern int	ds_claim_size(const ClaimSizer *sizer, const char *queue, int most);
+extern int	ds_claim_size(const ClaimSizer *sizer, const char *queue, int most, int first);
 
 /* A claim of n items of `queue` ran from `started` until now: update the queue's pace. */
 extern void ds_claim_size_ran(ClaimSizer *sizer, const char *queue, int n, TimestampTz started);

@@ -431,7 +431,7 @@ claim_from_queue(const ClaimSizer *sizer, const DueQueue *q, int limit, int offs
 				 TimestampTz now, const Oid *passed_owners, int n_passed_owners, char **run_ids,
 				 char **step_ids, ItemPointerData *tids, int *n, int *skipped)
 {
-	int			capacity = ds_claim_size(sizer, q->name, limit);
+	int			capacity = ds_claim_size(sizer, q->name, limit, FIRST_STEP_CLAIM_SIZE);
 	QueueHolders holders = {0};
 
 	if (q->concurrency > 0)

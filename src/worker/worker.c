@@ -737,7 +737,7 @@ claim_and_run_turns(void)
 	 * the runs held at once: about a claim's worth of work at their recent
 	 * pace
 	 */
-	capacity = ds_claim_size(&turn_claims, TURN_QUEUE, batch_size);
+	capacity = ds_claim_size(&turn_claims, TURN_QUEUE, batch_size, FIRST_TURN_CLAIM_SIZE);
 	n_held = ds_claim_due_runs(capacity, pass_cxt, &held);
 	ds_worker_commit();
 	if (n_held == 0)
