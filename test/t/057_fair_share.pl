@@ -107,9 +107,11 @@ ok(poll_until($node, 'postgres', q{SELECT status FROM ds_steps WHERE run_id = 'm
 		'succeeded'),
 	"mallory's step succeeds once let go");
 
-# 5. Steps just under a second each, one after another in a batch, hold an executor as long as one
-#    slow step: mallory's ten in each of two queues make both executors busy, and alice's step
-#    runs in an extra executor before mallory's are done.
+# 5. Steps just under a second each, due in a row: a claim takes one of them at a time (a queue's
+#    first claim takes one step, and a claim at their pace holds about 100 ms of work), so no
+#    executor holds a row of them, and alice's step, due after mallory's twenty, runs between
+#    them in one of the database's own executors, long before mallory's are done; no executor
+#    is busy, and no extra executor starts.
 $offset = log_offset($node);
 $node->safe_psql('postgres', q{
 SET ROLE mallory;
@@ -117,8 +119,9 @@ SELECT ds_run_step('m', 'short-' || q || '-' || i, 'SELECT pg_sleep(0.6)', defer
                    queue => 'n' || q)
   FROM generate_series(1, 2) q, generate_series(1, 10) i;
 });
-is(poll_log($node, $offset, qr/extra worker \d+ started in database "postgres"/), 1,
-	"mallory's short steps in a row make both executors busy: an extra executor starts");
+ok(poll_until($node, 'postgres',
+		q{SELECT count(*) > 0 FROM ds_steps WHERE run_id = 'm' AND step_id LIKE 'short-%' AND status = 'running'}),
+	"mallory's short steps run");
 $node->safe_psql('postgres', q{
 SET ROLE alice;
 SELECT ds_run_step('a', 'between', 'SELECT 1', defer => true);
@@ -129,18 +132,28 @@ ok(poll_until($node, 'postgres', q{SELECT status FROM ds_steps WHERE run_id = 'a
 is($node->safe_psql('postgres', q{
 SELECT (SELECT p.backend_type FROM ds_attempts a JOIN pg_stat_activity p ON p.pid = a.backend_pid
          WHERE a.run_id = 'a' AND a.step_id = 'between') || ' / ' ||
-       (SELECT count(*) < 20 FROM ds_steps WHERE run_id = 'm' AND step_id LIKE 'short-%'
-           AND status = 'succeeded')}),
-	'durable_steps extra worker / true',
-	"... in the extra executor, while mallory's short steps still run");
+       (SELECT count(*) <= 14 FROM ds_attempts m, ds_attempts a
+         WHERE m.run_id = 'm' AND m.step_id LIKE 'short-%' AND a.run_id = 'a' AND a.step_id = 'between'
+           AND m.finished_at <= a.finished_at)}),
+	'durable_steps worker / true',
+	"... in one of the database's own executors, with at least six of mallory's short steps still to run");
 ok(poll_until($node, 'postgres',
 		q{SELECT count(*) FROM ds_steps WHERE run_id = 'm' AND step_id LIKE 'short-%' AND status = 'succeeded'},
 		'20'),
 	"mallory's short steps all succeed");
+is($node->safe_psql('postgres', q{
+SELECT count(*) FROM ds_attempts a JOIN ds_attempts b
+    ON b.run_id = 'm' AND b.step_id LIKE 'short-%' AND b.backend_pid = a.backend_pid
+   AND b.step_id <> a.step_id AND b.claimed_at >= a.claimed_at AND b.claimed_at < a.finished_at
+ WHERE a.run_id = 'm' AND a.step_id LIKE 'short-%'}),
+	'0', 'no executor claimed one of them before the one it ran had finished');
+is(count_matches(log_since($node, $offset), qr/extra worker \d+ started/), 0,
+	'no extra executor started for them');
 
-# 6. A limited queue's last slot: a queue of concurrency 3, paused while mallory's six slow steps
+# 6. A limited queue's last slot: a queue of concurrency 2, paused while mallory's six slow steps
 #    and then alice's step (due after them, at the same priority) are stored, then opened.
-#    Mallory's take two slots, alice's step the third, and mallory's third step takes it after.
+#    Mallory's first takes one slot, alice's step the second (mallory holds all the others), and
+#    mallory's second takes it after.
 $holder->query_ok('SELECT pg_advisory_lock(5004);');
 $node->safe_psql('postgres', q{
 SELECT ds_set_queue('shared', 0);
@@ -153,19 +166,19 @@ $node->safe_psql('postgres', q{
 SET ROLE alice;
 SELECT ds_run_step('a', 'shared', 'SELECT 1', defer => true, queue => 'shared');
 });
-$node->safe_psql('postgres', q{SELECT ds_set_queue('shared', 3)});
+$node->safe_psql('postgres', q{SELECT ds_set_queue('shared', 2)});
 ok(poll_until($node, 'postgres', q{SELECT status FROM ds_steps WHERE run_id = 'a' AND step_id = 'shared'},
 		'succeeded'),
-	"limited queue: alice's step succeeds, behind four of mallory's due steps");
+	"limited queue: alice's step succeeds, behind five of mallory's due steps");
 ok(poll_until($node, 'postgres',
 		q{SELECT count(*) FROM ds_steps WHERE run_id = 'm' AND step_id LIKE 'shared-%' AND status = 'running'},
-		'3'),
-	"limited queue: then mallory's steps fill the queue's three slots");
+		'2'),
+	"limited queue: then mallory's steps fill the queue's two slots");
 is($node->safe_psql('postgres', q{
 SELECT count(*) FROM durable_steps.steps m
  WHERE m.run_id = 'm' AND m.step_id LIKE 'shared-%' AND m.status = 'running'
    AND m.updated_at > (SELECT started_at FROM ds_attempts WHERE run_id = 'a' AND step_id = 'shared')}),
-	'1', "limited queue: one of mallory's running steps was claimed after alice's attempt began, two before");
+	'1', "limited queue: one of mallory's running steps was claimed after alice's attempt began, one before");
 $holder->query_ok('SELECT pg_advisory_unlock(5004);');
 ok(poll_until($node, 'postgres',
 		q{SELECT count(*) FROM ds_steps WHERE run_id = 'm' AND step_id LIKE 'shared-%' AND status = 'succeeded'},
