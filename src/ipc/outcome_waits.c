@@ -133,15 +133,21 @@ ds_outcome_wait(const char *run_id, int64 timeout_ms, bool (*done) (void *arg), 
 	ConditionVariablePrepareToSleep(cv);
 	for (;;)
 	{
-		long		remaining;
+		TimestampTz remaining_us;
 
 		finished = done(arg);
 		if (finished)
 			break;
-		remaining = (long) ((deadline - GetCurrentTimestamp()) / 1000);
-		if (remaining <= 0)
+		remaining_us = deadline - GetCurrentTimestamp();
+		if (remaining_us <= 0)
 			break;
-		(void) ConditionVariableTimedSleep(cv, remaining, PG_WAIT_EXTENSION);
+
+		/*
+		 * rounded up: a wait never answers before the time it was given has
+		 * passed
+		 */
+		(void) ConditionVariableTimedSleep(cv, (long) ((remaining_us + 999) / 1000),
+										   PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
 	return finished;
