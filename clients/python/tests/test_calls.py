@@ -85,8 +85,7 @@ class Calls(unittest.TestCase):
 
     def test_http_step_and_wait_step(self):
         run, tag = uid("http"), uid("charge")
-        request = {"method": "POST", "url": charge_url(tag), "headers": {"Content-Type": "application/json"},
-                   "body": '{"amount": 100}'}
+        request = {"method": "POST", "url": charge_url(tag), "json": {"amount": 100}, "expect": "json"}
         created = ds.http_step(self.conn, run, "charge", request, policy={"max_attempts": 3},
                                timeout=10)
         self.assertIsInstance(created, ds.StepResult)
@@ -94,7 +93,7 @@ class Calls(unittest.TestCase):
         done = ds.wait_step(self.conn, run, "charge", datetime.timedelta(seconds=20))
         self.assertEqual(done.status, "succeeded", done)
         self.assertEqual(done.result["status"], 200)
-        self.assertIsInstance(done.result["body"], dict)
+        self.assertEqual(done.result["body"]["charged"], tag)
         self.assertEqual(provider_counts()["charges"].get(tag), 1)
         # a repeat creates nothing and sends nothing
         repeat = ds.http_step(self.conn, run, "charge", request)

@@ -1,6 +1,7 @@
 """The Flask decorator, served by Flask's own server (werkzeug, threaded) on 127.0.0.1."""
 import concurrent.futures
 import json
+import logging
 import threading
 import unittest
 import urllib.error
@@ -19,6 +20,7 @@ CONCURRENT = 20
 
 
 def make_app(pool):
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)    # no line per request
     app = Flask(__name__)
     calls = {"flaky": 0, "plain": 0}
 
@@ -32,7 +34,7 @@ def make_app(pool):
         with ds.flask.connection(pool) as conn:
             ds.http_step(conn, order, "charge", {
                 "method": "POST", "url": charge_url(key, "fault=delay&secs=1"),
-                "headers": {"Content-Type": "application/json"}, "body": json.dumps(request.get_json())})
+                "json": request.get_json(), "expect": "json"})
         with ds.flask.connection(pool) as conn:
             charge = ds.wait_step(conn, order, "charge", 20)
         if not charge.succeeded:
@@ -103,6 +105,7 @@ class FlaskDecorator(unittest.TestCase):
         self.assertEqual(sorted({a[0] for a in answers}), [201], answers)
         self.assertEqual({a[1]["order"] for a in answers}, {"pyclient-order:" + key})
         self.assertEqual(len({json.dumps(a[1], sort_keys=True) for a in answers}), 1)
+        self.assertEqual(answers[0][1]["charged"]["charged"], key)
         fresh = [a for a in answers if a[2] != "true"]
         self.assertEqual(len(fresh), 1, answers)
         self.assertEqual(provider_counts()["charges"].get(key), 1)
