@@ -55,6 +55,11 @@ def make_app(pool):
         calls["plain"] += 1
         return "not JSON", 200, {"Content-Type": "text/plain"}
 
+    @app.post("/quick")
+    @idempotent_view(pool, "pyclient-quick", wait=0.3)
+    def quick():
+        return {"ran": True}
+
     app.calls = calls
     return app
 
@@ -117,6 +122,28 @@ class FlaskDecorator(unittest.TestCase):
         status, answer, replayed = post(self.base, "/checkout", body, key)
         self.assertEqual((status, replayed), (201, "true"))
         self.assertEqual(provider_counts()["charges"].get(key), 1)
+
+    def test_in_flight_past_wait_is_409(self):
+        # the key held by a request still running (here: held by begin, as the decorator holds it)
+        key = uid("flask-held")
+        with ds.flask.connection(self.pool) as conn:
+            held = ds.idempotent_begin(conn, "pyclient-quick", key, {
+                "method": "POST", "path": "/quick", "query": "", "body": {"a": 1}})
+        self.assertEqual(held.state, "new")
+        req = urllib.request.Request(self.base + "/quick", data=b'{"a": 1}', method="POST",
+                                     headers={"Content-Type": "application/json", "Idempotency-Key": key})
+        with self.assertRaises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(req, timeout=30)
+        self.assertEqual((caught.exception.code, caught.exception.headers.get("Retry-After")), (409, "1"))
+        self.assertEqual(json.load(caught.exception)["sqlstate"], "DS409")
+        # once the holder finishes, the same request (whitespace aside) is its replay
+        with ds.flask.connection(self.pool) as conn:
+            ds.idempotent_finish(conn, "pyclient-quick", key, held.token, 201, {"ran": "elsewhere"})
+        req = urllib.request.Request(self.base + "/quick", data=b'{ "a" : 1 }', method="POST",
+                                     headers={"Content-Type": "application/json", "Idempotency-Key": key})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            self.assertEqual((r.status, json.load(r), r.headers.get("Idempotent-Replayed")),
+                             (201, {"ran": "elsewhere"}, "true"))
 
     def test_header_required(self):
         status, answer, _ = post(self.base, "/checkout", {"item": "book"})
