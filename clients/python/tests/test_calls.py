@@ -1,6 +1,7 @@
 """Every call against the real cluster: its typed result, and the arguments passed as values."""
 import datetime
 import threading
+import time
 import unittest
 import uuid
 
@@ -232,8 +233,18 @@ class Errors(unittest.TestCase):
                     got["step"] = ds.run_step(other, run, "s", "SELECT 7")
             waiter = threading.Thread(target=call)
             waiter.start()
-            waiter.join(0.5)
-            self.assertTrue(waiter.is_alive(), "the second call waits for the holding transaction")
+            # the second call waits on the holder's lock (seen in pg_stat_activity), not done
+            deadline = time.monotonic() + 20
+            waiting = False
+            while not waiting and time.monotonic() < deadline:
+                with self.conn.cursor() as cur:
+                    cur.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                "AND query LIKE '%%ds_run_step%%' AND query LIKE %s", ("%" + run + "%",))
+                    waiting = cur.fetchone()[0] == 1
+                if not waiting:
+                    time.sleep(0.02)
+            self.assertTrue(waiting, "the second call waits for the holding transaction")
+            self.assertTrue(waiter.is_alive())
             holder.commit()
             waiter.join(30)
             self.assertEqual(got["step"].result, 7)
