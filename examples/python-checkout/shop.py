@@ -77,7 +77,7 @@ def make_app(database_url, charge_url):
         headers = {"Idempotent-Replayed": "true"} if order.replayed else {}
         if charge.status == "succeeded":
             return jsonify(order=run_id, charged=charge.result["body"]), 201, headers
-        if charge.status in ("failed", "blocked", "uncertain", "cancelled"):
+        if charge.stopped:          # failed, blocked, uncertain or cancelled
             return jsonify(order=run_id, status=charge.status, error=charge.error_message), 402, headers
         # still being charged: the client asks again with the same key
         return jsonify(order=run_id, status=charge.status), 202, headers
