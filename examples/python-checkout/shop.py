@@ -10,22 +10,23 @@ Flask over SQLAlchemy (Core) and psycopg2, all from Debian's packages. One reque
 2. ds_wait_step() waits, in one statement, for the charge's outcome: no LISTEN (which a
    transaction-mode PgBouncer cannot carry), no polling loop.
 
-Every SQL text goes to the server as a bind parameter, never spliced into a statement: SQLAlchemy's
-text() rewrites `:name` and psycopg2 rewrites `%s`, so the handler's own `$1` and the step
-SQL must reach durable_steps untouched.
+The calls go through the Python client of durable_steps (clients/python, the package
+durable_steps) on the DBAPI connection under SQLAlchemy's: it passes every SQL text -- the
+handler here -- as a bound value, never spliced into a statement (SQLAlchemy's text() rewrites
+`:name` and psycopg2 rewrites `%s`, so the handler's own `$1` must reach durable_steps
+untouched), reads the results into dataclasses, and raises the exception class of each
+documented SQLSTATE (durable_steps.Conflict for DS422, ...), which carries its HTTP status.
 
-Run: DATABASE_URL=postgresql://app@127.0.0.1:6432/shop CHARGE_URL='http://127.0.0.1:8000/charge/{key}' \
-         python3 shop.py 5000
+Run: PYTHONPATH=../../clients/python DATABASE_URL=postgresql://app@127.0.0.1:6432/shop \
+         CHARGE_URL='http://127.0.0.1:8000/charge/{key}' python3 shop.py 5000
 """
-import json
 import os
 import sys
 
 from flask import Flask, jsonify, request
 from sqlalchemy import create_engine, text
-from sqlalchemy.exc import DBAPIError
 
-import durable_steps_errors as dse
+import durable_steps as ds
 
 # The handler ds_idempotent runs once per key: one statement, $1 the stored request. It creates
 # the charge as an HTTP step whose run_id is the checkout's key, and answers 202 with the order.
@@ -41,13 +42,6 @@ SELECT 202, jsonb_build_object('order', s.run_id)
                     policy => '{"max_attempts": 5, "initial_delay": "100 ms"}') s
 """
 
-# psycopg2 placeholders (%(name)s) are bound by the driver: the handler above is one value
-IDEMPOTENT = text(
-    "SELECT status, body, replayed FROM ds_idempotent('checkout', :key, CAST(:request AS jsonb), "
-    ":handler, wait => '10 s')")
-WAIT = text(
-    "SELECT status, result, error_code, error_message FROM ds_wait_step(:run_id, 'charge', '10 s')")
-
 
 def make_app(database_url, charge_url):
     # behind PgBouncer in transaction mode every statement here is its own transaction, and
@@ -61,7 +55,7 @@ def make_app(database_url, charge_url):
 
     app = Flask(__name__)
 
-    @app.errorhandler(dse.DurableStepsError)
+    @app.errorhandler(ds.DurableStepsError)
     def durable_steps_error(e):
         return jsonify(error=e.message, sqlstate=e.sqlstate), e.http_status
 
@@ -74,18 +68,16 @@ def make_app(database_url, charge_url):
         if not isinstance(body, dict):
             return jsonify(error="a JSON object is required"), 400
         stored = {"idempotency_key": key, "body": body}
-        try:
-            with engine.connect() as c:
-                status, answer, replayed = c.execute(
-                    IDEMPOTENT, {"key": key, "request": json.dumps(stored), "handler": HANDLER}).one()
-                run_id = answer["order"]
-                charge = c.execute(WAIT, {"run_id": run_id}).one()
-        except DBAPIError as e:
-            raise dse.from_dbapi(e) from e
-        headers = {"Idempotent-Replayed": "true"} if replayed else {}
+        # the DBAPI (psycopg2) connection under SQLAlchemy's, in autocommit: each call is a
+        # transaction; a durable_steps error is raised as its class (the handler above answers it)
+        with engine.connect() as c:
+            order = ds.idempotent(c.connection, "checkout", key, stored, HANDLER, wait="10 s")
+            run_id = order.body["order"]
+            charge = ds.wait_step(c.connection, run_id, "charge", "10 s")
+        headers = {"Idempotent-Replayed": "true"} if order.replayed else {}
         if charge.status == "succeeded":
             return jsonify(order=run_id, charged=charge.result["body"]), 201, headers
-        if charge.status in ("failed", "blocked", "uncertain", "cancelled"):
+        if charge.stopped:          # failed, blocked, uncertain or cancelled
             return jsonify(order=run_id, status=charge.status, error=charge.error_message), 402, headers
         # still being charged: the client asks again with the same key
         return jsonify(order=run_id, status=charge.status), 202, headers

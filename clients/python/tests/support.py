@@ -1,0 +1,44 @@
+"""What the tests share: the connection string of the path under test and the fake provider.
+
+The environment is examples/run-tests' (DS_PGHOST, DS_PGPORT, DS_POOLED_HOST, DS_POOLED_PORT,
+DS_PGDATABASE, DS_PGUSER, DS_PROVIDER_URL); DS_CLIENT_PATH chooses the path: ``direct`` (the
+cluster's socket) or ``pgbouncer`` (PgBouncer in transaction mode).
+"""
+import json
+import os
+import time
+import urllib.request
+
+import psycopg2
+
+PATH = os.environ.get("DS_CLIENT_PATH", "direct")
+PROVIDER = os.environ["DS_PROVIDER_URL"]
+# every identity a run of the tests makes is new: the cluster outlives one run of them
+STAMP = "%s-%d-%d" % (PATH, os.getpid(), int(time.time() * 1000))
+
+
+def dsn() -> str:
+    db, user = os.environ["DS_PGDATABASE"], os.environ["DS_PGUSER"]
+    if PATH == "pgbouncer":
+        return "host=%s port=%s dbname=%s user=%s" % (
+            os.environ["DS_POOLED_HOST"], os.environ["DS_POOLED_PORT"], db, user)
+    return "host=%s port=%s dbname=%s user=%s" % (os.environ["DS_PGHOST"], os.environ["DS_PGPORT"], db, user)
+
+
+def connect(autocommit: bool = True):
+    conn = psycopg2.connect(dsn())
+    conn.autocommit = autocommit
+    return conn
+
+
+def uid(name: str) -> str:
+    return "pyclient-%s-%s" % (STAMP, name)
+
+
+def provider_counts() -> dict:
+    with urllib.request.urlopen(PROVIDER + "/counts", timeout=10) as r:
+        return json.load(r)
+
+
+def charge_url(tag: str, query: str = "") -> str:
+    return "%s/charge/%s%s" % (PROVIDER, tag, ("?" + query) if query else "")
