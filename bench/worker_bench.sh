@@ -347,12 +347,24 @@ poller_stop() {
 	POLLER_PID=
 }
 
-# the counters a drain is measured by: "lsn xact_commit wal_sync checkpoints"
+# the counters a drain is measured by: "lsn xact_commit wal_sync checkpoints". WAL fsyncs are
+# pg_stat_wal's up to 17 and pg_stat_io's from 18; checkpoints pg_stat_bgwriter's up to 16 and
+# pg_stat_checkpointer's from 17.
 counters() {
+	local syncs="(SELECT wal_sync FROM pg_stat_wal)"
+	local checkpoints="(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)"
+	if [ -z "${SERVER_VERSION_NUM:-}" ]; then
+		SERVER_VERSION_NUM=$(q "SHOW server_version_num")
+	fi
+	if [ "$SERVER_VERSION_NUM" -ge 170000 ]; then
+		checkpoints="(SELECT num_timed + num_requested FROM pg_stat_checkpointer)"
+	fi
+	if [ "$SERVER_VERSION_NUM" -ge 180000 ]; then
+		syncs="(SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal')"
+	fi
 	q "SELECT pg_current_wal_lsn(),
 		(SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
-		(SELECT wal_sync FROM pg_stat_wal),
-		(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)"
+		$syncs, $checkpoints"
 }
 
 # measure_drain label n done_sql trigger_fn
