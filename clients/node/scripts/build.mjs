@@ -1,6 +1,7 @@
 // Builds dist/esm (ES modules) and dist/cjs (CommonJS) from src/ with tsc, each with its .d.ts
 // files, and marks each directory's module kind with a package.json of its own: the package's
-// own "type" is unset, so that dist/cjs/*.js are CommonJS and dist/esm/*.js ES modules.
+// own "type" is unset, so that dist/cjs/*.js are CommonJS and dist/esm/*.js ES modules. Then
+// type-checks tests/types.check.{mts,cts}, TypeScript that uses both builds' declarations.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -14,3 +15,4 @@ for (const [config, dir, type] of [['tsconfig.json', 'esm', 'module'], ['tsconfi
     mkdirSync(join(root, 'dist', dir), { recursive: true });
     writeFileSync(join(root, 'dist', dir, 'package.json'), JSON.stringify({ type }) + '\n');
 }
+execFileSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.check.json')], { stdio: 'inherit', cwd: root });
