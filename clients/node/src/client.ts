@@ -58,17 +58,29 @@ export interface StepResult<R = Json> {
     replayed: boolean;
 }
 
-/** An HTTP step's request (docs/http.md, "Request"). */
+/** An HTTP step's request (docs/http.md, "Request"); no other field is allowed (22023). */
 export interface HttpRequest {
-    method?: string;
+    /** GET by default */
+    method?: 'GET' | 'HEAD' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS';
+    /** an http or https URL */
     url: string;
     headers?: Record<string, string>;
-    /** a string is sent as it is; another JSON value as its JSON text */
-    body?: Json;
-    [field: string]: Json | undefined;
+    /** any JSON value, sent as the body with Content-Type: application/json */
+    json?: Json;
+    /** a string sent as the body (text/plain unless headers set a type); not with json */
+    body?: string;
+    /** 'json': the response body is parsed as JSON; 'text' (the default): kept as a string */
+    expect?: 'json' | 'text';
+    /** milliseconds or interval text, at most 5 minutes */
+    connect_timeout?: number | string;
+    retry_on_status?: (number | string)[];
+    fail_on_status?: (number | string)[];
 }
 
-/** An HTTP step's result: the response (docs/http.md). */
+/**
+ * An HTTP step's result: the response (docs/http.md, "Response"): header names in lower case;
+ * the body parsed JSON with expect 'json', else a string (null when empty).
+ */
 export interface HttpResponse<B = Json> {
     status: number;
     headers: Record<string, string>;

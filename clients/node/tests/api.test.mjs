@@ -116,8 +116,7 @@ describe('httpStep and waitStep', () => {
     test('the HTTP worker sends the request once; waitStep answers the response', async () => {
         const tag = env.unique('http');
         const stored = await client.httpStep(tag, 'charge', {
-            method: 'POST', url: `${env.PROVIDER}/charge/${tag}`, headers: { 'Content-Type': 'application/json' },
-            body: JSON.stringify({ amount: 1999 }),
+            method: 'POST', url: `${env.PROVIDER}/charge/${tag}`, json: { amount: 1999 }, expect: 'json',
         }, { timeout: '10 s', policy: { max_attempts: 3, initial_delay: '100 ms' } });
         assert.equal(stored.runId, tag);
         assert.ok(['pending', 'running'].includes(stored.status), stored.status);
@@ -125,14 +124,14 @@ describe('httpStep and waitStep', () => {
         assert.equal(done.status, 'succeeded');
         assert.equal(done.result.status, 200);
         assert.equal(typeof done.result.headers, 'object');
-        const answer = JSON.parse(done.result.body);
-        assert.equal(answer.charged, tag);
-        assert.equal(answer.charge, 1);
+        // expect: 'json' -- the provider's answer parsed: {charged: tag, charge: n, received: body}
+        assert.equal(done.result.body.charged, tag);
+        assert.equal(done.result.body.charge, 1);
+        assert.deepEqual(JSON.parse(done.result.body.received), { amount: 1999 });
         assert.equal((await env.providerCounts()).charges[tag], 1);
         // a repeat of the call answers the stored step, typed
         const repeat = await client.httpStep(tag, 'charge', {
-            method: 'POST', url: `${env.PROVIDER}/charge/${tag}`, headers: { 'Content-Type': 'application/json' },
-            body: JSON.stringify({ amount: 1999 }),
+            method: 'POST', url: `${env.PROVIDER}/charge/${tag}`, json: { amount: 1999 }, expect: 'json',
         }, { timeout: '10 s', policy: { max_attempts: 3, initial_delay: '100 ms' } });
         assert.equal(repeat.replayed, true);
         assert.equal(repeat.result.status, 200);
