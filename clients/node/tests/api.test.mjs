@@ -3,6 +3,7 @@
 // each SQLSTATE the calls raise for real.
 
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 
 import * as ds from 'durable-steps';
@@ -279,6 +280,35 @@ describe('errors of SQLSTATEs raised for real', () => {
 
     test('22023: an empty run id', async () => {
         await rejectsWith(client.runStep('', 's', 'SELECT 1'), ds.InvalidParameterValueError, '22023');
+    });
+
+    test('42501: an HTTP step by a role without durable_steps_http', async () => {
+        // a role of the connection's user that lacks it, taken for one transaction (SET LOCAL
+        // ROLE: nothing stays on the server connection behind PgBouncer)
+        execFileSync('sh', ['-c', env.ADMIN_PSQL], {
+            input: `DO $$ BEGIN
+                        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'node_client_no_http') THEN
+                            CREATE ROLE node_client_no_http NOLOGIN;
+                        END IF;
+                    END $$;
+                    GRANT node_client_no_http TO ${env.connection().user};`,
+        });
+        const conn = await pool.connect();
+        try {
+            await conn.query('BEGIN');
+            await conn.query('SET LOCAL ROLE node_client_no_http');
+            await rejectsWith(client.on(conn).httpStep(env.unique('noperm'), 'charge', { url: `${env.PROVIDER}/charge/x` }),
+                ds.InsufficientPrivilegeError, '42501');
+        } finally {
+            await conn.query('ROLLBACK');
+            conn.release();
+        }
+    });
+
+    test('54000: an input over durable_steps.max_input_size', async () => {
+        const e = await rejectsWith(client.runStep(env.unique('big'), 's', 'SELECT $1', { input: { pad: 'x'.repeat(1_100_000) } }),
+            ds.ProgramLimitExceededError, '54000');
+        assert.equal(e.httpStatus, 413);
     });
 
     test('42883: a workflow that does not exist', async () => {

@@ -38,6 +38,8 @@ function makePool(max = 30) {
 }
 
 const PROVIDER = required('DS_PROVIDER_URL');
+/** a psql command line connected as superuser (for what the tests' role may not do) */
+const ADMIN_PSQL = required('DS_ADMIN_PSQL');
 
 async function providerCounts() {
     const r = await fetch(`${PROVIDER}/counts`, { signal: AbortSignal.timeout(10_000) });
@@ -85,6 +87,6 @@ function checkoutRequest(r) {
 }
 
 module.exports = {
-    path, connection, makePool, PROVIDER, providerCounts, unique, sleep, until, CHECKOUT_HANDLER,
+    path, connection, makePool, PROVIDER, ADMIN_PSQL, providerCounts, unique, sleep, until, CHECKOUT_HANDLER,
     checkoutRequest,
 };
