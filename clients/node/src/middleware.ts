@@ -71,7 +71,11 @@ function defaultRequest(r: IdempotentHttpRequest): Json {
 
 /** The shared part of both middlewares: from the HTTP request's parts to its outcome. */
 function makeCore(options: IdempotencyOptions) {
-    const client = options.client instanceof DurableSteps ? options.client : new DurableSteps(options.client);
+    // by its method rather than instanceof: a DurableSteps of the package's other build (an
+    // application that both imports and requires it) is one too
+    const given = options.client as DurableSteps | Queryable;
+    const client = typeof (given as DurableSteps).idempotent === 'function'
+        ? given as DurableSteps : new DurableSteps(given as Queryable);
     const header = options.header ?? 'Idempotency-Key';
     const required = options.required ?? true;
     const wait = options.wait ?? '10 s';
