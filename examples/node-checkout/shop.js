@@ -1,14 +1,16 @@
 // The checkout service of the example: POST /checkout with an Idempotency-Key header
 // (examples/README.md, "The checkout"), in Express over node-postgres, with Knex or Drizzle ORM
-// as the database layer (ORM=knex, the default, or ORM=drizzle). One request:
+// as the database layer (ORM=knex, the default, or ORM=drizzle) and durable_steps through its
+// client library (clients/node, the package durable-steps). One request:
 //
-// 1. ds_idempotent() stores, under the client's key, the request and the response of a handler
-//    that creates the charge as an HTTP step (ds_http_step): the response (202, the order)
-//    commits with the step, and a repeat of the request replays it without running the handler
-//    again. A repeat while the first is in flight waits for it (wait => 10 s); another request
-//    under the key is refused (DS422 -> 422).
-// 2. ds_wait_step() waits, in one statement, for the charge's outcome: no LISTEN (which a
-//    transaction-mode PgBouncer cannot carry), no polling loop.
+// 1. the library's Express middleware calls ds_idempotent(), which stores, under the client's
+//    key, the request and the response of a handler that creates the charge as an HTTP step
+//    (ds_http_step): the response (202, the order) commits with the step, and a repeat of the
+//    request replays it without running the handler again, with the header
+//    `Idempotent-Replayed: true`. A repeat while the first is in flight waits for it
+//    (wait => 10 s); another request under the key is refused (DS422 -> 422).
+// 2. waitStep() (ds_wait_step) waits, in one statement, for the charge's outcome: no LISTEN
+//    (which a transaction-mode PgBouncer cannot carry), no polling loop.
 //
 // The handler goes to the server as a bind parameter, never spliced into a statement: Knex
 // rewrites `?` inside raw SQL, and the handler's own `$1` must reach durable_steps untouched.
@@ -20,9 +22,9 @@
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
+import { DurableStepsError, expressIdempotency } from 'durable-steps';
 import express from 'express';
 
-import { DurableStepsError } from './durable-steps.js';
 import { openDrizzleStore } from './store-drizzle.js';
 import { openKnexStore } from './store-knex.js';
 
@@ -44,34 +46,40 @@ SELECT 202, jsonb_build_object('order', s.run_id)
 const DECLINED = new Set(['failed', 'blocked', 'uncertain', 'cancelled']);
 
 /**
- * @param {import('./durable-steps.js').CheckoutStore} store
+ * @param {import('./store-knex.js').CheckoutStore} store
  * @returns {import('express').Express}
  */
 export function makeApp(store) {
     const app = express();
     app.use(express.json());
+    const ds = store.durableSteps;
 
-    app.post('/checkout', async (req, res) => {
+    app.post('/checkout', (req, res, next) => {
         const key = req.get('Idempotency-Key') ?? '';
         if (key.length < 1 || key.length > 200) {
             res.status(400).json({ error: 'an Idempotency-Key header of 1 to 200 characters is required' });
-            return;
-        }
-        const body = req.body;
-        if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+        } else if (req.body === null || typeof req.body !== 'object' || Array.isArray(req.body)) {
             res.status(400).json({ error: 'a JSON object is required' });
-            return;
+        } else {
+            next();
         }
-        const answer = await store.idempotent(key, { idempotency_key: key, body }, HANDLER);
-        const order = answer.body.order;
-        const charge = await store.waitCharge(order);
-        if (answer.replayed) {
-            res.set('Idempotent-Replayed', 'true');
-        }
+    }, expressIdempotency({
+        client: ds,
+        scope: 'checkout',
+        handler: HANDLER,
+        // the handler's $1: the key and the body
+        request: ({ key, body }) => ({ idempotency_key: key, body: /** @type {any} */ (body) }),
+        wait: '10 s',
+        // the route answers: with the charge's outcome, not the stored 202
+        respond: false,
+    }), async (req, res) => {
+        // the stored response, and Idempotent-Replayed already set on a replay
+        const order = res.locals.idempotent.body.order;
+        const charge = await ds.waitStep(order, 'charge', '10 s');
         if (charge.status === 'succeeded') {
             res.status(201).json({ order, charged: charge.result.body });
         } else if (DECLINED.has(charge.status)) {
-            res.status(402).json({ order, status: charge.status, error: charge.error_message });
+            res.status(402).json({ order, status: charge.status, error: charge.errorMessage });
         } else {
             // still being charged: the client asks again with the same key
             res.status(202).json({ order, status: charge.status });

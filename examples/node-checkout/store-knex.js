@@ -1,29 +1,31 @@
 // The checkout's database layer in Knex (over node-postgres): the schema and the charge URL with
-// Knex's schema and query builders, the two durable_steps calls with knex.raw().
+// Knex's schema and query builders; the durable_steps calls with the client library
+// (clients/node), on a connection of Knex's own pool.
 //
 // knex.raw() rewrites every `?` of its SQL into a positional parameter ($1, $2, ...) and `??`
-// into an identifier. The handler is SQL of its own (its `$1` is the stored request, and an
-// operator like jsonb's `?` would be rewritten too), so it is never part of the raw text: it is
-// one of the bindings, and reaches the server as a bound value, untouched.
+// into an identifier: the handler (SQL of its own, whose `$1` is the stored request) must never
+// be part of a raw text. The library sends its statements to node-postgres directly, every SQL
+// text -- the handler included -- a bound value, so Knex never sees them.
 
+import { DurableSteps } from 'durable-steps';
 import knexFactory from 'knex';
 
-import { fromDatabaseError } from './durable-steps.js';
-
-const IDEMPOTENT = `SELECT status, body, replayed
-  FROM ds_idempotent('checkout', ?, ?::jsonb, ?, wait => '10 s')`;
-const WAIT = `SELECT status, result, error_code, error_message
-  FROM ds_wait_step(?, 'charge', '10 s')`;
+/**
+ * @typedef {object} CheckoutStore
+ * @property {(chargeUrl: string) => Promise<void>} setup
+ * @property {DurableSteps} durableSteps the durable_steps calls, on the store's pool
+ * @property {() => Promise<void>} close
+ */
 
 /**
  * @param {string} databaseUrl a postgresql:// URL (a socket directory as ?host=/dir)
- * @returns {import('./durable-steps.js').CheckoutStore}
+ * @returns {CheckoutStore}
  */
 export function openKnexStore(databaseUrl) {
-    // Each knex.raw() outside a transaction is a statement of its own in autocommit, and Knex
-    // prepares nothing by name and sets nothing on the session (no searchPath here): nothing is
-    // left on a server connection that PgBouncer's transaction mode would hand to another client.
-    // compileSqlOnError: false keeps the bindings -- the client's body -- out of error messages.
+    // Each statement outside a transaction is one of its own in autocommit, and neither Knex nor
+    // the library prepares anything by name or sets anything on the session (no searchPath
+    // here): nothing is left on a server connection that PgBouncer's transaction mode would hand
+    // to another client.
     const knex = knexFactory({
         client: 'pg',
         // node-postgres parses the URL: Knex's own parser takes one without a host (a socket
@@ -33,25 +35,22 @@ export function openKnexStore(databaseUrl) {
         compileSqlOnError: false,
     });
 
-    /**
-     * Runs one raw statement; a failure becomes the error of its SQLSTATE, with the server's own
-     * message (Knex prefixes the statement's text to it).
-     * @param {string} text
-     * @param {unknown[]} bindings
-     */
-    async function raw(text, bindings) {
-        const query = knex.raw(text, /** @type {any} */ (bindings));
-        try {
-            return (await query).rows;
-        } catch (e) {
-            const prefix = query.toSQL().toNative().sql + ' - ';
-            const err = /** @type {any} */ (e);
-            if (typeof err?.message === 'string' && err.message.startsWith(prefix)) {
-                err.message = err.message.slice(prefix.length);
+    // What the library needs of a connection (node-postgres's query(text, values)), on one that
+    // Knex's pool lends for the statement: the same pool serves the ORM and durable_steps.
+    const db = {
+        /**
+         * @param {string} text
+         * @param {unknown[]} values
+         */
+        async query(text, values) {
+            const connection = await knex.client.acquireConnection();
+            try {
+                return await connection.query(text, values);
+            } finally {
+                await knex.client.releaseConnection(connection);
             }
-            throw fromDatabaseError(e);
-        }
-    }
+        },
+    };
 
     return {
         async setup(chargeUrl) {
@@ -62,15 +61,7 @@ export function openKnexStore(databaseUrl) {
                 .onConflict('name').merge();
         },
 
-        async idempotent(key, request, handler) {
-            const [row] = await raw(IDEMPOTENT, [key, JSON.stringify(request), handler]);
-            return row;
-        },
-
-        async waitCharge(runId) {
-            const [row] = await raw(WAIT, [runId]);
-            return row;
-        },
+        durableSteps: new DurableSteps(db),
 
         async close() {
             await knex.destroy();

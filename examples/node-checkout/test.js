@@ -12,7 +12,8 @@
 //     3 s late): the client's retry with the same key, to a restarted service, gets the order
 //     charged, replayed, and the provider charged once
 //
-// and, without a database, the SQLSTATE mapping of durable-steps.js. Prints "ok - ..." or
+// and, without a database, the SQLSTATE mapping of the client library (durable-steps) that the
+// service's answers rely on. Prints "ok - ..." or
 // "not ok - ..." per check and exits non-zero when one failed.
 
 import { spawn } from 'node:child_process';
@@ -22,7 +23,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
-import * as ds from './durable-steps.js';
+import * as ds from 'durable-steps';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const PROVIDER = required('DS_PROVIDER_URL');
@@ -189,19 +190,20 @@ async function scenarios(path, orm, databaseUrl) {
 function mappingChecks() {
     // node-postgres's DatabaseError carries code and severity; Drizzle wraps it as `cause`
     const pgError = Object.assign(new Error('idempotency key "k" is in flight'), { code: 'DS409', severity: 'ERROR' });
-    const direct = ds.fromDatabaseError(pgError);
-    check(direct instanceof ds.InFlight && direct.httpStatus === 409 && direct.sqlstate === 'DS409'
+    const direct = ds.toDurableStepsError(pgError);
+    check(direct instanceof ds.InProgressError && direct.httpStatus === 409 && direct.sqlstate === 'DS409'
             && direct.message === pgError.message,
-        'DS409 maps to InFlight, HTTP 409, with the server\'s message');
-    const wrapped = ds.fromDatabaseError(new Error('Failed query: SELECT ...', { cause: pgError }));
-    check(wrapped instanceof ds.InFlight && wrapped.message === pgError.message,
+        'DS409 maps to InProgressError, HTTP 409, with the server\'s message');
+    const wrapped = ds.toDurableStepsError(new Error('Failed query: SELECT ...', { cause: pgError }));
+    check(wrapped instanceof ds.InProgressError && wrapped.message === pgError.message,
         'a wrapped error (Drizzle\'s DrizzleQueryError) maps by its cause');
+    // the statuses the service answers for the SQLSTATEs of the checkout's calls
     const expected = { DS001: 422, DS002: 503, DS003: 409, DS102: 502, DS103: 409, DS404: 404, DS409: 409,
                        DS422: 422, 42501: 403 };
-    const got = Object.fromEntries([...ds.BY_SQLSTATE].map(([code, cls]) => [code, cls.httpStatus]));
-    check(JSON.stringify(Object.entries(got).sort()) === JSON.stringify(Object.entries(expected).sort()),
-        `every documented SQLSTATE has its class and HTTP status (${JSON.stringify(got)})`);
-    const other = ds.fromDatabaseError(Object.assign(new Error('division by zero'), { code: '22012', severity: 'ERROR' }));
+    const got = Object.fromEntries(Object.keys(expected).map((code) => [code, ds.ERRORS_BY_SQLSTATE.get(code)?.httpStatus]));
+    check(JSON.stringify(got) === JSON.stringify(expected),
+        `the documented SQLSTATEs have their classes and HTTP statuses (${JSON.stringify(got)})`);
+    const other = ds.toDurableStepsError(Object.assign(new Error('division by zero'), { code: '22012', severity: 'ERROR' }));
     check(other.constructor === ds.DurableStepsError && other.httpStatus === 500 && other.sqlstate === '22012',
         'another SQLSTATE stays DurableStepsError, HTTP 500, with its code');
 }

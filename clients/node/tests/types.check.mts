@@ -1,0 +1,66 @@
+// Type-checked by ./build (tsconfig.check.json, no output): the declarations of the ES module build
+// as an application in TypeScript uses them, through the package's "exports" map, with Express's,
+// Fastify's and node-postgres's own types. A declaration that does not fit them fails the build.
+
+import express from 'express';
+import Fastify from 'fastify';
+import pg from 'pg';
+
+import {
+    DurableSteps,
+    InProgressError,
+    StepConflictError,
+    expressIdempotency,
+    fastifyIdempotency,
+    runStep,
+    type HttpResponse,
+    type IdempotentResult,
+    type StepResult,
+} from 'durable-steps';
+
+const pool = new pg.Pool();
+const ds = new DurableSteps(pool);
+
+export async function typed(): Promise<void> {
+    const step: StepResult<{ total: number }> = await ds.runStep<{ total: number }>('order:1', 'total',
+        'SELECT jsonb_build_object($$total$$, 1)', { input: { a: [1, 'x', null] }, timeout: 1000, retryOn: ['40001'] });
+    const total: number | undefined = step.result?.total;
+    const due: Date | null = step.nextAttemptAt;
+    const charge: StepResult<HttpResponse<string>> = await ds.httpStep<string>('order:1', 'charge',
+        { method: 'POST', url: 'https://example.com/', headers: { 'Content-Type': 'application/json' } });
+    const status: number | undefined = charge.result?.status;
+    const client = await pool.connect();
+    await runStep(client, 'order:1', 'other', 'SELECT 1');
+    client.release();
+    const begun = await ds.idempotentBegin('orders', 'k', {});
+    if (begun.state === 'new') {
+        const token: string = begun.token;
+        await ds.idempotentFinish('orders', 'k', token, 201, { ok: true });
+    }
+    try {
+        await ds.startRun('checkout', { order: 1 }, { runKey: 'checkout:1' });
+    } catch (e) {
+        if (e instanceof StepConflictError || e instanceof InProgressError) {
+            const code: string | null = e.sqlstate;
+            const http: number = e.httpStatus;
+            void code;
+            void http;
+        }
+    }
+    void total;
+    void due;
+    void status;
+}
+
+const app = express();
+app.post('/orders', express.json(), expressIdempotency({ client: pool, scope: 'orders', handler: 'SELECT 201, $1' }));
+app.post('/later', expressIdempotency({ client: ds, scope: 'later', handler: 'SELECT 201, $1', respond: false }),
+    (_req, res) => {
+        const answer = res.locals.idempotent as IdempotentResult;
+        res.status(answer.status).json(answer.body);
+    });
+
+const fastify = Fastify();
+fastify.post('/orders', { preHandler: fastifyIdempotency({ client: ds, scope: 'orders', handler: 'SELECT 201, $1' }) },
+    async () => 'not reached');
+fastify.addHook('preHandler', fastifyIdempotency({ client: pool, scope: 'all', handler: 'SELECT 201, $1', required: false }));
