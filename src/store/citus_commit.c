@@ -26,6 +26,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/guc.h"
 #include "utils/varlena.h"
 
 #include "store/citus_commit.h"
@@ -42,6 +43,25 @@ typedef enum CitusState
 
 static CitusState citus_state = CITUS_UNKNOWN;
 static CitusUse2PC use_2pc = NULL;
+
+/*
+ * durable_steps.citus_two_phase_commit: on unless a superuser turns it off to measure what the
+ * guarantee costs (bench/citus_bench.sh) or to show what it prevents (TAP 086).
+ */
+static bool two_phase_commit = true;
+
+void
+ds_citus_commit_init_module(void)
+{
+	DefineCustomBoolVariable("durable_steps.citus_two_phase_commit",
+							 "Asks Citus for two-phase commit in every transaction that writes a step's or a run's record.",
+							 "Off, a crash of the coordinator as it commits may repeat a step whose body wrote distributed tables. For measurements only.",
+							 &two_phase_commit,
+							 true,
+							 PGC_SUSET,
+							 GUC_NOT_IN_SAMPLE,
+							 NULL, NULL, NULL);
+}
 
 /*
  * The entry of shared_preload_libraries that names Citus ("citus", "$libdir/citus",
@@ -104,6 +124,8 @@ find_citus(void)
 void
 ds_citus_use_two_phase_commit(void)
 {
+	if (!two_phase_commit)
+		return;
 	if (citus_state == CITUS_UNKNOWN)
 		find_citus();
 	if (citus_state == CITUS_FOUND)

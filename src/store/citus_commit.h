@@ -13,4 +13,7 @@
  */
 extern void ds_citus_use_two_phase_commit(void);
 
+/* durable_steps.citus_two_phase_commit, from _PG_init */
+extern void ds_citus_commit_init_module(void);
+
 #endif							/* DS_CITUS_COMMIT_H */
