@@ -162,6 +162,21 @@ is($coord->safe_psql('postgres',
 	"8 1 $key{'select-all'}+$key{'update-all'}",
 	'context: INSERT ... SELECT and UPDATE over every shard wrote the keys of their steps');
 
+# Not evaluated on the coordinator: an expression in the target list of a SELECT over a
+# distributed table, which Citus sends to the shards' nodes; there the function does not exist,
+# and the step fails rather than see a value that is not its own. A MATERIALIZED CTE is
+# evaluated on the coordinator and its rows sent to the shards' nodes.
+is($coord->safe_psql('postgres', q{SELECT status || ' ' || error_code FROM ds_run_step('context', 'select-only',
+  'SELECT id, ds_attempt_key() FROM accounts', policy => ds_retry_policy(max_attempts => 1))}),
+	'failed 42883', 'context: a SELECT over a distributed table sends its target list to the shards\' nodes');
+(my $cte = q{WITH c AS MATERIALIZED (SELECT ds_attempt_key() AS k)
+  INSERT INTO keys SELECT a.id, 'cte', c.k FROM accounts a, c WHERE a.id = 6}) =~ s/'/''/g;
+is($coord->safe_psql('postgres', "SELECT status FROM ds_run_step('context', 'cte', '$cte')"),
+	'succeeded', 'context: the step with a MATERIALIZED CTE succeeded');
+is($coord->safe_psql('postgres', q{SELECT k FROM keys WHERE form = 'cte'}),
+	$coord->safe_psql('postgres', "SELECT attempt_key FROM ds_attempts WHERE run_id = 'context' AND step_id = 'cte'"),
+	'context: the MATERIALIZED CTE was evaluated on the coordinator');
+
 # ---- a worker node's outage: the executor retries ------------------------------------------------
 my $down = worker_of(7);
 $down->stop('fast');
