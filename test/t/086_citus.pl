@@ -2,7 +2,7 @@
 # tables distributed over two worker nodes on 127.0.0.1. A step that writes a distributed table
 # replays, rolls back with its caller, and is retried by the executor across a worker node's
 # outage; the step-context functions are evaluated on the coordinator, where the step runs, in
-# INSERT ... VALUES, INSERT ... SELECT and UPDATE; a worker node lost before the caller commits
+# INSERT ... VALUES, INSERT ... SELECT, UPDATE and DELETE; a worker node lost before the caller commits
 # aborts the caller's transaction and loses nothing. And a crash of the coordinator in the commit
 # window -- after Citus's pre-commit work on the worker nodes, before the coordinator's commit
 # record -- does not repeat the step's effect: durable_steps asks Citus for two-phase commit, the
@@ -131,7 +131,7 @@ is(balance(2), '90', 'rollback: and debits once');
 # ---- the step context, evaluated on the coordinator -------------------------------------------------
 # A shard's node has no durable_steps and runs no step: a context function sent there would fail
 # the statement, and a value computed there could not be the step's.
-$coord->safe_psql('postgres', q{INSERT INTO keys VALUES (5, 'update', 'none')});
+$coord->safe_psql('postgres', q{INSERT INTO keys VALUES (5, 'update', 'none'), (6, 'delete', 'context:delete:1'), (7, 'delete', 'context:delete:2')});
 my %forms = (
 	'values' => q{INSERT INTO keys VALUES (3, 'values', ds_attempt_key())},
 	'select' => q{INSERT INTO keys SELECT id, 'select', ds_attempt_key() FROM accounts WHERE id = 3},
@@ -139,8 +139,9 @@ my %forms = (
 	'update' => q{UPDATE keys SET k = ds_attempt_key() || '/' || ds_attempt_number() || '/'
 	                 || ds_max_attempts() || '/' || ds_run_id() || '/' || ds_step_id()
 	               WHERE id = 5 AND form = 'update'},
-	'update-all' => q{UPDATE keys SET k = k || '+' || ds_attempt_key() WHERE form = 'select-all'});
-for my $form ('values', 'select', 'select-all', 'update', 'update-all')
+	'update-all' => q{UPDATE keys SET k = k || '+' || ds_attempt_key() WHERE form = 'select-all'},
+	'delete' => q{DELETE FROM keys WHERE form = 'delete' AND k = ds_attempt_key()});
+for my $form ('values', 'select', 'select-all', 'update', 'update-all', 'delete')
 {
 	(my $sql = $forms{$form}) =~ s/'/''/g;
 	is($coord->safe_psql('postgres', "SELECT status FROM ds_run_step('context', '$form', '$sql')"),
@@ -161,6 +162,9 @@ is($coord->safe_psql('postgres',
 		q{SELECT count(*) || ' ' || count(DISTINCT k) || ' ' || min(k) FROM keys WHERE form = 'select-all'}),
 	"8 1 $key{'select-all'}+$key{'update-all'}",
 	'context: INSERT ... SELECT and UPDATE over every shard wrote the keys of their steps');
+
+is($coord->safe_psql('postgres', q{SELECT string_agg(k, ',') FROM keys WHERE form = 'delete'}),
+	'context:delete:2', 'context: DELETE (every shard) compared with the attempt key of its step');
 
 # Not evaluated on the coordinator: an expression in the target list of a SELECT over a
 # distributed table, which Citus sends to the shards' nodes; there the function does not exist,
