@@ -777,8 +777,8 @@ GRANT EXECUTE ON FUNCTION @extschema@.ds_stats() TO pg_monitor, durable_steps_ad
 -- A step's context is the same for every row of every statement of its body: STABLE says so, and
 -- Citus evaluates a STABLE function of a modification (INSERT ... VALUES, INSERT ... SELECT,
 -- UPDATE, DELETE) on the node where the statement runs, the step's, before it sends the
--- statement to a shard's node -- where no step runs. Citus refuses a VOLATILE function in
--- INSERT ... SELECT, UPDATE and DELETE of a distributed table.
+-- statement to a shard's node -- where no step runs. A VOLATILE function of an INSERT ... SELECT,
+-- an UPDATE or a DELETE of a distributed table Citus sends to the shards' nodes or refuses.
 ALTER FUNCTION @extschema@.ds_idempotency_key() STABLE;
 ALTER FUNCTION @extschema@.ds_attempt_key() STABLE;
 ALTER FUNCTION @extschema@.ds_attempt_number() STABLE;
