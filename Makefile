@@ -22,6 +22,7 @@ OBJS = \
 	src/http/http_request.o \
 	src/http/http_response.o \
 	src/http/http_transfer.o \
+	src/store/citus_commit.o \
 	src/store/store_relations.o \
 	src/store/direct_write.o \
 	src/store/step_lock.o \

@@ -22,6 +22,7 @@ DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgre
              libipc-run-perl make gcc python3 perl ca-certificates bison flex zlib1g-dev
              python3-croniter prometheus-postgres-exporter pgbouncer python3-flask
              python3-sqlalchemy python3-psycopg2)
+DS_PACKAGES+=(liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libxslt1-dev libpam0g-dev libicu-dev)  # Citus for TAP 086 (scripts/citus-build)
 
 # The PostgreSQL to build and test against: PG_CONFIG when the caller names one (scripts/test
 # --pg N sets it for each major of the matrix; a user's own packages are picked the same way),

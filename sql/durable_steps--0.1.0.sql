@@ -772,3 +772,17 @@ SELECT w.metric, NULL, NULL, NULL, (c.j OPERATOR(pg_catalog.->>) w.field)::doubl
 $$;
 REVOKE ALL ON FUNCTION @extschema@.ds_stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ds_stats() TO pg_monitor, durable_steps_admin;
+
+-- ==== Citus (docs/citus.md) ==========================================================================
+-- A step's context is the same for every row of every statement of its body: STABLE says so, and
+-- Citus evaluates a STABLE function of a modification (INSERT ... VALUES, INSERT ... SELECT,
+-- UPDATE, DELETE) on the node where the statement runs, the step's, before it sends the
+-- statement to a shard's node -- where no step runs. A VOLATILE function of an INSERT ... SELECT,
+-- an UPDATE or a DELETE of a distributed table Citus sends to the shards' nodes or refuses.
+ALTER FUNCTION @extschema@.ds_idempotency_key() STABLE;
+ALTER FUNCTION @extschema@.ds_attempt_key() STABLE;
+ALTER FUNCTION @extschema@.ds_attempt_number() STABLE;
+ALTER FUNCTION @extschema@.ds_max_attempts() STABLE;
+ALTER FUNCTION @extschema@.ds_run_id() STABLE;
+ALTER FUNCTION @extschema@.ds_step_id() STABLE;
+-- ==== end of Citus ===================================================================================

@@ -9,6 +9,7 @@
 #include "http/http_addresses.h"
 #include "http/http_request.h"
 #include "base/policy.h"
+#include "store/citus_commit.h"
 #include "store/replay_cache.h"
 #include "store/retention.h"
 #include "store/role_guard.h"
@@ -32,6 +33,7 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
+	ds_citus_commit_init_module();
 	ds_store_init_module();
 	ds_step_store_init_module();
 	ds_policy_init_module();

@@ -184,4 +184,16 @@ ds_lock_held_by_me(const LOCKTAG *tag, LOCKMODE mode)
 #endif
 }
 
+/*
+ * What to do about a Citus whose Use2PCForCoordinatedTransaction() cannot be found
+ * (store/citus_commit.c). From 16, PGXS builds a module with -fvisibility=hidden, so a Citus
+ * built for 16 exports only its SQL-callable functions; up to 15 every function is visible.
+ */
+#if PG_VERSION_NUM >= 160000
+#define DS_CITUS_HIDDEN_SYMBOLS_HINT \
+	"Build Citus with its functions visible (make CFLAGS_SL_MODULE=, as scripts/citus-build does); see docs/citus.md."
+#else
+#define DS_CITUS_HIDDEN_SYMBOLS_HINT "Install a Citus built for this PostgreSQL; see docs/citus.md."
+#endif
+
 #endif							/* DS_COMPAT_H */

@@ -35,6 +35,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "store/citus_commit.h"
 #include "store/direct_write.h"
 
 /*
@@ -265,6 +266,9 @@ ds_direct_insert_row(Oid relid, const AttrNumber *attnums, int ncols, const Datu
 	TupleTableSlot *slot;
 	int			live = 0;
 
+	/* the record and the effects of its step on other nodes commit together */
+	ds_citus_use_two_phase_commit();
+
 	for (int i = 0; i < tupdesc->natts; i++)
 		if (!TupleDescAttr(tupdesc, i)->attisdropped)
 			live++;
@@ -337,6 +341,7 @@ ds_direct_update_row(Oid relid, Oid indexid, int nkeys, const Datum *keys, const
 	bool		found;
 
 	Assert(nkeys <= INDEX_MAX_KEYS);
+	ds_citus_use_two_phase_commit();
 	w = direct_write_begin(&local, relid);
 	tupdesc = RelationGetDescr(w->rel);
 	index = index_open(indexid, AccessShareLock);
