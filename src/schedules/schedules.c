@@ -450,8 +450,8 @@ start_slot(const char *nsp, const char *job_name, const ScheduleRow *row, Timest
 
 	/*
 	 * partitioned (docs/partitions.md): a slot is started by the server that
-	 * owns its key's partition, so that a schedule made on every server starts
-	 * each slot once; the others pass it by
+	 * owns its key's partition, so that a schedule made on every server
+	 * starts each slot once; the others pass it by
 	 */
 	if (ds_partition_count() > 0)
 	{
@@ -459,8 +459,8 @@ start_slot(const char *nsp, const char *job_name, const ScheduleRow *row, Timest
 		if (rc != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "computing the slot's key failed: %s", SPI_result_code_string(rc));
 		if (!ds_partition_owns(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
-																  SPI_tuptable->tupdesc, 1,
-																  &isnull))))
+																 SPI_tuptable->tupdesc, 1,
+																 &isnull))))
 			return false;
 	}
 
