@@ -843,20 +843,22 @@ BEGIN
                   HINT = 'Let them end (or end them), then export again.';
     END IF;
     -- attempts and turns in flight finish here first: their locks are held until their outcomes
-    -- commit (the running rows are read first, OFFSET 0, so that only their locks are tried)
+    -- commit (the running rows are read first, OFFSET 0, so that only their locks are tried); an
+    -- HTTP outcome kept for an executor is recorded here first too, with its hook
     SELECT pg_catalog.string_agg(b.id, ', ') INTO v_busy
       FROM (SELECT s.run_id, s.step_id,
-                   s.run_id OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) s.step_id AS id
+                   s.run_id OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) s.step_id AS id,
+                   s.kept_outcome IS NOT NULL AS kept
               FROM durable_steps.steps s
              WHERE s.status OPERATOR(pg_catalog.=) 'running' AND s.next_attempt_at IS NOT NULL
                AND (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
             UNION ALL
-            SELECT r.run_id, '', 'run ' OPERATOR(pg_catalog.||) r.run_id
+            SELECT r.run_id, '', 'run ' OPERATOR(pg_catalog.||) r.run_id, false
               FROM durable_steps.runs r
              WHERE r.status OPERATOR(pg_catalog.=) 'running'
                AND (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
             OFFSET 0) b
-     WHERE NOT durable_steps.ds_partition_step_idle(b.run_id, b.step_id);
+     WHERE b.kept OR NOT durable_steps.ds_partition_step_idle(b.run_id, b.step_id);
     IF v_busy IS NOT NULL THEN
         RAISE EXCEPTION 'partition % has attempts in flight', p
             USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('In flight: %s.', v_busy),
