@@ -75,9 +75,8 @@ SELECT status, result, replayed FROM ds_run_step('run-7', 'one', 'SELECT 1 AS n'
 SELECT status, replayed FROM ds_run_step('run-7', 'one', 'SELECT 1 AS n');
 
 -- a run of a partition not owned here: DS201, with where it belongs
-\set VERBOSITY verbose
 SELECT * FROM ds_run_step('run-1', 'one', 'SELECT 1 AS n');
-\set VERBOSITY default
+\echo :SQLSTATE
 -- every call naming a run: DS201 each, before anything else is looked at
 SELECT * FROM ds_run_step('run-1', 'one', 'SELECT 1 AS n', defer => true);
 \echo :SQLSTATE
