@@ -11,6 +11,7 @@ OBJS = \
 	src/base/sql_text.o \
 	src/base/subtransaction.o \
 	src/base/cron_schedule.o \
+	src/base/partition.o \
 	src/ipc/served_databases.o \
 	src/ipc/worker_wakeup.o \
 	src/ipc/claim_size.o \
@@ -27,6 +28,7 @@ OBJS = \
 	src/store/step_lock.o \
 	src/store/step_store.o \
 	src/store/step_counters_json.o \
+	src/store/partition_holds.o \
 	src/store/step_probe.o \
 	src/store/outcome_json.o \
 	src/store/replay_cache.o \

@@ -772,3 +772,251 @@ SELECT w.metric, NULL, NULL, NULL, (c.j OPERATOR(pg_catalog.->>) w.field)::doubl
 $$;
 REVOKE ALL ON FUNCTION @extschema@.ds_stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.ds_stats() TO pg_monitor, durable_steps_admin;
+
+-- ---------------------------------------------------------------------------------------------
+-- Partitions (docs/partitions.md): runs spread over independent servers by
+-- hashtext(run_id) & (durable_steps.partition_count - 1), as a PL/Proxy router computes it for
+-- RUN ON hashtext(run_id). A server owns the partitions of durable_steps.partitions; calls naming
+-- a run of another one raise DS201 and the worker takes none of its work. A partition moves
+-- from one server to another with ds_partition_export and ds_partition_import.
+-- ---------------------------------------------------------------------------------------------
+
+-- The partition of a run; NULL when this server is not partitioned (partition_count 0).
+CREATE FUNCTION @extschema@.ds_partition_of(run_id text) RETURNS integer
+    AS 'MODULE_PATHNAME', 'ds_partition_of' LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+-- The worker's filter: does this server own the run's partition?
+CREATE FUNCTION durable_steps.ds_partition_owned(run_id text) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'ds_partition_owned' LANGUAGE C STABLE STRICT PARALLEL SAFE;
+REVOKE ALL ON FUNCTION durable_steps.ds_partition_owned(text) FROM PUBLIC;
+
+-- An export's hold on a running step or turn (step_id ''): false while an attempt holds it.
+CREATE FUNCTION durable_steps.ds_partition_hold_step(run_id text, step_id text) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'ds_partition_hold_step' LANGUAGE C VOLATILE STRICT;
+REVOKE ALL ON FUNCTION durable_steps.ds_partition_hold_step(text, text) FROM PUBLIC;
+
+-- Export, import and drop are a superuser's alone (docs/partitions.md, "Who may move a
+-- partition"): an export holds every role's unmasked requests, secret headers included, and an
+-- import writes steps that the worker then runs as the roles they name. Not SECURITY DEFINER: a
+-- superuser needs no other rights, and each checks that its caller is one, even if granted EXECUTE.
+
+-- The rows of partition p of the runs, steps and attempts tables, and every event, as JSON
+-- lines in the order ds_partition_import takes them: n = 0 is the header, the last the trailer
+-- with the counts an import checks. One statement: one snapshot of a partition that, fenced
+-- and with nothing in flight, no longer changes.
+CREATE FUNCTION @extschema@.ds_partition_export(p integer, OUT n bigint, OUT line jsonb)
+    RETURNS SETOF record
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+DECLARE
+    v_count integer := pg_catalog.current_setting('durable_steps.partition_count')::integer;
+    v_busy text;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for ds_partition_export' USING ERRCODE = '42501',
+            DETAIL = 'Moving a partition reads and writes every role''s steps: only a superuser may.';
+    END IF;
+    IF v_count OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'this server is not partitioned'
+            USING ERRCODE = '55000', HINT = 'Set durable_steps.partition_count and durable_steps.partitions first.';
+    END IF;
+    IF p IS NULL OR p OPERATOR(pg_catalog.<) 0 OR p OPERATOR(pg_catalog.>=) v_count THEN
+        RAISE EXCEPTION 'partition % does not exist', p
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('durable_steps.partition_count is %s.', v_count);
+    END IF;
+    IF p OPERATOR(pg_catalog.=) ANY (pg_catalog.string_to_array(
+            pg_catalog.replace(pg_catalog.current_setting('durable_steps.partitions'), ' ', ''), ',')::integer[]) THEN
+        RAISE EXCEPTION 'partition % is not fenced: this server still owns it', p
+            USING ERRCODE = '55000',
+                  HINT = 'Remove it from durable_steps.partitions (ALTER SYSTEM, pg_reload_conf()) first.';
+    END IF;
+    -- a transaction open since before the fence may still store a step of the partition
+    SELECT pg_catalog.string_agg(a.pid::text, ', ') INTO v_busy
+      FROM pg_catalog.pg_stat_activity a
+     WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+       AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+       AND a.xact_start OPERATOR(pg_catalog.<) pg_catalog.pg_conf_load_time();
+    IF v_busy IS NOT NULL THEN
+        RAISE EXCEPTION 'transactions open since before the fence may still write partition %', p
+            USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('Backends %s.', v_busy),
+                  HINT = 'Let them end (or end them), then export again.';
+    END IF;
+    -- attempts and turns in flight finish here first: their locks are held until their outcomes commit
+    SELECT pg_catalog.string_agg(b.id, ', ') INTO v_busy
+      FROM (SELECT s.run_id OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) s.step_id AS id
+              FROM durable_steps.steps s
+             WHERE s.status OPERATOR(pg_catalog.=) 'running' AND s.next_attempt_at IS NOT NULL
+               AND (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
+               AND NOT durable_steps.ds_partition_hold_step(s.run_id, s.step_id)
+            UNION ALL
+            SELECT 'run ' OPERATOR(pg_catalog.||) r.run_id
+              FROM durable_steps.runs r
+             WHERE r.status OPERATOR(pg_catalog.=) 'running'
+               AND (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
+               AND NOT durable_steps.ds_partition_hold_step(r.run_id, '')) b;
+    IF v_busy IS NOT NULL THEN
+        RAISE EXCEPTION 'partition % has attempts in flight', p
+            USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('In flight: %s.', v_busy),
+                  HINT = 'They finish within their timeouts; export again then.';
+    END IF;
+    RETURN QUERY
+    WITH r AS (SELECT r FROM durable_steps.runs r
+                WHERE (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p),
+         s AS (SELECT s FROM durable_steps.steps s
+                WHERE (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p),
+         a AS (SELECT a FROM durable_steps.attempts a
+                WHERE (pg_catalog.hashtext(a.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p),
+         e AS (SELECT e FROM durable_steps.events e),
+         body AS (SELECT 'runs' AS t, pg_catalog.to_jsonb(r.r) AS j FROM r
+                  UNION ALL SELECT 'steps', pg_catalog.to_jsonb(s.s) FROM s
+                  UNION ALL SELECT 'attempts', pg_catalog.to_jsonb(a.a) FROM a
+                  UNION ALL SELECT 'events', pg_catalog.to_jsonb(e.e) FROM e),
+         counts AS (SELECT pg_catalog.jsonb_build_object(
+                               'runs', (SELECT pg_catalog.count(*) FROM r),
+                               'steps', (SELECT pg_catalog.count(*) FROM s),
+                               'attempts', (SELECT pg_catalog.count(*) FROM a),
+                               'events', (SELECT pg_catalog.count(*) FROM e)) AS c)
+    SELECT 0::bigint, pg_catalog.jsonb_build_object('ds_partition_export', 1, 'partition', p,
+               'partition_count', v_count, 'exported_at', pg_catalog.clock_timestamp(),
+               'counts', counts.c)
+      FROM counts
+    UNION ALL
+    SELECT pg_catalog.row_number() OVER (), pg_catalog.jsonb_build_object('table', body.t, 'row', body.j)
+      FROM body
+    UNION ALL
+    SELECT (SELECT pg_catalog.count(*) FROM body) OPERATOR(pg_catalog.+) 1,
+           pg_catalog.jsonb_build_object('ds_partition_end', p, 'counts', counts.c)
+      FROM counts;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.ds_partition_export(integer) FROM PUBLIC;
+
+-- One line of an export, taken in order of n in one transaction:
+--     SELECT ds_partition_import(line) FROM (SELECT line FROM staging ORDER BY n) l;
+-- The header replaces whatever this server holds of the partition (a repeated import gives the
+-- same rows); the trailer checks the counts and answers 'complete'. Only into a server that has
+-- the same partition_count and does not own the partition yet.
+CREATE FUNCTION @extschema@.ds_partition_import(line jsonb) RETURNS text
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+DECLARE
+    v_count integer := pg_catalog.current_setting('durable_steps.partition_count')::integer;
+    v_p integer := NULLIF(pg_catalog.current_setting('ds_partition_import.partition', true), '')::integer;
+    v_row jsonb := line OPERATOR(pg_catalog.->) 'row';
+    v_got jsonb;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for ds_partition_import' USING ERRCODE = '42501',
+            DETAIL = 'Moving a partition reads and writes every role''s steps: only a superuser may.';
+    END IF;
+    IF line ? 'ds_partition_export' THEN
+        IF (line OPERATOR(pg_catalog.->>) 'ds_partition_export')::integer OPERATOR(pg_catalog.<>) 1 THEN
+            RAISE EXCEPTION 'unknown export format %', line OPERATOR(pg_catalog.->>) 'ds_partition_export'
+                USING ERRCODE = '22023';
+        END IF;
+        v_p := (line OPERATOR(pg_catalog.->>) 'partition')::integer;
+        IF (line OPERATOR(pg_catalog.->>) 'partition_count')::integer OPERATOR(pg_catalog.<>) v_count THEN
+            RAISE EXCEPTION 'the export is of % partitions, this server has %',
+                line OPERATOR(pg_catalog.->>) 'partition_count', v_count
+                USING ERRCODE = '55000', HINT = 'Both servers need the same durable_steps.partition_count.';
+        END IF;
+        IF v_p OPERATOR(pg_catalog.=) ANY (pg_catalog.string_to_array(
+                pg_catalog.replace(pg_catalog.current_setting('durable_steps.partitions'), ' ', ''), ',')::integer[]) THEN
+            RAISE EXCEPTION 'this server already owns partition %', v_p
+                USING ERRCODE = '55000',
+                      HINT = 'Import before adding the partition to durable_steps.partitions.';
+        END IF;
+        PERFORM pg_catalog.set_config('ds_partition_import.partition', v_p::text, true);
+        -- a repeated import replaces the rows of the last one (the trigger takes the attempts along)
+        DELETE FROM durable_steps.steps s
+         WHERE (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p;
+        DELETE FROM durable_steps.attempts a
+         WHERE (pg_catalog.hashtext(a.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p;
+        DELETE FROM durable_steps.runs r
+         WHERE (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p;
+        RETURN 'header';
+    END IF;
+    IF v_p IS NULL THEN
+        RAISE EXCEPTION 'an export''s lines go in order, header first, in one transaction'
+            USING ERRCODE = '55000',
+                  HINT = 'SELECT ds_partition_import(line) FROM (SELECT line FROM staging ORDER BY n) l';
+    END IF;
+    IF line ? 'ds_partition_end' THEN
+        SELECT pg_catalog.jsonb_build_object(
+                   'runs', (SELECT pg_catalog.count(*) FROM durable_steps.runs r
+                             WHERE (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p),
+                   'steps', (SELECT pg_catalog.count(*) FROM durable_steps.steps s
+                              WHERE (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p),
+                   'attempts', (SELECT pg_catalog.count(*) FROM durable_steps.attempts a
+                                 WHERE (pg_catalog.hashtext(a.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p))
+          INTO v_got;
+        IF v_got OPERATOR(pg_catalog.<>) ((line OPERATOR(pg_catalog.->) 'counts') OPERATOR(pg_catalog.-) 'events') THEN
+            RAISE EXCEPTION 'the import of partition % is incomplete', v_p
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('Exported %s, imported %s.', line OPERATOR(pg_catalog.->) 'counts', v_got);
+        END IF;
+        PERFORM pg_catalog.set_config('ds_partition_import.partition', '', true);
+        RETURN 'complete';
+    END IF;
+    IF v_row IS NULL OR NOT (line OPERATOR(pg_catalog.->>) 'table') OPERATOR(pg_catalog.=) ANY ('{runs,steps,attempts,events}') THEN
+        RAISE EXCEPTION 'not a line of a partition export: %', pg_catalog.left(line::text, 200)
+            USING ERRCODE = '22023';
+    END IF;
+    IF line OPERATOR(pg_catalog.->>) 'table' OPERATOR(pg_catalog.<>) 'events'
+       AND (pg_catalog.hashtext(v_row OPERATOR(pg_catalog.->>) 'run_id') OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.<>) v_p THEN
+        RAISE EXCEPTION 'run % is not of partition %', v_row OPERATOR(pg_catalog.->>) 'run_id', v_p
+            USING ERRCODE = '22023';
+    END IF;
+    CASE line OPERATOR(pg_catalog.->>) 'table'
+    WHEN 'runs' THEN
+        INSERT INTO durable_steps.runs SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.runs, v_row);
+    WHEN 'steps' THEN
+        INSERT INTO durable_steps.steps SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.steps, v_row);
+    WHEN 'attempts' THEN
+        INSERT INTO durable_steps.attempts SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.attempts, v_row);
+    ELSE
+        -- events are every server's (an event of no run is emitted to each): the first emit wins
+        INSERT INTO durable_steps.events SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.events, v_row)
+            ON CONFLICT DO NOTHING;
+    END CASE;
+    RETURN line OPERATOR(pg_catalog.->>) 'table';
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.ds_partition_import(jsonb) FROM PUBLIC;
+
+-- After a move, the old server's copy of the partition: deleted, so that it can never be opened
+-- there again by mistake with a history that went on elsewhere. Only of a partition not owned.
+CREATE FUNCTION @extschema@.ds_partition_drop(p integer) RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+DECLARE
+    v_count integer := pg_catalog.current_setting('durable_steps.partition_count')::integer;
+    v_steps bigint;
+    v_runs bigint;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for ds_partition_drop' USING ERRCODE = '42501',
+            DETAIL = 'Moving a partition reads and writes every role''s steps: only a superuser may.';
+    END IF;
+    IF v_count OPERATOR(pg_catalog.=) 0 OR p IS NULL OR p OPERATOR(pg_catalog.<) 0 OR p OPERATOR(pg_catalog.>=) v_count THEN
+        RAISE EXCEPTION 'partition % does not exist', p USING ERRCODE = '22023';
+    END IF;
+    IF p OPERATOR(pg_catalog.=) ANY (pg_catalog.string_to_array(
+            pg_catalog.replace(pg_catalog.current_setting('durable_steps.partitions'), ' ', ''), ',')::integer[]) THEN
+        RAISE EXCEPTION 'partition % is owned by this server', p USING ERRCODE = '55000';
+    END IF;
+    DELETE FROM durable_steps.steps s
+     WHERE (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p;
+    GET DIAGNOSTICS v_steps = ROW_COUNT;
+    DELETE FROM durable_steps.attempts a
+     WHERE (pg_catalog.hashtext(a.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p;
+    DELETE FROM durable_steps.runs r
+     WHERE (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p;
+    GET DIAGNOSTICS v_runs = ROW_COUNT;
+    RETURN v_steps OPERATOR(pg_catalog.+) v_runs;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.ds_partition_drop(integer) FROM PUBLIC;

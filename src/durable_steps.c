@@ -24,6 +24,7 @@
 #include "ipc/step_counters.h"
 #include "ipc/worker_wakeup.h"
 #include "base/size_limits.h"
+#include "base/partition.h"
 
 DS_MODULE_MAGIC;
 
@@ -51,5 +52,6 @@ _PG_init(void)
 	ds_launcher_init_module();
 	ds_role_guard_init_module();
 	ds_size_limits_init_module();
+	ds_partition_init_module();
 	MarkGUCPrefixReserved("durable_steps");
 }

@@ -38,5 +38,7 @@
 #define ERRCODE_DS_STEP_NOT_FOUND		MAKE_SQLSTATE('D','S','4','0','4')
 #define ERRCODE_DS_IN_PROGRESS			MAKE_SQLSTATE('D','S','4','0','9')
 #define ERRCODE_DS_STEP_CONFLICT		MAKE_SQLSTATE('D','S','4','2','2')
+/* Partitions (docs/partitions.md): a call naming a run of a partition this server does not own. */
+#define ERRCODE_DS_WRONG_PARTITION		MAKE_SQLSTATE('D','S','2','0','1')
 
 #endif							/* DS_ERRCODES_H */

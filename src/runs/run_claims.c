@@ -58,6 +58,7 @@ ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
 										  "SELECT run_id FROM durable_steps.runs"
 										  " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
 										  " AND next_wake_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"
+										  " AND durable_steps.ds_partition_owned(run_id)"
 										  " ORDER BY next_wake_at LIMIT $1 FOR UPDATE SKIP LOCKED",
 										  1, due_types),
 						  args, NULL, false, 0);
@@ -384,6 +385,7 @@ ds_next_run_wake_time(void)
 {
 	return ds_store_query_time(&next_wake_plan,
 							   "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
-							   " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')",
+							   " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
+							   " AND durable_steps.ds_partition_owned(run_id)",
 							   "next run wake");
 }

@@ -36,6 +36,7 @@
 #include "store/step_store.h"
 #include "ipc/worker_wakeup.h"
 #include "base/size_limits.h"
+#include "base/partition.h"
 #include "runs/runs.h"
 
 PG_FUNCTION_INFO_V1(ds_start_run);
@@ -62,6 +63,14 @@ run_id_text(FunctionCallInfo fcinfo, int argno, const char *what)
 	return s;
 }
 
+/* `run_id`, after checking that this server owns its partition (DS201, docs/partitions.md). */
+static char *
+ds_run_id_of_partition(char *run_id)
+{
+	ds_partition_check_run(run_id);
+	return run_id;
+}
+
 /* The run id argument of the controls. */
 static char *
 run_id_arg(FunctionCallInfo fcinfo)
@@ -70,7 +79,7 @@ run_id_arg(FunctionCallInfo fcinfo)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("run_id must not be null")));
-	return run_id_text(fcinfo, 0, "run_id");
+	return ds_run_id_of_partition(run_id_text(fcinfo, 0, "run_id"));
 }
 
 /* (runs.h) */
@@ -115,9 +124,9 @@ ds_resolve_workflow(const char *name)
 	return oid;
 }
 
-/* A new run id: a random UUID (version 4). */
+/* A random UUID (version 4). */
 static char *
-generated_run_id(void)
+random_run_id(void)
 {
 	unsigned char b[16];
 
@@ -130,6 +139,26 @@ generated_run_id(void)
 	return psprintf("%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
 					b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
 					b[12], b[13], b[14], b[15]);
+}
+
+/*
+ * A new run id: a random UUID (version 4), drawn again until it falls in a partition this server
+ * owns (docs/partitions.md): on average partition_count / (partitions owned) draws.
+ */
+static char *
+generated_run_id(void)
+{
+	for (int tries = 0;; tries++)
+	{
+		char	   *run_id = random_run_id();
+
+		if (ds_partition_owns(run_id))
+			return run_id;
+		/* owning nothing, no draw ever fits: say why rather than spin */
+		if (tries >= 10000)
+			ds_partition_check_run(run_id);
+		pfree(run_id);
+	}
 }
 
 /*
@@ -189,7 +218,8 @@ ds_start_run(PG_FUNCTION_ARGS)
 	 * turns cannot change it
 	 */
 	workflow = format_procedure_qualified(ds_resolve_workflow(workflow));
-	run_id = run_key ? run_key : generated_run_id();
+	/* a run key names the run: it must be one of this server's partitions */
+	run_id = run_key ? ds_run_id_of_partition(run_key) : generated_run_id();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "ds_start_run must return a composite type");
 

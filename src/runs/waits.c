@@ -103,7 +103,7 @@ ds_wait_step(PG_FUNCTION_ARGS)
 	StepWait	w;
 	int64		timeout_ms;
 
-	w.run_id = ds_step_identity_arg(fcinfo, 0, "run_id");
+	w.run_id = ds_run_id_arg(fcinfo, 0);
 	w.step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	timeout_ms = timeout_arg(fcinfo, 2);
 	ensure_waits_available();
@@ -185,7 +185,7 @@ ds_wait_run(PG_FUNCTION_ARGS)
 	bool		nulls[4];
 
 	memset(&w, 0, sizeof(w));
-	w.run_id = ds_step_identity_arg(fcinfo, 0, "run_id");
+	w.run_id = ds_run_id_arg(fcinfo, 0);
 	timeout_ms = timeout_arg(fcinfo, 1);
 	ensure_waits_available();
 	(void) ds_outcome_wait(w.run_id, timeout_ms, run_done, &w);

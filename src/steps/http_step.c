@@ -61,7 +61,7 @@ idempotency_header_arg(FunctionCallInfo fcinfo, int argno, const HttpRequest *re
 Datum
 ds_http_step(PG_FUNCTION_ARGS)
 {
-	char	   *run_id = ds_step_identity_arg(fcinfo, 0, "run_id");
+	char	   *run_id = ds_run_id_arg(fcinfo, 0);
 	char	   *step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	Jsonb	   *request;
 	Jsonb	   *policy;
@@ -163,7 +163,7 @@ ds_http_step(PG_FUNCTION_ARGS)
 Datum
 ds_resolve_step(PG_FUNCTION_ARGS)
 {
-	char	   *run_id = ds_step_identity_arg(fcinfo, 0, "run_id");
+	char	   *run_id = ds_run_id_arg(fcinfo, 0);
 	char	   *step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	char	   *status;
 	bool		succeeded;

@@ -92,7 +92,7 @@ parse_step_call(FunctionCallInfo fcinfo, StepCall *call)
 	ClassOverrides overrides;
 
 	memset(call, 0, sizeof(*call));
-	call->run_id = ds_step_identity_arg(fcinfo, 0, "run_id");
+	call->run_id = ds_run_id_arg(fcinfo, 0);
 	call->step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	call->input = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
 	call->policy = PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4);
@@ -386,7 +386,7 @@ rerun_success_hook(StepRecord *rec, bool new_input)
 Datum
 ds_retry_step(PG_FUNCTION_ARGS)
 {
-	char	   *run_id = ds_step_identity_arg(fcinfo, 0, "run_id");
+	char	   *run_id = ds_run_id_arg(fcinfo, 0);
 	char	   *step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	bool		new_input = !PG_ARGISNULL(2);
 	char	   *new_sql = PG_NARGS() > 3 && !PG_ARGISNULL(3) ? text_to_cstring(PG_GETARG_TEXT_PP(3)) : NULL;
@@ -501,7 +501,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 Datum
 ds_cancel_step(PG_FUNCTION_ARGS)
 {
-	char	   *run_id = ds_step_identity_arg(fcinfo, 0, "run_id");
+	char	   *run_id = ds_run_id_arg(fcinfo, 0);
 	char	   *step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	StepRecord	rec;
 

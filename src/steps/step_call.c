@@ -27,6 +27,7 @@
 #include "steps/step_call.h"
 #include "steps/step_context.h"
 #include "store/step_lock.h"
+#include "base/partition.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
 #include "ipc/worker_wakeup.h"
@@ -65,6 +66,16 @@ ds_step_identity_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 				 errdetail("It has %d characters; the limit is %d.", chars,
 						   DS_MAX_IDENTITY_CHARS)));
 	return s;
+}
+
+/* (step_call.h) */
+char *
+ds_run_id_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *run_id = ds_step_identity_arg(fcinfo, argno, "run_id");
+
+	ds_partition_check_run(run_id);
+	return run_id;
 }
 
 /*

@@ -16,6 +16,12 @@
 /* Argument `argno`, a run_id or step_id: not NULL, not empty, at most 255 characters. */
 extern char *ds_step_identity_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 
+/*
+ * Argument `argno`, the run_id of a step call: as ds_step_identity_arg, and of a partition this
+ * server owns (DS201, docs/partitions.md). Every call naming a run reads its run_id through here.
+ */
+extern char *ds_run_id_arg(FunctionCallInfo fcinfo, int argno);
+
 /* Argument `argno`, a step timeout, in microseconds: 0 for NULL, else in (0, 24 hours]. */
 extern int64 ds_step_timeout_arg(FunctionCallInfo fcinfo, int argno);
 

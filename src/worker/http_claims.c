@@ -104,6 +104,7 @@ ds_claim_due_http_steps(int limit, const Oid *inflight_owners, int n_inflight, i
 										  " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
 										  " AND next_attempt_at <= $2 AND kind = 'http'"
 										  " AND owner::pg_catalog.oid OPERATOR(pg_catalog.<>) ALL ($3)"
+										  " AND durable_steps.ds_partition_owned(run_id)"
 										  " ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
 										  3, due_types),
 						  args, NULL, false, 0);
@@ -158,6 +159,6 @@ ds_next_http_due_time(void)
 							   "SELECT min(next_attempt_at) FROM durable_steps.steps"
 							   " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
 							   " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-							   " AND kind = 'http'",
+							   " AND kind = 'http' AND durable_steps.ds_partition_owned(run_id)",
 							   "next due HTTP step");
 }

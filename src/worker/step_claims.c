@@ -90,7 +90,8 @@ due_queues(TimestampTz now, DueQueue **out)
 										  " WHERE EXISTS (SELECT FROM durable_steps.steps s"
 										  "  WHERE s.queue = g.queue AND s.priority = g.priority"
 										  "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
-										  "   AND s.next_attempt_at <= $1 AND s.kind = 'sql')"
+										  "   AND s.next_attempt_at <= $1 AND s.kind = 'sql'"
+										  "   AND durable_steps.ds_partition_owned(s.run_id))"
 										  " ORDER BY g.queue, g.priority",
 										  1, types),
 						  args, NULL, false, 0);
@@ -278,7 +279,9 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 												  "SELECT priority FROM durable_steps.steps"
 												  " WHERE queue = $1 AND next_attempt_at IS NOT NULL"
 												  " AND status IN ('pending', 'retrying')"
-												  " AND priority >= $2 AND kind = 'sql' ORDER BY priority LIMIT 1",
+												  " AND priority >= $2 AND kind = 'sql'"
+												  " AND durable_steps.ds_partition_owned(run_id)"
+												  " ORDER BY priority LIMIT 1",
 												  2, level_types),
 								  args, NULL, false, 0);
 			if (rc != SPI_OK_SELECT)
@@ -320,6 +323,7 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 													  " WHERE queue = $1 AND priority = $2"
 													  " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
 													  " AND next_attempt_at <= $4 AND kind = 'sql'"
+													  " AND durable_steps.ds_partition_owned(run_id)"
 													  " AND ctid <> ALL ($5)"
 													  " ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
 													  6, due_types),
@@ -340,6 +344,7 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 													  "  WHERE queue = $1 AND priority = $2"
 													  "  AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
 													  "  AND next_attempt_at <= $4 AND kind = 'sql'"
+													  "  AND durable_steps.ds_partition_owned(run_id)"
 													  "  AND ctid <> ALL ($5)"
 													  "  ORDER BY next_attempt_at LIMIT $7) w"
 													  " WHERE owner <> ALL ($8)"
@@ -839,7 +844,7 @@ ds_next_due_time(void)
 							   "  FROM durable_steps.steps s"
 							   "  WHERE s.queue = g.queue AND s.priority = g.priority"
 							   "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
-							   "   AND s.kind = 'sql'"
+							   "   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
 							   "  ORDER BY s.next_attempt_at LIMIT 1))"
 							   " FROM g LEFT JOIN durable_steps.queues q ON q.name = g.queue"
 	/* a full or paused queue has nothing for an idle executor */

@@ -1,0 +1,180 @@
+-- Partitions (docs/partitions.md): the settings and their refusals, ds_partition_of agreeing
+-- with hashtext(run_id) & (partition_count - 1) as a PL/Proxy router computes it, every call
+-- naming a run of a partition this server does not own refused with DS201 and changing nothing,
+-- and who may export and import a partition. (No worker serves pg_regress's database: TAP 084
+-- runs the worker.)
+\set SHOW_CONTEXT never
+
+-- not partitioned by default: nothing changes, ds_partition_of answers NULL
+SHOW durable_steps.partition_count;
+SHOW durable_steps.partitions;
+SELECT ds_partition_of('run-1') AS not_partitioned;
+
+-- reloadable settings: not for a session, refused with the reason when malformed
+SET durable_steps.partition_count = 4;
+\echo :SQLSTATE
+ALTER SYSTEM SET durable_steps.partition_count = 3;
+\echo :SQLSTATE
+ALTER SYSTEM SET durable_steps.partition_count = 2048;
+ALTER SYSTEM SET durable_steps.partition_count = -1;
+ALTER SYSTEM SET durable_steps.partitions = 'one';
+\echo :SQLSTATE
+ALTER SYSTEM SET durable_steps.partitions = '0,0';
+ALTER SYSTEM SET durable_steps.partitions = '1024';
+ALTER SYSTEM SET durable_steps.partitions = '-1';
+ALTER SYSTEM SET durable_steps.partitions = '1,,2';
+
+-- four partitions, this server owns 0 and 2. A reload reaches this backend between two
+-- statements: wait_reload is repeated until it has (each waits 50 ms while it has not), and
+-- the SHOWs below say whether it did.
+ALTER SYSTEM SET durable_steps.partition_count = 4;
+ALTER SYSTEM SET durable_steps.partitions = '0,2';
+SELECT pg_reload_conf();
+\set wait_reload 'SELECT pg_sleep(0.05) WHERE current_setting(''durable_steps.partitions'') <> ''0,2'';'
+\o /dev/null
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+\o
+SHOW durable_steps.partition_count;
+SHOW durable_steps.partitions;
+
+-- ds_partition_of is hashtext(run_id) & (partition_count - 1), for every run id, and all four
+-- partitions are reached
+SELECT count(*) FILTER (WHERE ds_partition_of(id) = hashtext(id) & 3) AS agree,
+       count(*) AS ids, count(DISTINCT ds_partition_of(id)) AS partitions
+  FROM (SELECT 'run-' || i AS id FROM generate_series(1, 10000) i
+        UNION ALL SELECT md5(i::text) FROM generate_series(1, 10000) i
+        UNION ALL SELECT 'é' || i FROM generate_series(1, 1000) i) ids;
+-- run-7 is in partition 2 (owned), run-1 in 1 and run-3 in 3 (not owned)
+SELECT id, ds_partition_of(id), hashtext(id) & 3 AS router FROM unnest(ARRAY['run-7', 'run-1', 'run-3']) id;
+
+-- an owned partition: steps as ever
+SELECT status, result, replayed FROM ds_run_step('run-7', 'one', 'SELECT 1 AS n');
+SELECT status, replayed FROM ds_run_step('run-7', 'one', 'SELECT 1 AS n');
+
+-- a run of a partition not owned here: DS201, with where it belongs
+\set VERBOSITY verbose
+SELECT * FROM ds_run_step('run-1', 'one', 'SELECT 1 AS n');
+\set VERBOSITY default
+-- every call naming a run: DS201 each, before anything else is looked at
+SELECT * FROM ds_run_step('run-1', 'one', 'SELECT 1 AS n', defer => true);
+\echo :SQLSTATE
+SELECT * FROM ds_run_step('run-3', 'later', 'SELECT 1', run_at => now() + interval '1 hour');
+\echo :SQLSTATE
+SELECT * FROM ds_http_step('run-1', 'call', '{"method": "GET", "url": "http://127.0.0.1:9/"}');
+\echo :SQLSTATE
+SELECT * FROM ds_retry_step('run-1', 'one');
+\echo :SQLSTATE
+SELECT * FROM ds_cancel_step('run-1', 'one');
+\echo :SQLSTATE
+SELECT * FROM ds_resolve_step('run-1', 'one', 'succeeded');
+\echo :SQLSTATE
+SELECT * FROM ds_wait_step('run-1', 'one', '0');
+\echo :SQLSTATE
+SELECT * FROM ds_wait_run('run-1', '0');
+\echo :SQLSTATE
+SELECT ds_cancel_run('run-1');
+\echo :SQLSTATE
+SELECT ds_resume_run('run-1');
+\echo :SQLSTATE
+
+CREATE FUNCTION part_flow(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT input $$;
+-- a run key names the run: the same refusal
+SELECT * FROM ds_start_run('part_flow', '{}', run_key => 'run-1');
+\echo :SQLSTATE
+-- and nothing of them was stored
+SELECT count(*) AS stored FROM ds_steps WHERE run_id IN ('run-1', 'run-3');
+SELECT count(*) AS stored FROM ds_runs WHERE run_id IN ('run-1', 'run-3');
+-- in a transaction, the refusal aborts it like any error
+BEGIN;
+SELECT status FROM ds_run_step('run-7', 'two', 'SELECT 2 AS n', defer => true);
+SELECT status FROM ds_run_step('run-1', 'two', 'SELECT 2 AS n', defer => true);
+ROLLBACK;
+SELECT count(*) AS two FROM ds_steps WHERE step_id = 'two';
+
+-- a run key of an owned partition, and runs without a key: their ids are of owned partitions
+SELECT run_id, status, created FROM ds_start_run('part_flow', '{}', run_key => 'run-7');
+SELECT count(*) AS runs, count(*) FILTER (WHERE ds_partition_of(r.run_id) IN (0, 2)) AS owned
+  FROM generate_series(1, 50) i, ds_start_run('part_flow', jsonb_build_object('i', i)) r;
+
+-- events belong to no run: accepted on every partition's server
+SELECT ds_emit_event('part-event', '{"to": "everyone"}');
+
+-- moving a partition is a superuser's: no other role, not even durable_steps_admin
+CREATE ROLE part_admin IN ROLE durable_steps_admin;
+CREATE ROLE part_alice;
+SET ROLE part_admin;
+SELECT * FROM ds_partition_export(1);
+\echo :SQLSTATE
+SELECT ds_partition_import('{"ds_partition_export": 1, "partition": 1, "partition_count": 4}');
+\echo :SQLSTATE
+SELECT ds_partition_drop(1);
+\echo :SQLSTATE
+RESET ROLE;
+-- granted EXECUTE, still refused
+GRANT EXECUTE ON FUNCTION ds_partition_export(integer) TO part_alice;
+GRANT EXECUTE ON FUNCTION ds_partition_import(jsonb) TO part_alice;
+SET ROLE part_alice;
+SELECT * FROM ds_partition_export(1);
+\echo :SQLSTATE
+SELECT ds_partition_import('{"ds_partition_export": 1, "partition": 1, "partition_count": 4}');
+\echo :SQLSTATE
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION ds_partition_export(integer) FROM part_alice;
+REVOKE EXECUTE ON FUNCTION ds_partition_import(jsonb) FROM part_alice;
+
+-- a partition this server owns cannot be exported (fence it first), nor imported into
+SELECT * FROM ds_partition_export(2);
+\echo :SQLSTATE
+SELECT * FROM ds_partition_export(4);
+\echo :SQLSTATE
+SELECT ds_partition_import('{"ds_partition_export": 1, "partition": 2, "partition_count": 4}');
+\echo :SQLSTATE
+-- another partition count, lines without their header
+SELECT ds_partition_import('{"ds_partition_export": 1, "partition": 1, "partition_count": 8}');
+\echo :SQLSTATE
+SELECT ds_partition_import('{"table": "runs", "row": {}}');
+\echo :SQLSTATE
+
+-- a fenced partition's export: header, its rows, trailer with their counts
+SELECT n, line ? 'ds_partition_export' AS header, line ? 'ds_partition_end' AS trailer,
+       (line -> 'counts') - 'events'::text AS counts
+  FROM ds_partition_export(1) WHERE line ? 'ds_partition_export' OR line ? 'ds_partition_end';
+-- an import of a partition's rows: a row of another partition is refused, the header and
+-- trailer check the counts, and a repeated import gives the same rows
+CREATE TEMP TABLE part_export AS SELECT * FROM ds_partition_export(3);
+BEGIN;
+SELECT ds_partition_import(line) FROM (SELECT line FROM part_export ORDER BY n) l;
+SELECT ds_partition_import(line) FROM (SELECT line FROM part_export ORDER BY n) l;
+SELECT ds_partition_import(line)
+  FROM (VALUES (0, (SELECT line FROM part_export WHERE n = 0)),
+               (1, '{"table": "runs", "row": {"run_id": "run-7"}}')) v(n, line) ORDER BY n;
+ROLLBACK;
+-- a trailer whose counts do not match: the import fails
+SELECT ds_partition_import(line) FROM (
+    SELECT CASE WHEN line ? 'ds_partition_end'
+                THEN jsonb_set(line, '{counts,runs}', '1') ELSE line END AS line
+      FROM part_export ORDER BY n) l;
+\echo :SQLSTATE
+
+-- back to not partitioned
+ALTER SYSTEM RESET durable_steps.partition_count;
+ALTER SYSTEM RESET durable_steps.partitions;
+SELECT pg_reload_conf();
+\set wait_reload 'SELECT pg_sleep(0.05) WHERE current_setting(''durable_steps.partition_count'') <> ''0'';'
+\o /dev/null
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+\o
+SHOW durable_steps.partition_count;
+SELECT status, replayed FROM ds_run_step('run-1', 'one', 'SELECT 1 AS n');
+DROP ROLE part_admin;
+DROP ROLE part_alice;

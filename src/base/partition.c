@@ -1,0 +1,196 @@
+/*
+ * partition.c -- the logical partitions of runs this server owns (docs/partitions.md).
+ *
+ * Runs are spread over independent servers by their run_id: partition hashtext(run_id) &
+ * (partition_count - 1), which is exactly what a PL/Proxy router computes for RUN ON
+ * hashtext(run_id) over a cluster of partition_count partitions, so a router needs nothing of
+ * this extension to send a call where its run lives. A server owns the partitions listed in
+ * durable_steps.partitions; every call that names a run of another partition is refused before it
+ * reads or writes anything (DS201), so a misrouted call can never start a second history of a run
+ * on the wrong server, and the worker claims nothing of a partition it does not own. Both
+ * settings are reloadable: an operator fences a partition with ALTER SYSTEM and
+ * pg_reload_conf(), and every process, the worker's included, stops taking its work at its next
+ * statement.
+ */
+#include "base/compat.h"
+
+#include "common/hashfn.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/varlena.h"
+
+#include "base/ds_errcodes.h"
+#include "base/partition.h"
+
+PG_FUNCTION_INFO_V1(ds_partition_of);
+PG_FUNCTION_INFO_V1(ds_partition_owned);
+
+static int	partition_count = 0;
+static char *partitions_text = NULL;
+
+/* The partitions listed in durable_steps.partitions, one bit each. */
+typedef struct OwnedPartitions
+{
+	uint8		bits[DS_MAX_PARTITIONS / 8];
+	int			n;				/* how many are listed */
+} OwnedPartitions;
+
+static const OwnedPartitions *owned = NULL;
+
+/* check hook of durable_steps.partition_count: 0, or a power of two up to 1024. */
+static bool
+check_partition_count(int *newval, void **extra, GucSource source)
+{
+	if (*newval != 0 && (*newval & (*newval - 1)) != 0)
+	{
+		GUC_check_errdetail("durable_steps.partition_count must be 0 (not partitioned) or a power of two (1, 2, 4 ... %d): a run's partition is hashtext(run_id) & (partition_count - 1), as PL/Proxy computes it.",
+							DS_MAX_PARTITIONS);
+		return false;
+	}
+	return true;
+}
+
+/* check hook of durable_steps.partitions: a comma-separated list of partition numbers, or empty. */
+static bool
+check_partitions(char **newval, void **extra, GucSource source)
+{
+	OwnedPartitions parsed;
+	OwnedPartitions *result;
+	char	   *raw = pstrdup(*newval != NULL ? *newval : "");
+	List	   *items = NIL;
+	ListCell   *lc;
+
+	memset(&parsed, 0, sizeof(parsed));
+	if (!SplitIdentifierString(raw, ',', &items))
+	{
+		GUC_check_errdetail("durable_steps.partitions must be a comma-separated list of partition numbers, such as '0,2'.");
+		return false;
+	}
+	foreach(lc, items)
+	{
+		const char *item = lfirst(lc);
+		char	   *end;
+		long		p;
+
+		errno = 0;
+		p = strtol(item, &end, 10);
+		if (item[0] == '\0' || *end != '\0' || errno != 0 || p < 0 || p >= DS_MAX_PARTITIONS)
+		{
+			GUC_check_errdetail("\"%s\" is not a partition number: durable_steps.partitions lists numbers from 0 to %d, separated by commas.",
+								item, DS_MAX_PARTITIONS - 1);
+			return false;
+		}
+		if (parsed.bits[p / 8] & (1 << (p % 8)))
+		{
+			GUC_check_errdetail("Partition %ld is listed twice.", p);
+			return false;
+		}
+		parsed.bits[p / 8] |= 1 << (p % 8);
+		parsed.n++;
+	}
+	result = (OwnedPartitions *) ds_guc_extra_malloc(sizeof(OwnedPartitions));
+	if (result == NULL)
+		return false;
+	*result = parsed;
+	*extra = result;
+	return true;
+}
+
+static void
+assign_partitions(const char *newval, void *extra)
+{
+	owned = (const OwnedPartitions *) extra;
+}
+
+void
+ds_partition_init_module(void)
+{
+	DefineCustomIntVariable("durable_steps.partition_count",
+							"How many logical partitions runs are spread over; 0 when this server is not partitioned.",
+							"A power of two. A run's partition is hashtext(run_id) & (partition_count - 1).",
+							&partition_count,
+							0, 0, DS_MAX_PARTITIONS,
+							PGC_SIGHUP,
+							0,
+							check_partition_count, NULL, NULL);
+	DefineCustomStringVariable("durable_steps.partitions",
+							   "The partitions of runs this server owns, e.g. '0,2'.",
+							   "Calls naming a run of any other partition are refused (DS201), and the worker takes no work of them.",
+							   &partitions_text,
+							   "",
+							   PGC_SIGHUP,
+							   0,
+							   check_partitions, assign_partitions, NULL);
+}
+
+int
+ds_partition_count(void)
+{
+	return partition_count;
+}
+
+int
+ds_partition_of_run(const char *run_id, int count)
+{
+	/* hashtext() under a deterministic collation: hash_any of the bytes */
+	uint32		h = DatumGetUInt32(hash_any((const unsigned char *) run_id, (int) strlen(run_id)));
+
+	return (int) (h & (uint32) (count - 1));
+}
+
+bool
+ds_partition_owns_partition(int p)
+{
+	if (partition_count == 0)
+		return true;
+	/* a listed partition beyond the count owns nothing: fail closed */
+	return owned != NULL && p >= 0 && p < partition_count &&
+		(owned->bits[p / 8] & (1 << (p % 8))) != 0;
+}
+
+bool
+ds_partition_owns(const char *run_id)
+{
+	if (partition_count == 0)
+		return true;
+	return ds_partition_owns_partition(ds_partition_of_run(run_id, partition_count));
+}
+
+void
+ds_partition_check_run(const char *run_id)
+{
+	int			p;
+
+	if (partition_count == 0)
+		return;
+	p = ds_partition_of_run(run_id, partition_count);
+	if (!ds_partition_owns_partition(p))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_WRONG_PARTITION),
+				 errmsg("run %s belongs to partition %d, which this server does not own", run_id, p),
+				 errdetail("This server owns partitions {%s} of %d (durable_steps.partitions).",
+						   partitions_text != NULL ? partitions_text : "", partition_count),
+				 errhint("Send calls for run %s to the server that owns partition %d: hashtext(run_id) & %d.",
+						 run_id, p, partition_count - 1)));
+}
+
+/* ds_partition_of(run_id) -> integer: the partition of a run; NULL when not partitioned. */
+Datum
+ds_partition_of(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	if (partition_count == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT32(ds_partition_of_run(run_id, partition_count));
+}
+
+/* durable_steps.ds_partition_owned(run_id) -> boolean: the worker's claims' filter. */
+Datum
+ds_partition_owned(PG_FUNCTION_ARGS)
+{
+	if (partition_count == 0)
+		PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(ds_partition_owns(text_to_cstring(PG_GETARG_TEXT_PP(0))));
+}

@@ -1,0 +1,35 @@
+/*
+ * partition.h -- the logical partitions of runs this server owns (docs/partitions.md).
+ */
+#ifndef DS_PARTITION_H
+#define DS_PARTITION_H
+
+#include "base/compat.h"
+
+/* The largest durable_steps.partition_count. */
+#define DS_MAX_PARTITIONS 1024
+
+extern void ds_partition_init_module(void);
+
+/* durable_steps.partition_count: 0 when this server is not partitioned. */
+extern int	ds_partition_count(void);
+
+/*
+ * The partition of run_id `run_id` among `count` (a power of two): hashtext(run_id) &
+ * (count - 1), as a PL/Proxy router computes it with RUN ON hashtext(run_id).
+ */
+extern int	ds_partition_of_run(const char *run_id, int count);
+
+/* Does this server own run_id `run_id`? Always when it is not partitioned. */
+extern bool ds_partition_owns(const char *run_id);
+
+/* Does this server own partition `p` of the current count? */
+extern bool ds_partition_owns_partition(int p);
+
+/*
+ * Raise DS201 (wrong partition) unless this server owns run_id `run_id`: every call that names
+ * a run, before it reads or writes anything of it.
+ */
+extern void ds_partition_check_run(const char *run_id);
+
+#endif							/* DS_PARTITION_H */

@@ -1,0 +1,221 @@
+# Partitions (docs/partitions.md): two servers, four partitions, A owning 0 and 1, B 2 and 3,
+# each with its own worker. Calls, replays, retries by each server's worker, a run, an HTTP step
+# charged once; a misrouted call refused with DS201 and leaving nothing; a fenced partition's due
+# retry not run by its old server's worker; and partition 1 moved from A to B with
+# ds_partition_export and ds_partition_import, the application's rows with it: its completed
+# steps replay on B and never run again, its pending retry runs there exactly once, its waiting
+# run goes on there. Only a superuser may export or import.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Http;
+use DurableSteps::Test;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $p = DurableSteps::Http::Provider->start;
+my $parts = "durable_steps.partition_count = 4\n";
+my $a = http_node('part_a', $parts . "durable_steps.partitions = '0,1'\n");
+my $b = http_node('part_b', $parts . "durable_steps.partitions = '2,3'\n");
+my $dir = PostgreSQL::Test::Utils::tempdir();
+
+# the same application on both servers: its rows carry their run's id
+for my $node ($a, $b)
+{
+	$node->safe_psql('postgres', q{
+CREATE TABLE orders (run_id text NOT NULL, note text NOT NULL);
+GRANT INSERT, SELECT ON orders TO app;
+-- counts executions of move_body, failed ones included: nextval is not rolled back
+CREATE SEQUENCE move_runs;
+GRANT USAGE ON SEQUENCE move_runs TO app;
+CREATE FUNCTION gate(n integer) RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    IF ds_attempt_number() < n THEN
+        RAISE EXCEPTION 'gate: attempt % < %', ds_attempt_number(), n;
+    END IF;
+    INSERT INTO orders VALUES (ds_run_id(), ds_step_id());
+    RETURN ds_attempt_number();
+END $$;
+CREATE FUNCTION move_body() RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM nextval('move_runs');
+    IF ds_attempt_number() < 2 THEN
+        RAISE EXCEPTION 'not yet (attempt %)', ds_attempt_number();
+    END IF;
+    INSERT INTO orders VALUES (ds_run_id(), ds_step_id());
+    RETURN ds_attempt_number();
+END $$;
+CREATE FUNCTION book(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM ds_step('book', 'INSERT INTO orders VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
+    RETURN '{"booked": true}';
+END $$;
+CREATE FUNCTION ship(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM ds_step('pack', 'INSERT INTO orders VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
+    PERFORM ds_await_event('wait', 'go');
+    PERFORM ds_step('ship', 'INSERT INTO orders VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
+    RETURN '{"shipped": true}';
+END $$;
+CREATE ROLE mover LOGIN IN ROLE durable_steps_admin;
+});
+}
+
+# run ids of each partition, as a router computes them: hashtext(run_id) & 3
+my %id;
+for my $part (0 .. 3)
+{
+	$id{$part} = [ split /\n/, $a->safe_psql('postgres', qq{
+SELECT id FROM (SELECT 'order-' || i AS id FROM generate_series(1, 200) i) s
+ WHERE hashtext(id) & 3 = $part ORDER BY length(id), id LIMIT 3}) ];
+}
+is($a->safe_psql('postgres', "SELECT ds_partition_of('$id{1}[0]')"), '1', 'ds_partition_of agrees with hashtext & 3');
+
+# app's calls on a server, and those that fail: (status, stderr)
+sub app_sql
+{
+	my ($node, $sql) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\nSET ROLE app;\n$sql");
+	return ($out, $err);
+}
+
+sub orders_of
+{
+	my ($node, $run) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(string_agg(note, ',' ORDER BY note), '') FROM orders WHERE run_id = '$run'");
+}
+
+# calls and replays on each server's own partitions
+my ($r0, $r1, $r2) = ($id{0}[0], $id{1}[0], $id{2}[0]);
+for ([ $a, $r0, 'A' ], [ $b, $r2, 'B' ])
+{
+	my ($node, $run, $name) = @$_;
+	my ($out) = app_sql($node,
+		"SELECT status || ' ' || replayed FROM ds_run_step('$run', 'sync', 'SELECT gate(1)')");
+	is($out, 'succeeded false', "$name: a call on its own partition runs");
+	($out) = app_sql($node,
+		"SELECT status || ' ' || replayed FROM ds_run_step('$run', 'sync', 'SELECT gate(1)')");
+	is($out, 'succeeded true', "$name: the same call replays");
+	# a retry by this server's worker
+	app_sql($node, "SELECT ds_run_step('$run', 'retried', 'SELECT gate(2)', defer => true,
+	  policy => ds_retry_policy(max_attempts => 3, initial_delay => '100 ms'))");
+	is(settle($node, $run, 'retried'), 'succeeded', "$name: a deferred step retried by the worker succeeded");
+	is(ran_in_worker($node, $run, 'retried', 1, 2), 't', "$name: both attempts in this server's worker");
+	is(orders_of($node, $run), 'retried,sync', "$name: one row of each step");
+}
+
+# a run without a key starts on one of A's partitions and runs there
+my $run = $a->safe_psql('postgres', "SET ROLE app; SELECT run_id FROM ds_start_run('book', '{}')");
+like($a->safe_psql('postgres', "SELECT ds_partition_of('$run')"), qr/^[01]$/, 'a run without a key gets an id of A');
+is($a->safe_psql('postgres', "SELECT status FROM ds_wait_run('$run', '60 s')"), 'succeeded', 'the run succeeded on A');
+is(orders_of($a, $run), 'book', 'its step ran once');
+
+# an HTTP step on B: one charge
+my ($out) = app_sql($b, qq{SELECT status FROM ds_http_step('$r2', 'charge',
+  '{"method": "POST", "url": "@{[$p->url('charge-b')]}", "json": {"amount": 1}}')});
+is($out, 'pending', 'B: an HTTP step stored');
+is(settle_http($b, $r2, 'charge'), 'succeeded', 'B: the HTTP worker sent it');
+is($p->charges('charge-b'), 1, 'B: one charge');
+
+# a misrouted call: DS201, and nothing stored
+my $err;
+($out, $err) = app_sql($a, "SELECT status FROM ds_run_step('$r2', 'misrouted', 'SELECT gate(1)')");
+like($err, qr/ERROR:  DS201: run \Q$r2\E belongs to partition 2, which this server does not own/, 'A refuses a call for partition 2 with DS201');
+($out, $err) = app_sql($a, "SELECT run_id FROM ds_start_run('book', '{}', '$r2')");
+like($err, qr/DS201/, 'A refuses a run keyed into partition 2');
+is($a->safe_psql('postgres', "SELECT count(*) FROM durable_steps.steps WHERE run_id = '$r2'")
+	  . $a->safe_psql('postgres', "SELECT count(*) FROM durable_steps.runs WHERE run_id = '$r2'")
+	  . orders_of($a, $r2), '00', 'and A stored nothing of it');
+
+# partition 1 on A: a completed step, a completed HTTP step, a waiting run, a retry due in 3 s
+($out) = app_sql($a, "SELECT status FROM ds_run_step('$r1', 'done', 'SELECT gate(1)')");
+is($out, 'succeeded', 'A: a step of partition 1 succeeded');
+app_sql($a, qq{SELECT ds_http_step('$r1', 'charge', '{"method": "POST", "url": "@{[$p->url('charge-a')]}", "json": {"amount": 2}}')});
+is(settle_http($a, $r1, 'charge'), 'succeeded', 'A: an HTTP step of partition 1 sent');
+is($p->charges('charge-a'), 1, 'A: one charge');
+my $ship = $id{1}[1];
+app_sql($a, "SELECT ds_start_run('ship', '{}', '$ship')");
+ok(poll_until($a, 'postgres', "SELECT status = 'waiting' AND wait_event = 'go' FROM ds_runs WHERE run_id = '$ship'"),
+	'A: a run of partition 1 waits for event go');
+app_sql($a, "SELECT ds_run_step('$r1', 'retry', 'SELECT move_body()', defer => true,
+  policy => ds_retry_policy(max_attempts => 5, initial_delay => '3 s', backoff => 'fixed', jitter => 0))");
+ok(poll_until($a, 'postgres', "SELECT status = 'retrying' AND attempt = 1 FROM ds_steps WHERE run_id = '$r1' AND step_id = 'retry'"),
+	'A: its attempt 1 failed, a retry is due in 3 s');
+
+# fence partition 1 on A: its due retry is not run by A's worker
+ok(reload_executors($a, "ALTER SYSTEM SET durable_steps.partitions = '0'"), 'A: partition 1 fenced');
+ok(poll_until($a, 'postgres',
+		"SELECT now() > next_attempt_at + interval '1 s' FROM ds_steps WHERE run_id = '$r1' AND step_id = 'retry'"),
+	'the retry is past due');
+ok(wait_executor_loops($a, 'postgres', executor_pid($a), 600), "A's executor went round since");
+is($a->safe_psql('postgres', "SELECT status || ' ' || attempt FROM ds_steps WHERE run_id = '$r1' AND step_id = 'retry'"),
+	'retrying 1', "A's worker did not run the fenced partition's due retry");
+is($a->safe_psql('postgres', 'SELECT last_value FROM move_runs'), '1', 'its body ran once on A, attempt 1');
+($out, $err) = app_sql($a, "SELECT status FROM ds_run_step('$r1', 'done', 'SELECT gate(1)')");
+like($err, qr/DS201/, 'A now refuses calls for partition 1');
+($out, $err) = app_sql($a, "SELECT ds_emit_event('go')");
+is($out, 't', 'an event belongs to no run: A accepts it') or diag $err;
+wait_executor_loops($a, 'postgres', executor_pid($a), 400);
+is($a->safe_psql('postgres', "SELECT status || ' ' || (next_wake_at < now()) FROM ds_runs WHERE run_id = '$ship'"),
+	'waiting true', 'the fenced run is due after the event, and A does not take it');
+
+# only a superuser moves a partition: a member of durable_steps_admin is refused
+my ($ret, $mout, $merr) = $a->psql('postgres', 'SELECT count(*) FROM ds_partition_export(1)',
+	extra_params => [ '-U', 'mover' ]);
+like($merr, qr/permission denied for function ds_partition_export/, 'durable_steps_admin may not export');
+($ret, $mout, $merr) = $b->psql('postgres',
+	q{SELECT ds_partition_import('{"ds_partition_export": 1, "partition": 1, "partition_count": 4}')},
+	extra_params => [ '-U', 'mover' ]);
+like($merr, qr/permission denied for function ds_partition_import/, 'durable_steps_admin may not import');
+
+# the move: export from A, import into B (twice: the same rows), the application's rows along
+my $export = "$dir/partition-1.copy";
+my $app_rows = "$dir/orders-1.copy";
+$a->safe_psql('postgres', qq{\\copy (SELECT n, line FROM ds_partition_export(1)) TO '$export'
+\\copy (SELECT * FROM orders WHERE ds_partition_of(run_id) = 1) TO '$app_rows'});
+my $import = qq{CREATE TEMP TABLE staging (n bigint, line jsonb);
+\\copy staging FROM '$export'
+SELECT string_agg(r, ',') FILTER (WHERE r IN ('header', 'complete'))
+  FROM (SELECT ds_partition_import(line) AS r FROM (SELECT line FROM staging ORDER BY n) l) i;};
+is($b->safe_psql('postgres', $import), 'header,complete', 'B imported partition 1');
+my $counts = "SELECT count(*) FILTER (WHERE ds_partition_of(run_id) = 1) FROM durable_steps.steps";
+my $first = $b->safe_psql('postgres', $counts);
+is($b->safe_psql('postgres', $import), 'header,complete', 'B imported it again');
+is($b->safe_psql('postgres', $counts), $first, 'the same rows');
+ok($first >= 4, "B holds partition 1's $first steps");
+$b->safe_psql('postgres', qq{\\copy orders FROM '$app_rows'});
+is($a->safe_psql('postgres', 'SELECT ds_partition_drop(1) > 0'), 't', "A dropped its copy of partition 1");
+$a->safe_psql('postgres', 'DELETE FROM orders WHERE ds_partition_of(run_id) = 1');
+is($b->safe_psql('postgres', "SELECT status || ' ' || attempt FROM ds_steps WHERE run_id = '$r1' AND step_id = 'retry'"),
+	'retrying 1', 'B holds the pending retry, not run while B does not own partition 1');
+
+# open partition 1 on B
+ok(reload_executors($b, "ALTER SYSTEM SET durable_steps.partitions = '1,2,3'"), 'B: partition 1 opened');
+is(settle($b, $r1, 'retry'), 'succeeded', 'B: the pending retry ran');
+is($b->safe_psql('postgres', "SELECT string_agg(attempt || ' ' || class || ' ' || executor, ',' ORDER BY attempt) FROM ds_attempts WHERE run_id = '$r1' AND step_id = 'retry'"),
+	'1 retryable worker,2 completed worker', "its history: attempt 1 from A, attempt 2 on B");
+is(ran_in_worker($b, $r1, 'retry', 2), 't', "attempt 2 ran in B's worker");
+is($b->safe_psql('postgres', 'SELECT last_value FROM move_runs'), '1', 'its body ran once on B');
+($out) = app_sql($b, "SELECT status || ' ' || replayed || ' ' || attempt FROM ds_run_step('$r1', 'done', 'SELECT gate(1)')");
+is($out, 'succeeded true 1', 'B: the completed step replays');
+($out) = app_sql($b, qq{SELECT status || ' ' || replayed FROM ds_http_step('$r1', 'charge', '{"method": "POST", "url": "@{[$p->url('charge-a')]}", "json": {"amount": 2}}')});
+is($out, 'succeeded true', 'B: the completed HTTP step replays');
+is($p->charges('charge-a'), 1, 'still one charge');
+($out, $err) = app_sql($b, "SELECT ds_emit_event('go')");
+ok(poll_until($b, 'postgres', "SELECT status = 'succeeded' FROM ds_runs WHERE run_id = '$ship'"),
+	'B: the moved run went on after the event and succeeded');
+is(orders_of($b, $r1), 'done,retry', "B: partition 1's application rows: moved, each step once");
+is(orders_of($b, $ship), 'pack,ship', 'B: the run packed on A and shipped on B, once each');
+is($a->safe_psql('postgres', 'SELECT count(*) FROM orders WHERE ds_partition_of(run_id) = 1')
+	  . $a->safe_psql('postgres', 'SELECT count(*) FROM durable_steps.steps WHERE ds_partition_of(run_id) = 1'),
+	'00', 'A holds nothing of partition 1 any more');
+($out, $err) = app_sql($a, "SELECT status FROM ds_run_step('$r1', 'done', 'SELECT gate(1)')");
+like($err, qr/DS201/, 'A still refuses partition 1');
+settled_and_sound($b, $r1, 'done', 1, 'moved completed');
+settled_and_sound($a, $r0, 'sync', 1, "A's own");
+
+done_testing();
