@@ -1,14 +1,32 @@
 -- Partitions (docs/partitions.md): the settings and their refusals, ds_partition_of agreeing
 -- with hashtext(run_id) & (partition_count - 1) as a PL/Proxy router computes it, every call
 -- naming a run of a partition this server does not own refused with DS201 and changing nothing,
--- and who may export and import a partition. (No worker serves pg_regress's database: TAP 084
--- runs the worker.)
+-- and who may export and import a partition. (No worker serves pg_regress's databases: TAP 084
+-- runs the worker.) In a database of its own, so that the other tests' steps are not in the
+-- partitions it exports.
 \set SHOW_CONTEXT never
+\set regress_db :DBNAME
+CREATE DATABASE regress_partitions;
+\c regress_partitions
+SET client_min_messages = warning;
+CREATE EXTENSION durable_steps;
+RESET client_min_messages;
 
 -- not partitioned by default: nothing changes, ds_partition_of answers NULL
 SHOW durable_steps.partition_count;
 SHOW durable_steps.partitions;
 SELECT ds_partition_of('run-1') AS not_partitioned;
+-- steps of runs run-1 and run-3 stored while not partitioned
+SELECT status FROM ds_run_step('run-1', 'one', 'SELECT 1 AS n');
+SELECT status FROM ds_run_step('run-1', 'def', 'SELECT 1 AS n', defer => true);
+SELECT status FROM ds_run_step('run-3', 'later', 'SELECT 1', run_at => '2100-01-01');
+-- what they are, as one checksum of their rows
+CREATE VIEW part_state AS
+    SELECT md5(coalesce(string_agg(t, ',' ORDER BY t), '')) AS sum FROM (
+        SELECT to_jsonb(s)::text AS t FROM durable_steps.steps s WHERE run_id IN ('run-1', 'run-3')
+        UNION ALL SELECT to_jsonb(a)::text FROM durable_steps.attempts a WHERE run_id IN ('run-1', 'run-3')
+        UNION ALL SELECT to_jsonb(r)::text FROM durable_steps.runs r WHERE run_id IN ('run-1', 'run-3')) x;
+CREATE TABLE before_refusals AS SELECT sum FROM part_state;
 
 -- reloadable settings: not for a session, refused with the reason when malformed
 SET durable_steps.partition_count = 4;
@@ -86,9 +104,10 @@ CREATE FUNCTION part_flow(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql A
 -- a run key names the run: the same refusal
 SELECT * FROM ds_start_run('part_flow', '{}', run_key => 'run-1');
 \echo :SQLSTATE
--- and nothing of them was stored
-SELECT count(*) AS stored FROM ds_steps WHERE run_id IN ('run-1', 'run-3');
-SELECT count(*) AS stored FROM ds_runs WHERE run_id IN ('run-1', 'run-3');
+-- and nothing of them changed: the same rows, and no run
+SELECT (SELECT sum FROM part_state) = (SELECT sum FROM before_refusals) AS unchanged,
+       (SELECT count(*) FROM durable_steps.steps WHERE run_id IN ('run-1', 'run-3')) AS steps;
+SELECT count(*) AS runs FROM ds_runs WHERE run_id IN ('run-1', 'run-3');
 -- in a transaction, the refusal aborts it like any error
 BEGIN;
 SELECT status FROM ds_run_step('run-7', 'two', 'SELECT 2 AS n', defer => true);
@@ -149,7 +168,9 @@ SELECT n, line ? 'ds_partition_export' AS header, line ? 'ds_partition_end' AS t
 CREATE TEMP TABLE part_export AS SELECT * FROM ds_partition_export(3);
 BEGIN;
 SELECT ds_partition_import(line) FROM (SELECT line FROM part_export ORDER BY n) l;
+SELECT step_id, status FROM durable_steps.steps WHERE run_id = 'run-3';
 SELECT ds_partition_import(line) FROM (SELECT line FROM part_export ORDER BY n) l;
+SELECT step_id, status FROM durable_steps.steps WHERE run_id = 'run-3';
 SELECT ds_partition_import(line)
   FROM (VALUES (0, (SELECT line FROM part_export WHERE n = 0)),
                (1, '{"table": "runs", "row": {"run_id": "run-7"}}')) v(n, line) ORDER BY n;
@@ -176,5 +197,7 @@ SELECT pg_reload_conf();
 \o
 SHOW durable_steps.partition_count;
 SELECT status, replayed FROM ds_run_step('run-1', 'one', 'SELECT 1 AS n');
+\c :regress_db
+DROP DATABASE regress_partitions;
 DROP ROLE part_admin;
 DROP ROLE part_alice;

@@ -37,6 +37,7 @@
 
 #include "base/cron_schedule.h"
 #include "base/ds_errcodes.h"
+#include "base/partition.h"
 #include "base/size_limits.h"
 #include "base/sql_text.h"
 #include "base/subtransaction.h"
@@ -446,6 +447,22 @@ start_slot(const char *nsp, const char *job_name, const ScheduleRow *row, Timest
 	args[1] = TimestampTzGetDatum(slot);
 	args[2] = CStringGetTextDatum(row->workflow ? row->workflow : row->sql);
 	args[3] = JsonbPGetDatum(row->input);
+
+	/*
+	 * partitioned (docs/partitions.md): a slot is started by the server that
+	 * owns its key's partition, so that a schedule made on every server
+	 * starts each slot once; the others pass it by
+	 */
+	if (ds_partition_count() > 0)
+	{
+		rc = SPI_execute_with_args(psprintf("SELECT %s", key), 2, types, args, NULL, false, 1);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "computing the slot's key failed: %s", SPI_result_code_string(rc));
+		if (!ds_partition_owns(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
+																 SPI_tuptable->tupdesc, 1,
+																 &isnull))))
+			return false;
+	}
 
 	/*
 	 * the slot's identity is its key: a run or step under it, of any input,
