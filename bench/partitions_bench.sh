@@ -182,7 +182,7 @@ for n in $PARTS; do
 	read -r tps lat < <(pgb "$PORT" "$WORK/fresh.sql" "$((per * n))" "$SECS" "$pnids")
 	TPS[$n.proxy]=$tps
 	printf '%-11s %-8s %10.0f %10s\n' "$n" proxy "$tps" "$lat"
-	if [[ "$n" == "$(echo $PARTS | awk '{ print $1 }')" ]]; then
+	if [[ "$n" == "$(echo "$PARTS" | awk '{ print $1 }')" ]]; then
 		# the hop's cost, one client, one call at a time
 		echo
 		printf '%-22s %10s %10s %10s %8s\n' 'one client' 'direct ms' 'proxy ms' 'hop ms' ratio
@@ -197,7 +197,7 @@ for n in $PARTS; do
 	stop_all
 done
 echo
-base=$(echo $PARTS | awk '{ print $1 }')
+base=$(echo "$PARTS" | awk '{ print $1 }')
 for n in $PARTS; do
 	awk -v n="$n" -v d="${TPS[$n.direct]}" -v p="${TPS[$n.proxy]}" -v b="${TPS[$base.direct]}" \
 		'BEGIN { printf "%s partition(s): direct %.2f x the %s-partition rate, proxy %.2f x direct\n", n, d / b, "'"$base"'", p / d }'

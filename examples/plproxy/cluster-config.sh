@@ -34,7 +34,7 @@ for conn in "$@"; do
         if [ -n "${owner[$p]:-}" ]; then
             echo "partition $p is owned by both '${owner[$p]}' and '$conn'" >&2; exit 1
         fi
-        owner[$p]=$conn
+        owner[p]=$conn
     done
 done
 
