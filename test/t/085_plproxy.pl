@@ -218,6 +218,14 @@ is($proxy->safe_psql('postgres', 'SELECT count(*) FROM ds_stats()'),
 	$a->safe_psql('postgres', 'SELECT count(*) FROM ds_stats()') + $b->safe_psql('postgres', 'SELECT count(*) FROM ds_stats()'),
 	'proxy: as many ds_stats rows as both servers have');
 
+# a queue's limit is each server's: set on both; ds_unwrap of a forwarded result
+$proxy->safe_psql('postgres', "SELECT ds_set_queue('slow', 1)");
+is($a->safe_psql('postgres', "SELECT concurrency FROM ds_queues WHERE queue = 'slow'")
+	  . $b->safe_psql('postgres', "SELECT concurrency FROM ds_queues WHERE queue = 'slow'"),
+	'11', 'proxy: ds_set_queue reached both servers');
+($out, $err) = app_sql($proxy, "SELECT ds_unwrap(ds_run_step('$r2', 'sync', 'SELECT gate(1)'))");
+is($out, '1', 'proxy: ds_unwrap of a replayed ds_step_result') or diag $err;
+
 # a misrouted call, sent straight to the wrong server: DS201, nothing stored
 ($out, $err) = app_sql($b, "SELECT status FROM ds_run_step('$r0', 'misrouted', 'SELECT gate(1)')");
 like($err, qr/ERROR:  DS201: run \Q$r0\E belongs to partition 0, which this server does not own/,
