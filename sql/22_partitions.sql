@@ -163,6 +163,16 @@ SELECT ds_partition_import('{"table": "runs", "row": {}}');
 SELECT n, line ? 'ds_partition_export' AS header, line ? 'ds_partition_end' AS trailer,
        (line -> 'counts') - 'events'::text AS counts
   FROM ds_partition_export(1) WHERE line ? 'ds_partition_export' OR line ? 'ds_partition_end';
+-- an HTTP outcome kept for an executor to record with its hook (as the HTTP worker leaves it):
+-- in flight, the export refuses
+UPDATE durable_steps.steps SET status = 'running', kept_outcome = '{}' WHERE run_id = 'run-3';
+SELECT count(*) FROM ds_partition_export(3);
+\echo :SQLSTATE
+-- running, and nobody holds its lock (its executor is gone): exported, for the new owner to
+-- record its attempt as lost
+UPDATE durable_steps.steps SET kept_outcome = NULL WHERE run_id = 'run-3';
+SELECT count(*) AS lines FROM ds_partition_export(3);
+UPDATE durable_steps.steps SET status = 'pending' WHERE run_id = 'run-3';
 -- an import of a partition's rows: a row of another partition is refused, the header and
 -- trailer check the counts, and a repeated import gives the same rows
 CREATE TEMP TABLE part_export AS SELECT * FROM ds_partition_export(3);
@@ -182,11 +192,28 @@ SELECT ds_partition_import(line) FROM (
       FROM part_export ORDER BY n) l;
 \echo :SQLSTATE
 
--- back to not partitioned
+-- partitions listed without a count (a count refused at startup leaves 0): nothing is served
 ALTER SYSTEM RESET durable_steps.partition_count;
-ALTER SYSTEM RESET durable_steps.partitions;
 SELECT pg_reload_conf();
 \set wait_reload 'SELECT pg_sleep(0.05) WHERE current_setting(''durable_steps.partition_count'') <> ''0'';'
+\o /dev/null
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+:wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
+\o
+SHOW durable_steps.partition_count;
+SHOW durable_steps.partitions;
+SELECT status FROM ds_run_step('run-7', 'one', 'SELECT 1 AS n');
+\echo :SQLSTATE
+SELECT count(*) AS owned FROM generate_series(1, 100) i WHERE durable_steps.ds_partition_owned('r' || i);
+
+-- back to not partitioned
+ALTER SYSTEM RESET durable_steps.partitions;
+SELECT pg_reload_conf();
+\set wait_reload 'SELECT pg_sleep(0.05) WHERE current_setting(''durable_steps.partitions'') <> '''';'
 \o /dev/null
 :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload
 :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload :wait_reload

@@ -790,10 +790,10 @@ CREATE FUNCTION durable_steps.ds_partition_owned(run_id text) RETURNS boolean
     AS 'MODULE_PATHNAME', 'ds_partition_owned' LANGUAGE C STABLE STRICT PARALLEL SAFE;
 REVOKE ALL ON FUNCTION durable_steps.ds_partition_owned(text) FROM PUBLIC;
 
--- An export's hold on a running step or turn (step_id ''): false while an attempt holds it.
-CREATE FUNCTION durable_steps.ds_partition_hold_step(run_id text, step_id text) RETURNS boolean
-    AS 'MODULE_PATHNAME', 'ds_partition_hold_step' LANGUAGE C VOLATILE STRICT;
-REVOKE ALL ON FUNCTION durable_steps.ds_partition_hold_step(text, text) FROM PUBLIC;
+-- Is no attempt of a running step (step_id '': a turn of the run) in flight? For an export.
+CREATE FUNCTION durable_steps.ds_partition_step_idle(run_id text, step_id text) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'ds_partition_step_idle' LANGUAGE C VOLATILE STRICT;
+REVOKE ALL ON FUNCTION durable_steps.ds_partition_step_idle(text, text) FROM PUBLIC;
 
 -- Export, import and drop are a superuser's alone (docs/partitions.md, "Who may move a
 -- partition"): an export holds every role's unmasked requests, secret headers included, and an
@@ -842,19 +842,23 @@ BEGIN
             USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('Backends %s.', v_busy),
                   HINT = 'Let them end (or end them), then export again.';
     END IF;
-    -- attempts and turns in flight finish here first: their locks are held until their outcomes commit
+    -- attempts and turns in flight finish here first: their locks are held until their outcomes
+    -- commit (the running rows are read first, OFFSET 0, so that only their locks are tried); an
+    -- HTTP outcome kept for an executor is recorded here first too, with its hook
     SELECT pg_catalog.string_agg(b.id, ', ') INTO v_busy
-      FROM (SELECT s.run_id OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) s.step_id AS id
+      FROM (SELECT s.run_id, s.step_id,
+                   s.run_id OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) s.step_id AS id,
+                   s.kept_outcome IS NOT NULL AS kept
               FROM durable_steps.steps s
              WHERE s.status OPERATOR(pg_catalog.=) 'running' AND s.next_attempt_at IS NOT NULL
                AND (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
-               AND NOT durable_steps.ds_partition_hold_step(s.run_id, s.step_id)
             UNION ALL
-            SELECT 'run ' OPERATOR(pg_catalog.||) r.run_id
+            SELECT r.run_id, '', 'run ' OPERATOR(pg_catalog.||) r.run_id, false
               FROM durable_steps.runs r
              WHERE r.status OPERATOR(pg_catalog.=) 'running'
                AND (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
-               AND NOT durable_steps.ds_partition_hold_step(r.run_id, '')) b;
+            OFFSET 0) b
+     WHERE b.kept OR NOT durable_steps.ds_partition_step_idle(b.run_id, b.step_id);
     IF v_busy IS NOT NULL THEN
         RAISE EXCEPTION 'partition % has attempts in flight', p
             USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('In flight: %s.', v_busy),

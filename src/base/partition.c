@@ -139,9 +139,22 @@ ds_partition_of_run(const char *run_id, int count)
 	return (int) (h & (uint32) (count - 1));
 }
 
+/*
+ * Partitions listed without a count: a count refused when the configuration file was read (at
+ * startup a bad value leaves the default, 0) must not leave a server that meant to own a few
+ * partitions owning them all.
+ */
+static bool
+partitions_without_count(void)
+{
+	return partition_count == 0 && owned != NULL && owned->n > 0;
+}
+
 bool
 ds_partition_owns_partition(int p)
 {
+	if (partitions_without_count())
+		return false;
 	if (partition_count == 0)
 		return true;
 	/* a listed partition beyond the count owns nothing: fail closed */
@@ -152,6 +165,8 @@ ds_partition_owns_partition(int p)
 bool
 ds_partition_owns(const char *run_id)
 {
+	if (partitions_without_count())
+		return false;
 	if (partition_count == 0)
 		return true;
 	return ds_partition_owns_partition(ds_partition_of_run(run_id, partition_count));
@@ -162,6 +177,13 @@ ds_partition_check_run(const char *run_id)
 {
 	int			p;
 
+	if (partitions_without_count())
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_WRONG_PARTITION),
+				 errmsg("run %s cannot be served: durable_steps.partitions is set but durable_steps.partition_count is 0",
+						run_id),
+				 errdetail("A server that lists the partitions it owns refuses every run until it knows how many there are."),
+				 errhint("Set durable_steps.partition_count (a power of two) and reload.")));
 	if (partition_count == 0)
 		return;
 	p = ds_partition_of_run(run_id, partition_count);
@@ -190,7 +212,7 @@ ds_partition_of(PG_FUNCTION_ARGS)
 Datum
 ds_partition_owned(PG_FUNCTION_ARGS)
 {
-	if (partition_count == 0)
+	if (partition_count == 0 && !partitions_without_count())
 		PG_RETURN_BOOL(true);
 	PG_RETURN_BOOL(ds_partition_owns(text_to_cstring(PG_GETARG_TEXT_PP(0))));
 }

@@ -1,14 +1,15 @@
 /*
- * partition_holds.c -- what ds_partition_export holds while it reads a fenced partition
- * (docs/partitions.md, "Moving a partition").
+ * partition_holds.c -- whether an attempt of a fenced partition is still in flight, for
+ * ds_partition_export (docs/partitions.md, "Moving a partition").
  *
  * An export must read a partition that nothing changes any more: no attempt or turn still in
  * flight whose outcome would be recorded here after the rows left for another server, where the
  * step would then run again. A worker's attempt and a run's turn hold their identity's lock from
- * the claim's commit to the outcome's commit (step_lock.c), so the export takes each running
- * identity's lock, without waiting, until it commits: taken, nothing runs it (its executor is
- * gone, and the new owner records the attempt as lost); not taken, it is still running, and the
- * export refuses rather than copy a state that is about to change.
+ * the claim's commit to the outcome's commit (step_lock.c), so the export tries each running
+ * identity's lock: free, nothing runs it (its executor is gone, and the new owner records the
+ * attempt as lost), and nothing can start it again, the partition being fenced; held, it is still
+ * running, and the export refuses rather than copy a state that is about to change. The lock is
+ * let go of at once: a partition may have many running steps, and the lock table is the server's.
  */
 #include "base/compat.h"
 
@@ -17,18 +18,17 @@
 
 #include "store/step_lock.h"
 
-PG_FUNCTION_INFO_V1(ds_partition_hold_step);
+PG_FUNCTION_INFO_V1(ds_partition_step_idle);
 
 /*
- * durable_steps.ds_partition_hold_step(run_id, step_id) -> boolean: the identity's lock, taken
- * to the end of the transaction without waiting; false when an attempt (step_id '': a turn) holds
- * it.
+ * durable_steps.ds_partition_step_idle(run_id, step_id) -> boolean: false while an attempt of the
+ * step (step_id '': a turn of the run) holds its lock.
  */
 Datum
-ds_partition_hold_step(PG_FUNCTION_ARGS)
+ds_partition_step_idle(PG_FUNCTION_ARGS)
 {
 	char	   *run_id = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	char	   *step_id = text_to_cstring(PG_GETARG_TEXT_PP(1));
 
-	PG_RETURN_BOOL(ds_step_lock_acquire(run_id, step_id, true));
+	PG_RETURN_BOOL(ds_step_lock_is_free(run_id, step_id));
 }

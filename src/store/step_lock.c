@@ -79,6 +79,24 @@ ds_step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
 	return LockAcquire(&tag, ExclusiveLock, false, nowait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
+bool
+ds_step_lock_is_free(const char *run_id, const char *step_id)
+{
+	LOCKTAG		tag;
+	LockAcquireResult got;
+
+	step_locktag(&tag, run_id, step_id);
+	if (held_by_this_process(&tag))
+		return false;
+	got = LockAcquire(&tag, ExclusiveLock, false, true);
+	if (got == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	/* only taken to look: let go, unless this transaction held it */
+	if (got == LOCKACQUIRE_OK)
+		LockRelease(&tag, ExclusiveLock, false);
+	return true;
+}
+
 /* How often a bounded wait for a step lock tries it again. */
 #define STEP_LOCK_POLL_MS 10
 

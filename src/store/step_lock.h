@@ -20,6 +20,12 @@ extern bool ds_step_lock_acquire(const char *run_id, const char *step_id, bool n
 extern bool ds_step_lock_acquire_until(const char *run_id, const char *step_id, TimestampTz until);
 
 /*
+ * Does nobody hold the execution lock of (run_id, step_id)? Tried without waiting and let go of at
+ * once: no attempt of the identity is in flight now (a worker's claim holds it to its outcome).
+ */
+extern bool ds_step_lock_is_free(const char *run_id, const char *step_id);
+
+/*
  * The worker's form: a session-level lock, never waiting, taken before the claim that marks an
  * attempt started commits and released only after the attempt's outcome commits. While it is
  * held the attempt is in flight; once the process is gone, so is the lock, which is how a lost

@@ -142,12 +142,26 @@ app_sql($a, "SELECT ds_start_run('ship', '{}', '$ship')");
 ok(poll_until($a, 'postgres', "SELECT status = 'waiting' AND wait_event = 'go' FROM ds_runs WHERE run_id = '$ship'"),
 	'A: a run of partition 1 waits for event go');
 app_sql($a, "SELECT ds_run_step('$r1', 'retry', 'SELECT move_body()', defer => true,
-  policy => ds_retry_policy(max_attempts => 5, initial_delay => '3 s', backoff => 'fixed', jitter => 0))");
+  policy => ds_retry_policy(max_attempts => 5, initial_delay => '5 s', backoff => 'fixed', jitter => 0))");
 ok(poll_until($a, 'postgres', "SELECT status = 'retrying' AND attempt = 1 FROM ds_steps WHERE run_id = '$r1' AND step_id = 'retry'"),
-	'A: its attempt 1 failed, a retry is due in 3 s');
+	'A: its attempt 1 failed, a retry is due in 5 s');
 
-# fence partition 1 on A: its due retry is not run by A's worker
-ok(reload_executors($a, "ALTER SYSTEM SET durable_steps.partitions = '0'"), 'A: partition 1 fenced');
+# a slow step of partition 1 in flight in A's worker when the partition is fenced
+app_sql($a, "SELECT ds_run_step('$r1', 'slow', 'SELECT 1 FROM pg_sleep(2.5)', defer => true)");
+ok(poll_until($a, 'postgres', "SELECT status = 'running' FROM ds_steps WHERE run_id = '$r1' AND step_id = 'slow'"),
+	"A: a slow step of partition 1 is running in A's worker");
+
+# fence partition 1 on A (the executor, busy with the slow step, reads the reload after it): an
+# export refuses while the slow attempt is in flight, and its due retry is not run by A's worker
+$a->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.partitions = '0'");
+$a->reload;
+ok(poll_until($a, 'postgres', "SELECT current_setting('durable_steps.partitions') = '0'"), 'A: partition 1 fenced');
+my ($eret, $eout, $eerr) = $a->psql('postgres', "\\set VERBOSITY verbose\nSELECT count(*) FROM ds_partition_export(1)");
+like($eerr, qr/ERROR:  DS409: (partition 1 has attempts in flight|transactions open since before the fence)/,
+	'an export refuses while an attempt of the partition is in flight');
+is(settle($a, $r1, 'slow'), 'succeeded', 'the attempt in flight when the partition was fenced finished on A');
+is($a->safe_psql('postgres', "SELECT status || ' ' || attempt FROM ds_steps WHERE run_id = '$r1' AND step_id = 'retry'"),
+	'retrying 1', 'the retry is not due yet');
 ok(poll_until($a, 'postgres',
 		"SELECT now() > next_attempt_at + interval '1 s' FROM ds_steps WHERE run_id = '$r1' AND step_id = 'retry'"),
 	'the retry is past due');
