@@ -17,11 +17,13 @@ DS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # bison, flex and zlib1g-dev build the other PostgreSQL majors from their release sources
 # (scripts/pg-build); python3-croniter is the oracle of the schedule syntax (TAP 075);
 # prometheus-postgres-exporter serves the metrics of monitoring/ (TAP 081); pgbouncer and Flask,
-# SQLAlchemy and psycopg2 run the examples (examples/run-tests).
+# SQLAlchemy and psycopg2 run the examples (examples/run-tests); postgresql-15-plproxy is the
+# proxy of examples/plproxy (TAP 085).
 DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgresql-15-cron
              libipc-run-perl make gcc python3 perl ca-certificates bison flex zlib1g-dev
              python3-croniter prometheus-postgres-exporter pgbouncer python3-flask
-             python3-sqlalchemy python3-psycopg2)
+             python3-sqlalchemy python3-psycopg2
+             postgresql-15-plproxy)
 DS_PACKAGES+=(liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libxslt1-dev libpam0g-dev libicu-dev)  # Citus for TAP 086 (scripts/citus-build)
 
 # The PostgreSQL to build and test against: PG_CONFIG when the caller names one (scripts/test
