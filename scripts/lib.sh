@@ -18,10 +18,12 @@ DS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # (scripts/pg-build); python3-croniter is the oracle of the schedule syntax (TAP 075);
 # prometheus-postgres-exporter serves the metrics of monitoring/ (TAP 081); pgbouncer and Flask,
 # SQLAlchemy and psycopg2 run the examples (examples/run-tests).
+# postgresql-15-auto-failover (pg_autoctl and its monitor extension) runs TAP 088.
 DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgresql-15-cron
              libipc-run-perl make gcc python3 perl ca-certificates bison flex zlib1g-dev
              python3-croniter prometheus-postgres-exporter pgbouncer python3-flask
-             python3-sqlalchemy python3-psycopg2)
+             python3-sqlalchemy python3-psycopg2
+             postgresql-15-auto-failover)
 
 # The PostgreSQL to build and test against: PG_CONFIG when the caller names one (scripts/test
 # --pg N sets it for each major of the matrix; a user's own packages are picked the same way),
