@@ -34,10 +34,9 @@ chomp $bindir;
 my ($major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
 plan skip_all => "pg_auto_failover is tested with Debian's postgresql-15-auto-failover; this is PostgreSQL $major"
   unless defined $major && $major == 15;
-my $autoctl = `command -v pg_autoctl`;
-chomp $autoctl;
+my ($autoctl) = grep { -x $_ } map { "$_/pg_autoctl" } split /:/, $ENV{PATH};
 plan skip_all => 'pg_autoctl is not installed (Debian package postgresql-15-auto-failover)'
-  unless $autoctl ne '' && -x $autoctl;
+  unless defined $autoctl;
 plan skip_all => "pg_auto_failover's monitor extension is not installed in $bindir"
   unless -e `pg_config --sharedir` =~ s/\s+\z//r . '/extension/pgautofailover.control';
 
