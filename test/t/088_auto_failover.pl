@@ -296,12 +296,8 @@ my $failover_secs = time() - $t_kill;
 note sprintf('failover: %.1f s from the kill to a writable new primary', $failover_secs);
 
 # ---- after the failover ------------------------------------------------------------------------
-my $deadline = time() + $WAIT;
-for my $h (@clients)
-{
-	$h->finish;
-}
-is(join(',', map { $_->result } @clients), join(',', (0) x $CLIENTS), 'every client got an answer for every batch');
+my @answered = map { $_->finish ? 'answered' : 'gave up' } @clients;
+is(join(',', @answered), join(',', ('answered') x $CLIENTS), 'every client got an answer for every batch');
 my $retried = () = PostgreSQL::Test::Utils::slurp_file("$dir/client1.log") =~ /no answer/g;
 $retried += () = PostgreSQL::Test::Utils::slurp_file("$dir/client" . ($BATCHES + 1) . '.log') =~ /no answer/g;
 ok($retried > 0, "the clients retried batches that got no answer ($retried tries)");
@@ -313,7 +309,7 @@ ok(poll_on('n2', 'postgres', q{SELECT count(*) FILTER (WHERE status IN ('pending
 	'everything due ran after the failover');
 is(psql_ok('n2', 'postgres', "SELECT status || ':' || count(*) FROM ds_steps GROUP BY status", 'app'),
 	'succeeded:' . ($total_sql + $total_http), 'every step the clients created succeeded, none lost');
-is(psql_ok('n2', 'postgres', 'SELECT count(*) || ',' || count(DISTINCT k) FROM effects'),
+is(psql_ok('n2', 'postgres', q{SELECT count(*) || ',' || count(DISTINCT k) FROM effects}),
 	"$total_sql,$total_sql", 'the application effects: one per SQL step, none twice');
 is(psql_ok('n2', 'postgres', q{SELECT count(*) FROM ds_steps s
  WHERE s.step_id LIKE 's%' AND NOT EXISTS (SELECT FROM effects e WHERE e.k = s.run_id || '/' || s.step_id)}, 'app'),
@@ -386,7 +382,7 @@ sub poll_gone
 	while (time() < $deadline)
 	{
 		# reap our own child (pg_autoctl run) so that it is not a zombie
-		$keeper{n1}->pump_nb if $keeper{n1};
+		eval { $keeper{n1}->pump_nb if $keeper{n1}; };
 		return 1 unless grep { kill(0, $_) && !zombie($_) } @pids;
 		usleep(100_000);
 	}
