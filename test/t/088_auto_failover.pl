@@ -333,6 +333,8 @@ for my $b (1 .. $CLIENTS * $BATCHES)
 is(join(',', @not_once), '', 'every HTTP step charged exactly once at the provider');
 is(join(',', @keys_wrong), '', 'every request of an HTTP step carried its one idempotency key');
 note 'HTTP steps whose request was sent again: ' . ($resent // 0);
+note 'attempts recorded lost with the old primary (DS007): '
+  . psql_ok('n2', 'postgres', q{SELECT count(*) FROM durable_steps.attempts WHERE error_code = 'DS007'});
 
 # the new primary's workers through the read-only phase
 my $log = n2_log_since($n2_log_from);
