@@ -10,6 +10,8 @@
 #     application table has one row per SQL step, none twice;
 #   - every HTTP step charged once at the provider, and every request of it carried its one
 #     idempotency key;
+#   - the kill caught attempts in flight (slow steps, slowly answered requests): the new primary
+#     recorded them lost (DS007) and ran them again, the requests with the same key;
 #   - the new primary's executors and HTTP worker waited through the read-only phase: one log
 #     line each that they wait, none failed or was restarted, and they ran what was due within
 #     two seconds of the server accepting writes.
