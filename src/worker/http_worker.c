@@ -530,6 +530,9 @@ ds_http_worker_main(Datum arg)
 			next_look = 0;
 		}
 		ds_worker_reload_settings_if_asked(apply_reloaded_settings);
+		/* replaced only while it holds no request nor outcome */
+		if (n_in_flight == 0 && n_finished == 0)
+			ds_worker_end_if_outdated();
 		if (n_in_flight > 0)
 			advance_transfers();
 

@@ -946,6 +946,7 @@ ds_executor_main(Datum arg)
 
 		CHECK_FOR_INTERRUPTS();
 		reload_settings_if_asked();
+		ds_worker_end_if_outdated();
 		if (my_extra)
 		{
 			if (extra_pass(&last_recovery, &last_turn_recovery, &seen_epoch))

@@ -3,17 +3,27 @@
  */
 #include "base/compat.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_db_role_setting.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/ipc.h"
 #include "storage/lmgr.h"
 #include "tcop/tcopprot.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 #include "worker/worker_session.h"
 
@@ -138,23 +148,183 @@ log_wait_change(bool now, bool *said, const char *begins, const char *ends)
 	*said = now;
 }
 
+/*
+ * What the stored settings (ALTER DATABASE / ALTER ROLE ... SET) say of default_transaction_read_only
+ * for a new session of this process's database and role: the first of the four places a session
+ * takes them from, in PostgreSQL's order of precedence (database and role, role, database, every
+ * database and role), that names it.
+ */
+typedef enum StoredReadOnly
+{
+	STORED_NONE,
+	STORED_ON,
+	STORED_OFF,
+} StoredReadOnly;
+
+/* The setting of default_transaction_read_only in one row of pg_db_role_setting, if it names it. */
+static StoredReadOnly
+stored_read_only_of(Relation rel, Oid dbid, Oid roleid)
+{
+	ScanKeyData keys[2];
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	StoredReadOnly found = STORED_NONE;
+
+	ScanKeyInit(&keys[0], Anum_pg_db_role_setting_setdatabase, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(dbid));
+	ScanKeyInit(&keys[1], Anum_pg_db_role_setting_setrole, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(roleid));
+	scan = systable_beginscan(rel, DbRoleSettingDatidRolidIndexId, true, NULL, 2, keys);
+	while (found == STORED_NONE && HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tuple, Anum_pg_db_role_setting_setconfig,
+									 RelationGetDescr(rel), &isnull);
+		Datum	   *elems;
+		bool	   *nulls;
+		int			n;
+
+		if (isnull)
+			continue;
+		deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
+						  &elems, &nulls, &n);
+		for (int i = 0; i < n; i++)
+		{
+			char	   *item;
+			char	   *name;
+			char	   *value;
+			bool		on;
+
+			if (nulls[i])
+				continue;
+			item = TextDatumGetCString(elems[i]);
+			ParseLongOption(item, &name, &value);
+			/* the last of a name wins, as when PostgreSQL applies the array */
+			if (value != NULL && pg_strcasecmp(name, "default_transaction_read_only") == 0 &&
+				parse_bool(value, &on))
+				found = on ? STORED_ON : STORED_OFF;
+		}
+	}
+	systable_endscan(scan);
+	return found;
+}
+
+static StoredReadOnly
+stored_read_only(void)
+{
+	Oid			role = GetSessionUserId();
+	Oid			places[4][2] = {{MyDatabaseId, role}, {InvalidOid, role},
+	{MyDatabaseId, InvalidOid}, {InvalidOid, InvalidOid}};
+	StoredReadOnly found = STORED_NONE;
+	Relation	rel;
+
+	ds_worker_begin_transaction("durable_steps: is the database read-only?");
+	rel = table_open(DbRoleSettingRelationId, AccessShareLock);
+	for (int i = 0; i < 4 && found == STORED_NONE; i++)
+		found = stored_read_only_of(rel, places[i][0], places[i][1]);
+	table_close(rel, AccessShareLock);
+	ds_worker_commit();
+	return found;
+}
+
+/*
+ * How often a process connected to a database reads its stored settings again (a change of them
+ * signals nobody): so a database made read-only, or writable again, is seen within a second.
+ */
+#define STORED_SETTINGS_LOOK_MS 1000
+
+/* What the stored settings said when this process first looked (at its start), and say now. */
+static bool stored_looked = false;
+static StoredReadOnly stored_at_start = STORED_NONE;
+static StoredReadOnly stored_now = STORED_NONE;
+static TimestampTz stored_looked_at = 0;
+
+/*
+ * Look at the stored settings again when a second has passed. Only in a process connected to a
+ * database, with no transaction open (the callers' loops look between their transactions).
+ */
+static void
+look_at_stored_settings(void)
+{
+	if (!OidIsValid(MyDatabaseId) || IsTransactionState())
+		return;
+	if (stored_looked &&
+		!TimestampDifferenceExceeds(stored_looked_at, GetCurrentTimestamp(),
+									STORED_SETTINGS_LOOK_MS))
+		return;
+	stored_now = stored_read_only();
+	stored_looked_at = GetCurrentTimestamp();
+	if (!stored_looked)
+		stored_at_start = stored_now;
+	stored_looked = true;
+}
+
+bool
+ds_worker_settings_outdated(void)
+{
+	look_at_stored_settings();
+
+	/*
+	 * The process took default_transaction_read_only from the stored settings
+	 * when it connected, and a reload never takes them again: once they
+	 * changed, only a new process has the value a new session has. A database
+	 * made read-only since needs none: the process just waits.
+	 */
+	return stored_looked && stored_now != stored_at_start &&
+		!(stored_at_start == STORED_NONE && stored_now == STORED_ON);
+}
+
+/*
+ * Does the server or the database refuse this process's writes now? A server in recovery (a
+ * standby, a standby being promoted), default_transaction_read_only from the configuration (as
+ * pg_auto_failover sets it while it hands a primary over) or from the stored settings of the
+ * database or the role (ALTER DATABASE ... SET default_transaction_read_only = on), and stored
+ * settings changed since the process connected (it is to be replaced, ds_worker_settings_outdated).
+ */
+static bool
+writes_refused(void)
+{
+	if (RecoveryInProgress() || DefaultXactReadOnly)
+		return true;
+	if (!OidIsValid(MyDatabaseId))
+		return false;
+	return ds_worker_settings_outdated() || stored_now == STORED_ON;
+}
+
+void
+ds_worker_end_if_outdated(void)
+{
+	if (!ds_worker_settings_outdated())
+		return;
+	ereport(LOG,
+			(errmsg("durable_steps: default_transaction_read_only of the database or role changed since this process connected; a new one takes its place")));
+	proc_exit(0);
+}
+
 bool
 ds_worker_must_wait(void)
 {
 	static bool said_paused = false;
 	static bool said_refused = false;
+	bool		refused = writes_refused();
+	const char *why;
 
+	if (RecoveryInProgress())
+		why = "the server is in recovery; waiting for it to accept writes";
+	else if (DefaultXactReadOnly)
+		why = "the server is read-only (default_transaction_read_only); waiting for it to accept writes";
+	else
+		why = "the database is read-only (default_transaction_read_only of the database or role); waiting for it to accept writes";
 	log_wait_change(worker_paused, &said_paused,
 					"the worker is paused (durable_steps.paused); nothing due runs until it is turned off",
 					"the worker is no longer paused; running steps");
-	log_wait_change(DefaultXactReadOnly, &said_refused,
-					"the server is read-only (default_transaction_read_only); waiting for it to accept writes",
+	log_wait_change(refused, &said_refused, why,
 					"the server accepts writes again; running steps");
-	return worker_paused || DefaultXactReadOnly;
+	return worker_paused || refused;
 }
 
 bool
 ds_worker_waits(void)
 {
-	return worker_paused || DefaultXactReadOnly;
+	return worker_paused || writes_refused();
 }

@@ -49,14 +49,29 @@ extern void ds_worker_commit(void);
 
 /*
  * Must the workers wait, claiming, running and recording nothing, and look again later? While
- * durable_steps.paused is on (a restored copy, docs/backups.md), or while the server refuses
- * writes (default_transaction_read_only, as a failover manager sets it while it hands a primary
- * over; rather than fail on the first write and be restarted every second). Logs each change
- * once.
+ * durable_steps.paused is on (a restored copy, docs/backups.md), or while the database refuses
+ * writes: the server is in recovery, default_transaction_read_only is on in the configuration (as
+ * a failover manager sets it while it hands a primary over) or in the stored settings of the
+ * database or the role (ALTER DATABASE ... SET, read again every second) -- rather than fail on
+ * the first write and be restarted every second. Logs each change once.
  */
 extern bool ds_worker_must_wait(void);
 
 /* The same, without the log lines: for the launcher, which starts no extra executor meanwhile. */
 extern bool ds_worker_waits(void);
+
+/*
+ * Have the stored settings of default_transaction_read_only (ALTER DATABASE / ALTER ROLE ... SET)
+ * changed since this process connected, so that its own value is no longer a new session's? A
+ * reload never takes them again; only a new process does.
+ */
+extern bool ds_worker_settings_outdated(void);
+
+/*
+ * End the process (exit code 0, one log line) when its settings are outdated: the launcher starts
+ * another, which connects with the database's settings of now. Called where the process holds no
+ * attempt.
+ */
+extern void ds_worker_end_if_outdated(void);
 
 #endif							/* DS_WORKER_SESSION_H */

@@ -19,11 +19,6 @@ $node->safe_psql('postgres', q{
 CREATE TABLE done (step text);
 GRANT INSERT ON done TO app;
 });
-my $url = $p->url('ro');
-$node->safe_psql('postgres', qq{SET ROLE app;
-SELECT ds_run_step('ro', 'sql', \$\$INSERT INTO done VALUES ('sql')\$\$, run_at => now() + interval '2 s');
-SELECT ds_http_step('ro', 'http', '{"method": "POST", "url": "$url"}', run_at => now() + interval '2 s');});
-
 my $workers = q{SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity
  WHERE backend_type IN ('durable_steps worker', 'durable_steps http')};
 my $pids = $node->safe_psql('postgres', $workers);
@@ -36,6 +31,13 @@ my $waiting = qr/durable_steps: the server is read-only \(default_transaction_re
 # each process logs it when it next looks for work
 is(poll_log($node, $offset, $waiting, 2), 2,
 	'read-only: the executor and the HTTP worker each said once that they wait');
+
+# the steps are made due in 2 s only now: made before, they might come due before a slow reload
+# reached the workers, and run
+my $url = $p->url('ro');
+$node->safe_psql('postgres', qq{SET default_transaction_read_only = off; SET ROLE app;
+SELECT ds_run_step('ro', 'sql', \$\$INSERT INTO done VALUES ('sql')\$\$, run_at => now() + interval '2 s');
+SELECT ds_http_step('ro', 'http', '{"method": "POST", "url": "$url"}', run_at => now() + interval '2 s');});
 
 # the steps come due while the server is read-only, and both processes go round several times
 ok(poll_until($node, 'postgres',
