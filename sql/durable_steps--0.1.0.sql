@@ -924,6 +924,7 @@ DECLARE
     v_p integer := NULLIF(pg_catalog.current_setting('ds_partition_import.partition', true), '')::integer;
     v_row jsonb := line OPERATOR(pg_catalog.->) 'row';
     v_got jsonb;
+    v_owner text;
 BEGIN
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
         RAISE EXCEPTION 'permission denied for ds_partition_import' USING ERRCODE = '42501',
@@ -975,6 +976,13 @@ BEGIN
                 USING ERRCODE = '55000',
                       DETAIL = pg_catalog.format('Exported %s, imported %s.', line OPERATOR(pg_catalog.->) 'counts', v_got);
         END IF;
+        -- an event emitted here while the partition was on its way found none of its runs:
+        -- the runs that wait for an event this server has are woken
+        UPDATE durable_steps.runs r SET next_wake_at = pg_catalog.clock_timestamp()
+         WHERE (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p
+           AND r.status OPERATOR(pg_catalog.=) 'waiting' AND r.wait_event IS NOT NULL
+           AND EXISTS (SELECT FROM durable_steps.events e
+                        WHERE e.owner OPERATOR(pg_catalog.=) r.owner AND e.name OPERATOR(pg_catalog.=) r.wait_event);
         PERFORM pg_catalog.set_config('ds_partition_import.partition', '', true);
         RETURN 'complete';
     END IF;
@@ -987,11 +995,28 @@ BEGIN
         RAISE EXCEPTION 'run % is not of partition %', v_row OPERATOR(pg_catalog.->>) 'run_id', v_p
             USING ERRCODE = '22023';
     END IF;
+    -- A role is taken by its name, as a dump takes it: an owner exported as a number was a role
+    -- dropped on the source (its steps fail closed there), and a number here may name another
+    -- role; a name that is no role here fails the import rather than leave steps of nobody.
+    v_owner := v_row OPERATOR(pg_catalog.->>) (CASE WHEN line OPERATOR(pg_catalog.->>) 'table' OPERATOR(pg_catalog.=) 'attempts'
+                                                  THEN 'role' ELSE 'owner' END);
+    IF v_owner IS NULL OR v_owner OPERATOR(pg_catalog.~) '^[0-9]+$' OR pg_catalog.to_regrole(v_owner) IS NULL THEN
+        RAISE EXCEPTION 'role % of % of run % is not a role of this server', v_owner,
+            line OPERATOR(pg_catalog.->>) 'table', v_row OPERATOR(pg_catalog.->>) 'run_id'
+            USING ERRCODE = '42704',
+                  DETAIL = 'A role the export names by a number was dropped on the source server.',
+                  HINT = 'Create the role here (or drop its steps on the source) and export again.';
+    END IF;
     CASE line OPERATOR(pg_catalog.->>) 'table'
     WHEN 'runs' THEN
-        INSERT INTO durable_steps.runs SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.runs, v_row);
+        -- a backend of the source server is no process here: its turn, if any, is lost
+        INSERT INTO durable_steps.runs SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.runs,
+            v_row OPERATOR(pg_catalog.||) '{"claimed_by": null}');
     WHEN 'steps' THEN
-        INSERT INTO durable_steps.steps SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.steps, v_row);
+        -- nor is it an executor whose end says whether an attempt started: a running step's
+        -- attempt is taken to have run
+        INSERT INTO durable_steps.steps SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.steps,
+            v_row OPERATOR(pg_catalog.||) '{"claimed_by": null}');
     WHEN 'attempts' THEN
         INSERT INTO durable_steps.attempts SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.attempts, v_row);
     ELSE

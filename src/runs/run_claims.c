@@ -260,6 +260,8 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 										  " current_step, owner::pg_catalog.oid"
 										  " FROM durable_steps.runs"
 										  " WHERE status OPERATOR(pg_catalog.=) 'running'"
+	/* only the owner records a lost turn (docs/partitions.md) */
+										  " AND durable_steps.ds_partition_owned(run_id)"
 										  " LIMIT $1 FOR UPDATE SKIP LOCKED", 1, types),
 						  args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)

@@ -141,6 +141,18 @@ random_run_id(void)
 					b[12], b[13], b[14], b[15]);
 }
 
+/* Does this server own any partition (or is it not partitioned)? */
+static bool
+owns_any_partition(void)
+{
+	int			count = ds_partition_count();
+
+	for (int p = 0; p < count; p++)
+		if (ds_partition_owns_partition(p))
+			return true;
+	return false;
+}
+
 /*
  * A new run id: a random UUID (version 4), drawn again until it falls in a partition this server
  * owns (docs/partitions.md): on average partition_count / (partitions owned) draws.
@@ -154,9 +166,15 @@ generated_run_id(void)
 
 		if (ds_partition_owns(run_id))
 			return run_id;
-		/* owning nothing, no draw ever fits: say why rather than spin */
-		if (tries >= 10000)
+
+		/*
+		 * owning nothing, no draw ever fits: say why rather than spin (one
+		 * partition of 1024 owned takes 1024 draws on average, and may take
+		 * many more)
+		 */
+		if (tries == 1000 && !owns_any_partition())
 			ds_partition_check_run(run_id);
+		CHECK_FOR_INTERRUPTS();
 		pfree(run_id);
 	}
 }

@@ -24,6 +24,8 @@
  */
 #include "base/compat.h"
 
+#include <dlfcn.h>
+
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
@@ -105,9 +107,14 @@ find_citus(void)
 		citus_state = CITUS_ABSENT;
 		return;
 	}
-	/* already loaded by the postmaster: this finds it, loads nothing */
-	use_2pc = (CitusUse2PC) load_external_function(entry, "Use2PCForCoordinatedTransaction",
-												   false, NULL);
+
+	/*
+	 * Loaded by the postmaster with RTLD_GLOBAL: its symbol is found among
+	 * those already loaded. Not load_external_function, which finds a library
+	 * by its file: after an upgrade of Citus's package before a restart, the
+	 * file is a new one, and loading it again fails every step's write.
+	 */
+	use_2pc = (CitusUse2PC) dlsym(RTLD_DEFAULT, "Use2PCForCoordinatedTransaction");
 	if (use_2pc != NULL)
 	{
 		citus_state = CITUS_FOUND;

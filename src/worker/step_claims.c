@@ -776,7 +776,13 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 										  "SELECT run_id, step_id FROM durable_steps.steps"
 										  " WHERE next_attempt_at IS NOT NULL AND status = 'running'"
 	/* an outcome kept for an executor is not lost (worker.c) */
-										  " AND kept_outcome IS NULL",
+										  " AND kept_outcome IS NULL"
+
+	/*
+	 * only the owner records a lost attempt: a fenced partition's are its
+	 * next owner's, after the move (docs/partitions.md)
+	 */
+										  " AND durable_steps.ds_partition_owned(run_id)",
 										  0, NULL),
 						  NULL, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)

@@ -43,6 +43,8 @@ ds_worker_session_init_module(void)
 							 NULL, NULL, NULL);
 }
 
+static void look_at_stored_settings(void);
+
 Oid
 ds_worker_connect(const char *appname, bool database, bool cancel)
 {
@@ -57,6 +59,8 @@ ds_worker_connect(const char *appname, bool database, bool cancel)
 	{
 		memcpy(&dbid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
 		BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
+		/* what the stored settings say as the process took them, connecting */
+		look_at_stored_settings();
 	}
 	else
 		BackgroundWorkerInitializeConnection(NULL, NULL, 0);
@@ -268,10 +272,10 @@ ds_worker_settings_outdated(void)
 	 * The process took default_transaction_read_only from the stored settings
 	 * when it connected, and a reload never takes them again: once they
 	 * changed, only a new process has the value a new session has. A database
-	 * made read-only since needs none: the process just waits.
+	 * made read-only since needs none: the process just waits (and, made
+	 * writable again, writes on: its own value never said read-only).
 	 */
-	return stored_looked && stored_now != stored_at_start &&
-		!(stored_at_start == STORED_NONE && stored_now == STORED_ON);
+	return stored_looked && stored_now != stored_at_start && stored_now != STORED_ON;
 }
 
 /*
@@ -279,7 +283,7 @@ ds_worker_settings_outdated(void)
  * standby, a standby being promoted), default_transaction_read_only from the configuration (as
  * pg_auto_failover sets it while it hands a primary over) or from the stored settings of the
  * database or the role (ALTER DATABASE ... SET default_transaction_read_only = on), and stored
- * settings changed since the process connected (it is to be replaced, ds_worker_settings_outdated).
+ * settings that say so now.
  */
 static bool
 writes_refused(void)
@@ -288,7 +292,14 @@ writes_refused(void)
 		return true;
 	if (!OidIsValid(MyDatabaseId))
 		return false;
-	return ds_worker_settings_outdated() || stored_now == STORED_ON;
+	look_at_stored_settings();
+
+	/*
+	 * Outdated settings alone refuse nothing: a process whose own value is
+	 * off may write (an HTTP worker that holds outcomes records them before
+	 * it is replaced, and is never left holding them and their steps' locks).
+	 */
+	return stored_now == STORED_ON;
 }
 
 void

@@ -129,7 +129,8 @@ def _bind(value: Any, cast: str) -> Tuple[str, Any]:
             return "make_interval(secs => %s)", value.total_seconds()
         return "%s::interval", str(value)
     if cast == "text[]":
-        return "%s::text[]", list(value)
+        # one code or class is a list of one, never the list of its characters
+        return "%s::text[]", [value] if isinstance(value, str) else list(value)
     if cast == "uuid":
         return "%s::uuid", str(value)
     return "%s::" + cast, value

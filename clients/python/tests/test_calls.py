@@ -289,6 +289,11 @@ class Errors(unittest.TestCase):
         self.assertEqual(calls._bind(datetime.timedelta(seconds=1.5), "interval"),
                          ("make_interval(secs => %s)", 1.5))
         self.assertEqual(calls._bind(["23505"], "text[]"), ("%s::text[]", ["23505"]))
+        # one code given as a string is a list of one, not of its characters
+        self.assertEqual(calls._bind("22012", "text[]"), ("%s::text[]", ["22012"]))
+        step = ds.run_step(self.conn, "py:" + uuid.uuid4().hex, "div", "SELECT 1/0",
+                           retry_on="22012", policy={"max_attempts": 3})
+        self.assertEqual((step.status, step.error_code), ("retrying", "22012"))
         with self.conn.cursor() as cur:
             cur.execute("SELECT make_interval(secs => %s) = interval '1.5 s'", (1.5,))
             self.assertTrue(cur.fetchone()[0])
