@@ -5,6 +5,7 @@
 # writes, and resume within a second or two once the setting is gone. A worker that connected
 # while the database was read-only (its value from then is never reloaded) is replaced once, by
 # itself, when the setting goes, instead of waiting for ever. What came due runs exactly once.
+# An HTTP worker holding an outcome when its stored settings change is never left holding it.
 use strict;
 use warnings;
 
@@ -15,6 +16,7 @@ use DurableSteps::Test;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $p = DurableSteps::Http::Provider->start;
 my $node = http_node('read_only_db', "durable_steps.poll_interval = '200ms'\n");
@@ -106,5 +108,35 @@ is( count_matches(
 	'reset after a start read-only: each worker process was replaced once');
 unlike($since, $error, 'reset after a start read-only: no error, no process failed');
 isnt($node->safe_psql('postgres', $workers), $pids, 'reset after a start read-only: by new processes');
+
+# 3. the database becomes read-only while the HTTP worker waits for a slow answer, so that it
+# holds the outcome (and its step's lock) when the answer comes; then the setting is turned off
+# explicitly (not reset): the stored settings now differ from those the worker connected with,
+# but its own value never said read-only, so it records the outcome before it is replaced --
+# never left holding it
+my $url = $p->url('db3', 'fault=delay&secs=3');
+$node->safe_psql('postgres', qq{SET ROLE app;
+SELECT ds_http_step('db3', 'slow', '{"method": "POST", "url": "$url"}', timeout => '30 s');});
+my $sent;
+for (1 .. 1800)
+{
+	last if $p->requests('db3') > 0;
+	usleep(100_000);
+}
+is($p->requests('db3'), 1, 'slow answer: the request reached the provider, which answers in 3 s');
+$sent = $node->safe_psql('postgres', 'SELECT now()');
+$offset = log_offset($node);
+$node->safe_psql('postgres', 'ALTER DATABASE postgres SET default_transaction_read_only = on');
+is(poll_log($node, $offset, $waiting, 2), 2, 'slow answer: the database is read-only, the workers wait');
+ok(poll_until($node, 'postgres', "SELECT now() > '$sent'::timestamptz + interval '5 s'"),
+	'slow answer: the answer came while the database was read-only');
+is($node->safe_psql('postgres', "SELECT status FROM ds_steps WHERE run_id = 'db3'"), 'running',
+	'slow answer: its outcome is held, not recorded');
+$node->safe_psql('postgres', $writable . 'ALTER DATABASE postgres SET default_transaction_read_only = off');
+ok(poll_until($node, 'postgres', "SELECT status FROM ds_steps WHERE run_id = 'db3'", 'succeeded'),
+	'turned off: the held outcome is recorded');
+is($p->charges('db3'), 1, 'turned off: charged once');
+is($node->safe_psql('postgres', "SELECT count(*) FROM ds_attempts WHERE run_id = 'db3'"), '1',
+	'turned off: one attempt');
 
 done_testing();
