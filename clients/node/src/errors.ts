@@ -156,6 +156,12 @@ export class RunSuspendedError extends DurableStepsError {
     static override readonly httpStatus = 503;
 }
 
+/** DS201 wrong_partition: the run belongs to a partition this server does not own (docs/partitions.md). */
+export class WrongPartitionError extends DurableStepsError {
+    static override readonly sqlstate = 'DS201';
+    static override readonly httpStatus = 503;
+}
+
 /** DS404 step_not_found: no such step, run or idempotency key (or the caller may not see it). */
 export class StepNotFoundError extends DurableStepsError {
     static override readonly sqlstate = 'DS404';
@@ -264,7 +270,7 @@ export const ERRORS_BY_SQLSTATE: ReadonlyMap<string, typeof DurableStepsError> =
         TooManyRowsError, InvocationLostError, HttpStatusError, HttpNotSentError, HttpUncertainError,
         HttpBadResponseError, ResolvedFailedError, NoStepContextError, StepNotSucceededError,
         InvalidStepStateError, StepRecursionError, NoRunContextError, RunSuspendedError,
-        StepNotFoundError, EventTimeoutError, InProgressError, StepConflictError,
+        WrongPartitionError, StepNotFoundError, EventTimeoutError, InProgressError, StepConflictError,
         CardinalityViolationError, NullValueNotAllowedError, InvalidParameterValueError,
         ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
         SqlSyntaxError, DuplicateObjectError, DatatypeMismatchError, WrongObjectTypeError,

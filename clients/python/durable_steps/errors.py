@@ -121,6 +121,12 @@ class RunSuspended(DurableStepsError):
     sqlstate = "DS106"
 
 
+class WrongPartition(DurableStepsError):
+    """DS201: the run belongs to a partition this server does not own: call the server that
+    owns it (docs/partitions.md)."""
+    sqlstate, http_status = "DS201", 503
+
+
 class EventTimeout(DurableStepsError):
     """DS408: ds_await_event's timeout passed before the event was emitted."""
     sqlstate, http_status = "DS408", 504
