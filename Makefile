@@ -16,6 +16,7 @@ OBJS = \
 	src/ipc/worker_wakeup.o \
 	src/ipc/claim_size.o \
 	src/ipc/executor_load.o \
+	src/ipc/fence_applied.o \
 	src/ipc/unstarted_claims.o \
 	src/ipc/outcome_waits.o \
 	src/ipc/step_counters.o \

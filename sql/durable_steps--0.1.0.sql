@@ -809,6 +809,12 @@ CREATE FUNCTION durable_steps.ds_partition_step_idle(run_id text, step_id text) 
     AS 'MODULE_PATHNAME', 'ds_partition_step_idle' LANGUAGE C VOLATILE STRICT;
 REVOKE ALL ON FUNCTION durable_steps.ds_partition_step_idle(text, text) FROM PUBLIC;
 
+-- The worker processes of this database that have not taken this session's partitions yet (a
+-- reload reaches each between its claims). For an export.
+CREATE FUNCTION durable_steps.ds_partition_workers_behind() RETURNS integer[]
+    AS 'MODULE_PATHNAME', 'ds_partition_workers_behind' LANGUAGE C VOLATILE STRICT;
+REVOKE ALL ON FUNCTION durable_steps.ds_partition_workers_behind() FROM PUBLIC;
+
 -- Export, import and drop are a superuser's alone (docs/partitions.md, "Who may move a
 -- partition"): an export holds every role's unmasked requests, secret headers included, and an
 -- import writes steps that the worker then runs as the roles they name. Not SECURITY DEFINER: a
@@ -855,6 +861,13 @@ BEGIN
         RAISE EXCEPTION 'transactions open since before the fence may still write partition %', p
             USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('Backends %s.', v_busy),
                   HINT = 'Let them end (or end them), then export again.';
+    END IF;
+    -- a worker that has not taken the fence yet may still claim a step of the partition
+    SELECT pg_catalog.array_to_string(durable_steps.ds_partition_workers_behind(), ', ') INTO v_busy;
+    IF v_busy OPERATOR(pg_catalog.<>) '' THEN
+        RAISE EXCEPTION 'worker processes have not taken the fence of partition % yet', p
+            USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('Processes %s serve the partitions of the settings before the reload.', v_busy),
+                  HINT = 'Each takes a reload between its claims: export again in a moment.';
     END IF;
     -- attempts and turns in flight finish here first: their locks are held until their outcomes
     -- commit (the running rows are read first, OFFSET 0, so that only their locks are tried); an

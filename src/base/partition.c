@@ -150,6 +150,25 @@ partitions_without_count(void)
 	return partition_count == 0 && owned != NULL && owned->n > 0;
 }
 
+uint64
+ds_partition_settings_key(void)
+{
+	uint64		key;
+
+	if (partition_count == 0 && (owned == NULL || owned->n == 0))
+		return 0;
+	key = (uint64) partition_count << 32;
+	if (owned != NULL)
+		key ^= hash_bytes_extended((const unsigned char *) owned->bits, sizeof(owned->bits), 0) &
+			UINT64CONST(0xFFFFFFFF);
+
+	/*
+	 * never 0 when partitioned: 0 is "not partitioned" (and a slot that said
+	 * nothing)
+	 */
+	return key | UINT64CONST(1) << 63;
+}
+
 bool
 ds_partition_owns_partition(int p)
 {

@@ -27,6 +27,14 @@ extern bool ds_partition_owns(const char *run_id);
 extern bool ds_partition_owns_partition(int p);
 
 /*
+ * The partitions this process serves, as one number: partition_count and the partitions owned
+ * (0 when not partitioned). Two processes with the same settings have the same number; a
+ * worker publishes it (ipc/fence_applied.h) so that a partition's export knows every worker
+ * has taken its fence.
+ */
+extern uint64 ds_partition_settings_key(void);
+
+/*
  * Raise DS201 (wrong partition) unless this server owns run_id `run_id`: every call that names
  * a run, before it reads or writes anything of it.
  */

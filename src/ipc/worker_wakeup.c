@@ -70,11 +70,16 @@ worker_shmem_startup(void)
 			pg_atomic_init_u32(&slot->attempt_owner, InvalidOid);
 			pg_atomic_init_u64(&slot->attempt_since, 0);
 			pg_atomic_init_u32(&slot->ended.pid, 0);
+			pg_atomic_init_u64(&slot->partitions_applied, 0);
 		}
 		for (int i = 0; i < DS_SERVE_REQUESTS; i++)
 			pg_atomic_init_u32(&shared->serve_request[i], InvalidOid);
 		for (int i = 0; i < DS_MAX_HTTP_WORKERS; i++)
+		{
 			pg_atomic_init_u32(&shared->http[i].db, InvalidOid);
+			pg_atomic_init_u32(&shared->http[i].pid, 0);
+			pg_atomic_init_u64(&shared->http[i].partitions_applied, 0);
+		}
 
 		/*
 		 * after a crash, the attempts that were running are lost: executors
@@ -233,6 +238,8 @@ release_http_slot(int code, Datum arg)
 	int			slot = DatumGetInt32(arg);
 
 	shared->http[slot].latch = NULL;
+	pg_atomic_write_u32(&shared->http[slot].pid, 0);
+	ds_http_slot = -1;
 	pg_atomic_write_u32(&shared->http[slot].db, InvalidOid);
 	ds_attempts_may_be_lost();
 }
@@ -252,6 +259,8 @@ ds_http_worker_take_slot(void)
 		if (pg_atomic_compare_exchange_u32(&shared->http[i].db, &expected, MyDatabaseId))
 		{
 			shared->http[i].latch = MyLatch;
+			pg_atomic_write_u32(&shared->http[i].pid, (uint32) MyProcPid);
+			ds_http_slot = i;
 			on_shmem_exit(release_http_slot, Int32GetDatum(i));
 			return true;
 		}
@@ -376,6 +385,7 @@ ds_serve_this_database(PG_FUNCTION_ARGS)
 }
 
 int			ds_executor_slot = -1;
+int			ds_http_slot = -1;
 
 uint64
 ds_attempt_cancel_key(const char *run_id, const char *step_id, int attempt)

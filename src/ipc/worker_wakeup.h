@@ -81,6 +81,12 @@ typedef struct ExecutorSlot
 	pg_atomic_uint64 attempt_since;
 	/* the slot's last executor that ended (unstarted_claims.c) */
 	EndedExecutor ended;
+
+	/*
+	 * the partitions its executor serves, as it last took them
+	 * (fence_applied.c)
+	 */
+	pg_atomic_uint64 partitions_applied;
 } ExecutorSlot;
 
 /* The HTTP worker of one served database (http_worker.c). */
@@ -89,6 +95,9 @@ typedef struct HttpWorkerSlot
 	pg_atomic_uint32 db;		/* its database, InvalidOid when the slot is
 								 * free */
 	Latch	   *latch;
+	pg_atomic_uint32 pid;		/* its process */
+	/* the partitions it serves, as it last took them (fence_applied.c) */
+	pg_atomic_uint64 partitions_applied;
 } HttpWorkerSlot;
 
 typedef struct WorkerShared
@@ -181,6 +190,9 @@ extern Oid	ds_take_serve_request(void);
 
 /* The executor's slot, set once when it starts; -1 in other processes. */
 extern int	ds_executor_slot;
+
+/* The slot of WorkerShared.http this process holds (the HTTP worker); -1 in any other process. */
+extern int	ds_http_slot;
 
 /* Set up in _PG_init when loaded through shared_preload_libraries. */
 extern void ds_worker_shmem_init_module(void);

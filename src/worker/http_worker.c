@@ -50,6 +50,7 @@
 #include "http/http_addresses.h"
 #include "http/http_request.h"
 #include "http/http_transfer.h"
+#include "ipc/fence_applied.h"
 #include "ipc/served_databases.h"
 #include "ipc/step_counters.h"
 #include "ipc/worker_wakeup.h"
@@ -497,6 +498,8 @@ start_http_worker(void)
 		ereport(LOG, (errmsg("durable_steps: database %u has an HTTP worker already", dbid)));
 		proc_exit(0);
 	}
+	/* the partitions it serves: those of the settings it started with */
+	ds_fence_note_applied();
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
 
 	/* every in-flight request may keep its connection for the next one */

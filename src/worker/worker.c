@@ -46,6 +46,7 @@
 #include "ipc/claim_size.h"
 #include "store/direct_write.h"
 #include "ipc/executor_load.h"
+#include "ipc/fence_applied.h"
 #include "store/step_store.h"
 #include "store/retention.h"
 #include "steps/run_context.h"
@@ -869,6 +870,8 @@ start_executor(void)
 		pg_atomic_write_u32(&slot->pid, (uint32) MyProcPid);
 		pg_atomic_write_u32(&slot->db, MyDatabaseId);
 		ds_executor_slot = my_slot;
+		/* the partitions it serves: those of the settings it started with */
+		ds_fence_note_applied();
 		on_shmem_exit(release_slot, (Datum) 0);
 		before_shmem_exit(publish_started_claims, (Datum) 0);
 	}
@@ -960,6 +963,12 @@ ds_executor_main(Datum arg)
 			bool		worked;
 
 			recover_if_due(&last_recovery, &last_turn_recovery, &seen_epoch);
+
+			/*
+			 * a partition fenced meanwhile is no longer claimed
+			 * (docs/partitions.md)
+			 */
+			reload_settings_if_asked();
 			worked = claim_and_run_batch(&skipped);
 			if (kept_outcomes_due(&seen_kept, &seen_kept_epoch))
 			{
@@ -970,6 +979,8 @@ ds_executor_main(Datum arg)
 					seen_kept = 0;
 				worked |= kept != 0;
 			}
+			/* a batch of steps may have taken long: the fence, again */
+			reload_settings_if_asked();
 			if (claim_and_run_turns() || worked)
 				continue;
 			purge_if_due();

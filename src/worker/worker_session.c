@@ -25,6 +25,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "ipc/fence_applied.h"
 #include "worker/worker_session.h"
 
 /* durable_steps.paused */
@@ -75,6 +76,12 @@ ds_worker_reload_settings_if_asked(ReloadedSettingsHook reapply)
 		return;
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
+
+	/*
+	 * every claim after this one serves the partitions reloaded
+	 * (docs/partitions.md)
+	 */
+	ds_fence_note_applied();
 	if (reapply != NULL)
 		reapply();
 }

@@ -15,6 +15,7 @@ use DurableSteps::Test;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $p = DurableSteps::Http::Provider->start;
 my $parts = "durable_steps.partition_count = 4\n";
@@ -157,7 +158,7 @@ $a->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.partitions = '0'");
 $a->reload;
 ok(poll_until($a, 'postgres', "SELECT current_setting('durable_steps.partitions') = '0'"), 'A: partition 1 fenced');
 my ($eret, $eout, $eerr) = $a->psql('postgres', "\\set VERBOSITY verbose\nSELECT count(*) FROM ds_partition_export(1)");
-like($eerr, qr/ERROR:  DS409: (partition 1 has attempts in flight|transactions open since before the fence)/,
+like($eerr, qr/ERROR:  DS409: (partition 1 has attempts in flight|transactions open since before the fence|worker processes have not taken the fence)/,
 	'an export refuses while an attempt of the partition is in flight');
 is(settle($a, $r1, 'slow'), 'succeeded', 'the attempt in flight when the partition was fenced finished on A');
 is($a->safe_psql('postgres', "SELECT status || ' ' || attempt FROM ds_steps WHERE run_id = '$r1' AND step_id = 'retry'"),
@@ -231,5 +232,37 @@ is($a->safe_psql('postgres', 'SELECT count(*) FROM orders WHERE ds_partition_of(
 like($err, qr/DS201/, 'A still refuses partition 1');
 settled_and_sound($b, $r1, 'done', 1, 'moved completed');
 settled_and_sound($a, $r0, 'sync', 1, "A's own");
+
+# A worker that has not taken a fence yet may still claim a step of the partition: B's worker
+# processes are stopped (SIGSTOP) before partition 3 is fenced, so that none can take the reload;
+# the export refuses, naming them, until they go on and take it
+my @workers = split /\n/, $b->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type IN ('durable_steps worker', 'durable_steps http') ORDER BY pid");
+ok(scalar(@workers) >= 2, "B: an executor and the HTTP worker run");
+# stopped between their transactions (an open one would be refused for its age instead)
+my $between = 0;
+for my $try (1 .. 50)
+{
+	kill 'STOP', @workers;
+	$between = $b->safe_psql('postgres',
+		'SELECT count(*) = 0 FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid IN ('
+		  . join(',', @workers) . ')') eq 't';
+	last if $between;
+	kill 'CONT', @workers;
+	usleep(100_000);
+}
+ok($between, "B: its worker processes are stopped between transactions");
+$b->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.partitions = '1,2'");
+$b->reload;
+ok(poll_until($b, 'postgres', "SELECT current_setting('durable_steps.partitions') = '1,2'"), 'B: partition 3 fenced');
+($ret, $mout, $merr) = $b->psql('postgres', "\\set VERBOSITY verbose\nSELECT count(*) FROM ds_partition_export(3)");
+like($merr, qr/ERROR:  DS409: worker processes have not taken the fence of partition 3 yet/,
+	'B: the export refuses while its stopped workers have not taken the fence');
+like($merr, qr/Processes (\d+, )*$workers[0](, \d+)* serve the partitions of the settings before the reload/,
+	'... and names them');
+kill 'CONT', @workers;
+ok(poll_until($b, 'postgres', q{SELECT count(*) > 0 FROM ds_partition_export(3)}),
+	'B: once they went on and took it, the export of partition 3 goes through');
+ok(reload_executors($b, "ALTER SYSTEM SET durable_steps.partitions = '1,2,3'"), 'B: partition 3 opened again');
 
 done_testing();
