@@ -11,6 +11,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use DurableSteps::Http;
+use DurableSteps::Session;
 use DurableSteps::Test;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -148,7 +149,9 @@ ok(poll_until($a, 'postgres', "SELECT status = 'retrying' AND attempt = 1 FROM d
 	'A: its attempt 1 failed, a retry is due in 5 s');
 
 # a slow step of partition 1 in flight in A's worker when the partition is fenced
-app_sql($a, "SELECT ds_run_step('$r1', 'slow', 'SELECT 1 FROM pg_sleep(2.5)', defer => true)");
+my $holder = DurableSteps::Session->new($a, 'postgres');
+$holder->query_ok('SELECT pg_advisory_lock(8401);');
+app_sql($a, "SELECT ds_run_step('$r1', 'slow', 'SELECT 1 FROM pg_advisory_xact_lock_shared(8401)', defer => true)");
 ok(poll_until($a, 'postgres', "SELECT status = 'running' FROM ds_steps WHERE run_id = '$r1' AND step_id = 'slow'"),
 	"A: a slow step of partition 1 is running in A's worker");
 
@@ -160,6 +163,8 @@ ok(poll_until($a, 'postgres', "SELECT current_setting('durable_steps.partitions'
 my ($eret, $eout, $eerr) = $a->psql('postgres', "\\set VERBOSITY verbose\nSELECT count(*) FROM ds_partition_export(1)");
 like($eerr, qr/ERROR:  DS409: (partition 1 has attempts in flight|transactions open since before the fence|worker processes have not taken the fence)/,
 	'an export refuses while an attempt of the partition is in flight');
+$holder->query_ok('SELECT pg_advisory_unlock(8401);');
+$holder->quit;
 is(settle($a, $r1, 'slow'), 'succeeded', 'the attempt in flight when the partition was fenced finished on A');
 is($a->safe_psql('postgres', "SELECT status || ' ' || attempt FROM ds_steps WHERE run_id = '$r1' AND step_id = 'retry'"),
 	'retrying 1', 'the retry is not due yet');
