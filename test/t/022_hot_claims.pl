@@ -14,14 +14,15 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-# four executors: section 4 keeps two of them busy
+# eight executors: section 4 keeps up to six of them busy (a queue whose pace an executor has
+# not learnt yet is claimed one step at a time, so its five live steps may take five executors)
 my $node = worker_node('hot_claims',
-	"durable_steps.database = 'postgres'\ndurable_steps.max_workers = 4\n");
+	"durable_steps.database = 'postgres'\ndurable_steps.max_workers = 8\nmax_worker_processes = 20\n");
 $node->safe_psql('postgres', q{
 CREATE EXTENSION durable_steps;
 CREATE TABLE done (step text);
 });
-ok(executors_running($node, 4), 'four executors run');
+ok(executors_running($node, 8), 'eight executors run');
 
 # the steps table's updates and HOT updates, as the cumulative statistics have them (each
 # safe_psql is a new session: a fresh statistics snapshot)
@@ -124,9 +125,9 @@ SELECT string_agg(attempt || ' ' || class || ' ' || coalesce(error_code, '-') ||
 $holder->query_ok('SELECT pg_advisory_unlock(4343);');
 
 ############################################################################################
-# 4. A lost attempt behind a batch of live ones: with batch_size 5, an executor runs five steps
-#    (held by a lock the test holds, leases of an hour) claimed before the step whose executor
-#    is then terminated. The look for lost attempts reads every running step, not the first
+# 4. A lost attempt behind live ones: five live steps (held by a lock the test holds, leases of
+#    an hour; in one executor's batch of batch_size 5, or in several executors) are claimed
+#    before the step whose executor is then terminated. The look for lost attempts reads every running step, not the first
 #    five by lease (all live): the lost one is recorded while the five still run.
 # idle executors look for due steps every second again: a commit wakes only one of them
 ok(reload_executors($node, "ALTER SYSTEM SET durable_steps.batch_size = 5",
