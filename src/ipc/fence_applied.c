@@ -24,6 +24,18 @@ ds_fence_note_applied(void)
 		pg_atomic_write_u64(&shared->http[ds_http_slot].partitions_applied, key);
 }
 
+/* Count (and note, within `max`) the process of a slot of `dbid` that has not taken `key`. */
+static void
+note_if_behind(uint32 pid, uint32 db, uint64 applied, Oid dbid, uint64 key,
+			   int *pids, int max, int *n)
+{
+	if (pid == 0 || db != dbid || applied == key)
+		return;
+	if (*n < max)
+		pids[*n] = (int) pid;
+	(*n)++;
+}
+
 int
 ds_fence_workers_behind(Oid dbid, uint64 key, int *pids, int max)
 {
@@ -33,30 +45,14 @@ ds_fence_workers_behind(Oid dbid, uint64 key, int *pids, int max)
 	if (shared == NULL)
 		return 0;
 	for (int i = 0; i < DS_MAX_WORKERS; i++)
-	{
-		ExecutorSlot *slot = &shared->executor[i];
-		uint32		pid = pg_atomic_read_u32(&slot->pid);
-
-		if (pid != 0 && pg_atomic_read_u32(&slot->db) == dbid &&
-			pg_atomic_read_u64(&slot->partitions_applied) != key)
-		{
-			if (n < max)
-				pids[n] = (int) pid;
-			n++;
-		}
-	}
+		note_if_behind(pg_atomic_read_u32(&shared->executor[i].pid),
+					   pg_atomic_read_u32(&shared->executor[i].db),
+					   pg_atomic_read_u64(&shared->executor[i].partitions_applied),
+					   dbid, key, pids, max, &n);
 	for (int i = 0; i < DS_MAX_HTTP_WORKERS; i++)
-	{
-		HttpWorkerSlot *slot = &shared->http[i];
-		uint32		pid = pg_atomic_read_u32(&slot->pid);
-
-		if (pid != 0 && pg_atomic_read_u32(&slot->db) == dbid &&
-			pg_atomic_read_u64(&slot->partitions_applied) != key)
-		{
-			if (n < max)
-				pids[n] = (int) pid;
-			n++;
-		}
-	}
+		note_if_behind(pg_atomic_read_u32(&shared->http[i].pid),
+					   pg_atomic_read_u32(&shared->http[i].db),
+					   pg_atomic_read_u64(&shared->http[i].partitions_applied),
+					   dbid, key, pids, max, &n);
 	return n;
 }

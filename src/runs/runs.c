@@ -63,23 +63,20 @@ run_id_text(FunctionCallInfo fcinfo, int argno, const char *what)
 	return s;
 }
 
-/* `run_id`, after checking that this server owns its partition (DS201, docs/partitions.md). */
-static char *
-ds_run_id_of_partition(char *run_id)
-{
-	ds_partition_check_run(run_id);
-	return run_id;
-}
-
 /* The run id argument of the controls. */
 static char *
 run_id_arg(FunctionCallInfo fcinfo)
 {
+	char	   *run_id;
+
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("run_id must not be null")));
-	return ds_run_id_of_partition(run_id_text(fcinfo, 0, "run_id"));
+	run_id = run_id_text(fcinfo, 0, "run_id");
+	/* this server must own its partition (DS201, docs/partitions.md) */
+	ds_partition_check_run(run_id);
+	return run_id;
 }
 
 /* (runs.h) */
@@ -237,7 +234,9 @@ ds_start_run(PG_FUNCTION_ARGS)
 	 */
 	workflow = format_procedure_qualified(ds_resolve_workflow(workflow));
 	/* a run key names the run: it must be one of this server's partitions */
-	run_id = run_key ? ds_run_id_of_partition(run_key) : generated_run_id();
+	if (run_key != NULL)
+		ds_partition_check_run(run_key);
+	run_id = run_key ? run_key : generated_run_id();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "ds_start_run must return a composite type");
 

@@ -14,11 +14,11 @@
  * the effect commit or vanish together.
  *
  * durable_steps neither links to Citus nor requires it: the request is Citus's own
- * Use2PCForCoordinatedTransaction(), found by name in the loaded library, which only sets a flag
- * that Citus clears at the end of every transaction and reads at PRE_COMMIT (a transaction that
- * wrote no other node commits as before). Citus can only be loaded through
- * shared_preload_libraries, so the function is looked for only when that list names it: looking
- * it up otherwise would load the library. A Citus whose functions are hidden (built by the PGXS
+ * Use2PCForCoordinatedTransaction(), found by name among the symbols already loaded, which only
+ * sets a flag that Citus clears at the end of every transaction and reads at PRE_COMMIT (a
+ * transaction that wrote no other node commits as before). Citus can only be loaded through
+ * shared_preload_libraries: the function is looked for only when that list names it, so that a
+ * server without Citus is told from a Citus that hides it. A Citus whose functions are hidden (built by the PGXS
  * of 16 or later as it is by default, compat.h) cannot be asked: the backend warns once, and its
  * steps run without the guarantee.
  */
@@ -66,21 +66,21 @@ ds_citus_commit_init_module(void)
 }
 
 /*
- * The entry of shared_preload_libraries that names Citus ("citus", "$libdir/citus",
- * ".../citus.so"), or NULL.
+ * Does shared_preload_libraries name Citus ("citus", "$libdir/citus", ".../citus.so")? Tells a
+ * server without Citus from a Citus whose function is hidden.
  */
-static char *
-citus_library_entry(void)
+static bool
+citus_preloaded(void)
 {
 	char	   *list;
 	List	   *names;
 	ListCell   *lc;
 
 	if (shared_preload_libraries_string == NULL || shared_preload_libraries_string[0] == '\0')
-		return NULL;
+		return false;
 	list = pstrdup(shared_preload_libraries_string);
 	if (!SplitDirectoriesString(list, ',', &names))
-		return NULL;
+		return false;
 	foreach(lc, names)
 	{
 		char	   *entry = (char *) lfirst(lc);
@@ -92,17 +92,15 @@ citus_library_entry(void)
 		if (len >= 3 && strcmp(base + len - 3, ".so") == 0)
 			len -= 3;
 		if (len == 5 && strncmp(base, "citus", 5) == 0)
-			return entry;
+			return true;
 	}
-	return NULL;
+	return false;
 }
 
 static void
 find_citus(void)
 {
-	char	   *entry = citus_library_entry();
-
-	if (entry == NULL)
+	if (!citus_preloaded())
 	{
 		citus_state = CITUS_ABSENT;
 		return;
