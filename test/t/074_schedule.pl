@@ -3,7 +3,8 @@
 # starts nothing; a late firing runs the slot it was for; backfill starts the missed slots, none
 # before the schedule was created; a slot whose key is taken is skipped, the others started;
 # another role can neither see, fire, take over nor unschedule the schedule; malformed arguments
-# create nothing. Needs pg_cron, packaged for PostgreSQL 15 only.
+# create nothing; on a partitioned server a firing starts only the slots of its partitions.
+# Needs pg_cron, packaged for PostgreSQL 15 only.
 use strict;
 use warnings;
 
@@ -130,6 +131,47 @@ is($node->safe_psql('postgres', q{SELECT string_agg(jobname || ' ' || command, '
 is(psql_as_ok($node, 'alice', qq{SELECT ds_unschedule('$job_lit')}), 't', 'alice unschedules her job');
 is($node->safe_psql('postgres', qq{SELECT count(*) FROM cron.job WHERE jobname = '$job_lit'}), '0', 'its pg_cron job is gone');
 is(psql_as_ok($node, 'alice', q{SELECT string_agg(job_name, ',' ORDER BY job_name) FROM ds_schedules}), 'bf,late', 'and the schedule');
+
+# partitioned (docs/partitions.md): a schedule made on every server starts each slot once, on the
+# server that owns the partition of the slot's key. One server plays both servers of two
+# partitions: it owns partition 0, then partition 1; the slots are 20 minutes of a backfill.
+my $parts = sub {
+	my ($owned) = @_;
+	$node->safe_psql('postgres', qq{ALTER SYSTEM SET durable_steps.partition_count = 2;
+ALTER SYSTEM SET durable_steps.partitions = '$owned'; SELECT pg_reload_conf();});
+	# a new session reads the reloaded file
+	poll_until($node, 'postgres', 'SHOW durable_steps.partitions', $owned)
+	  or die "durable_steps.partitions did not become '$owned'";
+};
+$parts->('0');
+psql_as_ok($node, 'alice', q{SELECT ds_schedule('parts', '* * * * *', 'tick', backfill => '20 minutes')});
+$node->safe_psql('postgres', qq{UPDATE durable_steps.schedules SET created_at = '$m'::timestamptz - interval '3 hours' WHERE job_name = 'parts'});
+my $fired_at = "'$m'::timestamptz - interval '39 min 50 s'";
+my $expected = sub {
+	my ($p) = @_;
+	return $node->safe_psql('postgres', qq{SELECT string_agg(ds_key('schedule', 'parts', s), ',' ORDER BY s)
+  FROM generate_series('$m'::timestamptz - interval '59 min', '$m'::timestamptz - interval '40 min', interval '1 min') s
+ WHERE ds_partition_of(ds_key('schedule', 'parts', s)) IN ($p)});
+};
+my $started = sub {
+	return $node->safe_psql('postgres', qq{SELECT string_agg(run_id, ',' ORDER BY input->>'scheduled_at') FROM ds_runs
+ WHERE run_id LIKE 'schedule:parts:%' AND (input->>'scheduled_at')::timestamptz < '$m'::timestamptz});
+};
+my @in0 = split /,/, $expected->('0');
+my @in1 = split /,/, $expected->('1');
+ok(@in0 > 0 && @in1 > 0, 'the 20 slots fall in both partitions (' . scalar(@in0) . ' and ' . scalar(@in1) . ')');
+is(psql_as_ok($node, 'alice', "SELECT ds_schedule_fire('parts', $fired_at)"), scalar(@in0),
+	'owning partition 0, a firing starts the slots of partition 0 only');
+is($started->(), $expected->('0'), 'the runs started are those of partition 0');
+$parts->('1');
+is(psql_as_ok($node, 'alice', "SELECT ds_schedule_fire('parts', $fired_at)"), scalar(@in1),
+	'owning partition 1, the same firing starts the slots of partition 1');
+is($started->(), $expected->('0, 1'), 'every slot of the 20 minutes has its run');
+$parts->('0,1');
+is(psql_as_ok($node, 'alice', "SELECT ds_schedule_fire('parts', $fired_at)"), '0',
+	'owning both, the firing starts nothing more: each slot started once');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM ds_runs WHERE run_id LIKE 'schedule:parts:%' GROUP BY run_id HAVING count(*) > 1}),
+	'', 'no slot has two runs');
 
 $node->stop;
 done_testing();
