@@ -1,6 +1,7 @@
 -- Partitions (docs/partitions.md): the settings and their refusals, ds_partition_of agreeing
 -- with hashtext(run_id) & (partition_count - 1) as a PL/Proxy router computes it, every call
--- naming a run of a partition this server does not own refused with DS201 and changing nothing,
+-- naming a run or an idempotency key of a partition this server does not own refused with DS201
+-- and changing nothing, idempotency keys moving with their partition,
 -- and who may export and import a partition. (No worker serves pg_regress's databases: TAP 084
 -- runs the worker.) In a database of its own, so that the other tests' steps are not in the
 -- partitions it exports.
@@ -20,12 +21,15 @@ SELECT ds_partition_of('run-1') AS not_partitioned;
 SELECT status FROM ds_run_step('run-1', 'one', 'SELECT 1 AS n');
 SELECT status FROM ds_run_step('run-1', 'def', 'SELECT 1 AS n', defer => true);
 SELECT status FROM ds_run_step('run-3', 'later', 'SELECT 1', run_at => '2100-01-01');
+-- an idempotency key is partitioned by the key: 'run-3' stored while not partitioned
+SELECT status, body, replayed FROM ds_idempotent('pay', 'run-3', '{"amount": 3}', $$SELECT 201, '{"id": 3}'::jsonb$$);
 -- what they are, as one checksum of their rows
 CREATE VIEW part_state AS
     SELECT md5(coalesce(string_agg(t, ',' ORDER BY t), '')) AS sum FROM (
         SELECT to_jsonb(s)::text AS t FROM durable_steps.steps s WHERE run_id IN ('run-1', 'run-3')
         UNION ALL SELECT to_jsonb(a)::text FROM durable_steps.attempts a WHERE run_id IN ('run-1', 'run-3')
-        UNION ALL SELECT to_jsonb(r)::text FROM durable_steps.runs r WHERE run_id IN ('run-1', 'run-3')) x;
+        UNION ALL SELECT to_jsonb(r)::text FROM durable_steps.runs r WHERE run_id IN ('run-1', 'run-3')
+        UNION ALL SELECT to_jsonb(k)::text FROM durable_steps.idempotency_keys k WHERE key IN ('run-1', 'run-3')) x;
 CREATE TABLE before_refusals AS SELECT sum FROM part_state;
 
 -- reloadable settings: not for a session, refused with the reason when malformed
@@ -98,6 +102,21 @@ SELECT ds_cancel_run('run-1');
 \echo :SQLSTATE
 SELECT ds_resume_run('run-1');
 \echo :SQLSTATE
+-- an idempotency key of a partition not owned here (the key's partition, whatever the scope):
+-- DS201 from each of the four calls, before the key's entry is read or written
+SELECT * FROM ds_idempotent('pay', 'run-1', '{"amount": 1}', $$SELECT 201, '{}'::jsonb$$);
+\echo :SQLSTATE
+SELECT * FROM ds_idempotent('pay', 'run-3', '{"amount": 3}', $$SELECT 201, '{}'::jsonb$$);
+\echo :SQLSTATE
+SELECT * FROM ds_idempotent_begin('other-scope', 'run-3', '{"amount": 3}');
+\echo :SQLSTATE
+SELECT ds_idempotent_finish('pay', 'run-3', gen_random_uuid(), 200, '{}');
+\echo :SQLSTATE
+SELECT ds_idempotent_abandon('pay', 'run-3', gen_random_uuid());
+\echo :SQLSTATE
+-- a key of an owned partition: as ever
+SELECT status, body, replayed FROM ds_idempotent('pay', 'run-7', '{"amount": 7}', $$SELECT 201, '{"id": 7}'::jsonb$$);
+SELECT status, body, replayed FROM ds_idempotent('pay', 'run-7', '{"amount": 7}', $$SELECT 500, '{}'::jsonb$$);
 
 CREATE FUNCTION part_flow(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT input $$;
 -- a run key names the run: the same refusal
@@ -107,6 +126,7 @@ SELECT * FROM ds_start_run('part_flow', '{}', run_key => 'run-1');
 SELECT (SELECT sum FROM part_state) = (SELECT sum FROM before_refusals) AS unchanged,
        (SELECT count(*) FROM durable_steps.steps WHERE run_id IN ('run-1', 'run-3')) AS steps;
 SELECT count(*) AS runs FROM ds_runs WHERE run_id IN ('run-1', 'run-3');
+SELECT key, state, status FROM ds_idempotency_keys WHERE key IN ('run-1', 'run-3');
 -- in a transaction, the refusal aborts it like any error
 BEGIN;
 SELECT status FROM ds_run_step('run-7', 'two', 'SELECT 2 AS n', defer => true);
@@ -180,9 +200,23 @@ SELECT ds_partition_import(line) FROM (SELECT line FROM part_export ORDER BY n) 
 SELECT step_id, status FROM durable_steps.steps WHERE run_id = 'run-3';
 SELECT ds_partition_import(line) FROM (SELECT line FROM part_export ORDER BY n) l;
 SELECT step_id, status FROM durable_steps.steps WHERE run_id = 'run-3';
+-- the key 'run-3' of partition 3 came with it, its stored response kept
+SELECT scope, key, state, status, body FROM durable_steps.idempotency_keys WHERE key = 'run-3';
 SELECT ds_partition_import(line)
   FROM (VALUES (0, (SELECT line FROM part_export WHERE n = 0)),
                (1, '{"table": "runs", "row": {"run_id": "run-7"}}')) v(n, line) ORDER BY n;
+ROLLBACK;
+-- a key of another partition in the lines is refused like a run of another one
+SELECT ds_partition_import(line)
+  FROM (VALUES (0, (SELECT line FROM part_export WHERE n = 0)),
+               (1, '{"table": "idempotency_keys", "row": {"key": "run-7"}}')) v(n, line) ORDER BY n;
+\echo :SQLSTATE
+-- dropped after a move: its steps, runs and keys
+BEGIN;
+SELECT ds_partition_drop(3);
+SELECT (SELECT count(*) FROM durable_steps.steps WHERE run_id = 'run-3') AS steps,
+       (SELECT count(*) FROM durable_steps.idempotency_keys WHERE key = 'run-3') AS keys,
+       (SELECT count(*) FROM durable_steps.idempotency_keys WHERE key = 'run-7') AS owned_keys;
 ROLLBACK;
 -- a trailer whose counts do not match: the import fails
 SELECT ds_partition_import(line) FROM (

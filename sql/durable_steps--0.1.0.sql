@@ -820,7 +820,8 @@ REVOKE ALL ON FUNCTION durable_steps.ds_partition_workers_behind() FROM PUBLIC;
 -- import writes steps that the worker then runs as the roles they name. Not SECURITY DEFINER: a
 -- superuser needs no other rights, and each checks that its caller is one, even if granted EXECUTE.
 
--- The rows of partition p of the runs, steps and attempts tables, and every event, as JSON
+-- The rows of partition p of the runs, steps, attempts and idempotency keys (a key's partition is
+-- hashtext(key)'s), and every event, as JSON
 -- lines in the order ds_partition_import takes them: n = 0 is the header, the last the trailer
 -- with the counts an import checks. One statement: one snapshot of a partition that, fenced
 -- and with nothing in flight, no longer changes.
@@ -899,15 +900,19 @@ BEGIN
          a AS (SELECT a FROM durable_steps.attempts a
                 WHERE (pg_catalog.hashtext(a.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p),
          e AS (SELECT e FROM durable_steps.events e),
+         k AS (SELECT k FROM durable_steps.idempotency_keys k
+                WHERE (pg_catalog.hashtext(k.key) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p),
          body AS (SELECT 'runs' AS t, pg_catalog.to_jsonb(r.r) AS j FROM r
                   UNION ALL SELECT 'steps', pg_catalog.to_jsonb(s.s) FROM s
                   UNION ALL SELECT 'attempts', pg_catalog.to_jsonb(a.a) FROM a
-                  UNION ALL SELECT 'events', pg_catalog.to_jsonb(e.e) FROM e),
+                  UNION ALL SELECT 'events', pg_catalog.to_jsonb(e.e) FROM e
+                  UNION ALL SELECT 'idempotency_keys', pg_catalog.to_jsonb(k.k) FROM k),
          counts AS (SELECT pg_catalog.jsonb_build_object(
                                'runs', (SELECT pg_catalog.count(*) FROM r),
                                'steps', (SELECT pg_catalog.count(*) FROM s),
                                'attempts', (SELECT pg_catalog.count(*) FROM a),
-                               'events', (SELECT pg_catalog.count(*) FROM e)) AS c)
+                               'events', (SELECT pg_catalog.count(*) FROM e),
+                               'idempotency_keys', (SELECT pg_catalog.count(*) FROM k)) AS c)
     SELECT 0::bigint, pg_catalog.jsonb_build_object('ds_partition_export', 1, 'partition', p,
                'partition_count', v_count, 'exported_at', pg_catalog.clock_timestamp(),
                'counts', counts.c)
@@ -938,6 +943,7 @@ DECLARE
     v_row jsonb := line OPERATOR(pg_catalog.->) 'row';
     v_got jsonb;
     v_owner text;
+    v_id text;
 BEGIN
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
         RAISE EXCEPTION 'permission denied for ds_partition_import' USING ERRCODE = '42501',
@@ -968,6 +974,8 @@ BEGIN
          WHERE (pg_catalog.hashtext(a.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p;
         DELETE FROM durable_steps.runs r
          WHERE (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p;
+        DELETE FROM durable_steps.idempotency_keys k
+         WHERE (pg_catalog.hashtext(k.key) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p;
         RETURN 'header';
     END IF;
     IF v_p IS NULL THEN
@@ -982,7 +990,9 @@ BEGIN
                    'steps', (SELECT pg_catalog.count(*) FROM durable_steps.steps s
                               WHERE (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p),
                    'attempts', (SELECT pg_catalog.count(*) FROM durable_steps.attempts a
-                                 WHERE (pg_catalog.hashtext(a.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p))
+                                 WHERE (pg_catalog.hashtext(a.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p),
+                   'idempotency_keys', (SELECT pg_catalog.count(*) FROM durable_steps.idempotency_keys k
+                                         WHERE (pg_catalog.hashtext(k.key) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) v_p))
           INTO v_got;
         IF v_got OPERATOR(pg_catalog.<>) ((line OPERATOR(pg_catalog.->) 'counts') OPERATOR(pg_catalog.-) 'events') THEN
             RAISE EXCEPTION 'the import of partition % is incomplete', v_p
@@ -999,13 +1009,20 @@ BEGIN
         PERFORM pg_catalog.set_config('ds_partition_import.partition', '', true);
         RETURN 'complete';
     END IF;
-    IF v_row IS NULL OR NOT (line OPERATOR(pg_catalog.->>) 'table') OPERATOR(pg_catalog.=) ANY ('{runs,steps,attempts,events}') THEN
+    IF v_row IS NULL OR NOT (line OPERATOR(pg_catalog.->>) 'table') OPERATOR(pg_catalog.=) ANY ('{runs,steps,attempts,events,idempotency_keys}') THEN
         RAISE EXCEPTION 'not a line of a partition export: %', pg_catalog.left(line::text, 200)
             USING ERRCODE = '22023';
     END IF;
+    -- a row of a run is of its run's partition, an idempotency key of its key's
+    v_id := CASE WHEN line OPERATOR(pg_catalog.->>) 'table' OPERATOR(pg_catalog.=) 'idempotency_keys'
+                 THEN 'idempotency key ' OPERATOR(pg_catalog.||) (v_row OPERATOR(pg_catalog.->>) 'key')
+                 ELSE 'run ' OPERATOR(pg_catalog.||) (v_row OPERATOR(pg_catalog.->>) 'run_id') END;
     IF line OPERATOR(pg_catalog.->>) 'table' OPERATOR(pg_catalog.<>) 'events'
-       AND (pg_catalog.hashtext(v_row OPERATOR(pg_catalog.->>) 'run_id') OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.<>) v_p THEN
-        RAISE EXCEPTION 'run % is not of partition %', v_row OPERATOR(pg_catalog.->>) 'run_id', v_p
+       AND (pg_catalog.hashtext(v_row OPERATOR(pg_catalog.->>)
+                                (CASE WHEN line OPERATOR(pg_catalog.->>) 'table' OPERATOR(pg_catalog.=) 'idempotency_keys'
+                                      THEN 'key' ELSE 'run_id' END))
+            OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.<>) v_p THEN
+        RAISE EXCEPTION '% is not of partition %', v_id, v_p
             USING ERRCODE = '22023';
     END IF;
     -- A role is taken by its name, as a dump takes it: an owner exported as a number was a role
@@ -1014,8 +1031,8 @@ BEGIN
     v_owner := v_row OPERATOR(pg_catalog.->>) (CASE WHEN line OPERATOR(pg_catalog.->>) 'table' OPERATOR(pg_catalog.=) 'attempts'
                                                   THEN 'role' ELSE 'owner' END);
     IF v_owner IS NULL OR v_owner OPERATOR(pg_catalog.~) '^[0-9]+$' OR pg_catalog.to_regrole(v_owner) IS NULL THEN
-        RAISE EXCEPTION 'role % of % of run % is not a role of this server', v_owner,
-            line OPERATOR(pg_catalog.->>) 'table', v_row OPERATOR(pg_catalog.->>) 'run_id'
+        RAISE EXCEPTION 'role % of % of % is not a role of this server', v_owner,
+            line OPERATOR(pg_catalog.->>) 'table', v_id
             USING ERRCODE = '42704',
                   DETAIL = 'A role the export names by a number was dropped on the source server.',
                   HINT = 'Create the role here (or drop its steps on the source) and export again.';
@@ -1032,6 +1049,10 @@ BEGIN
             v_row OPERATOR(pg_catalog.||) '{"claimed_by": null}');
     WHEN 'attempts' THEN
         INSERT INTO durable_steps.attempts SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.attempts, v_row);
+    WHEN 'idempotency_keys' THEN
+        -- a key held by an application keeps its token and lease: it finishes it here
+        INSERT INTO durable_steps.idempotency_keys
+            SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.idempotency_keys, v_row);
     ELSE
         -- events are every server's (an event of no run is emitted to each): the first emit wins
         INSERT INTO durable_steps.events SELECT * FROM pg_catalog.jsonb_populate_record(NULL::durable_steps.events, v_row)
@@ -1052,6 +1073,7 @@ DECLARE
     v_count integer := pg_catalog.current_setting('durable_steps.partition_count')::integer;
     v_steps bigint;
     v_runs bigint;
+    v_keys bigint;
 BEGIN
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
         RAISE EXCEPTION 'permission denied for ds_partition_drop' USING ERRCODE = '42501',
@@ -1072,7 +1094,10 @@ BEGIN
     DELETE FROM durable_steps.runs r
      WHERE (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p;
     GET DIAGNOSTICS v_runs = ROW_COUNT;
-    RETURN v_steps OPERATOR(pg_catalog.+) v_runs;
+    DELETE FROM durable_steps.idempotency_keys k
+     WHERE (pg_catalog.hashtext(k.key) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p;
+    GET DIAGNOSTICS v_keys = ROW_COUNT;
+    RETURN v_steps OPERATOR(pg_catalog.+) v_runs OPERATOR(pg_catalog.+) v_keys;
 END
 $$;
 REVOKE ALL ON FUNCTION @extschema@.ds_partition_drop(integer) FROM PUBLIC;

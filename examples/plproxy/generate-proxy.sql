@@ -22,7 +22,7 @@ SET search_path = pg_catalog;
 -- Routes, by function name:
 --   run_id     RUN ON hashtext(run_id): the server owning the run's partition
 --   run_key    RUN ON ds_proxy.route_key(run_key): a key's partition, or any partition for none
---   key        RUN ON hashtext(key): an idempotency key's partition (not moved with partitions)
+--   key        RUN ON hashtext(key): the server owning the idempotency key's partition
 --   any        RUN ON ANY: a pure function, the same answer everywhere
 --   all        RUN ON ALL: a broadcast; the proxy answers with the answers combined (combine)
 --   all_rows   RUN ON ALL: every server's rows

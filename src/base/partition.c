@@ -10,7 +10,8 @@
  * on the wrong server, and the worker claims nothing of a partition it does not own. Both
  * settings are reloadable: an operator fences a partition with ALTER SYSTEM and
  * pg_reload_conf(), and every process, the worker's included, stops taking its work at its next
- * statement.
+ * statement. An idempotency key (requests/idempotent.c) belongs to a partition the same way,
+ * by hashtext(key): a router sends it where its entry lives, and it moves with the partition.
  */
 #include "base/compat.h"
 
@@ -191,29 +192,45 @@ ds_partition_owns(const char *run_id)
 	return ds_partition_owns_partition(ds_partition_of_run(run_id, partition_count));
 }
 
-void
-ds_partition_check_run(const char *run_id)
+/*
+ * Raise DS201 unless this server owns `id`'s partition: `what` names the thing ("run" or
+ * "idempotency key"), `column` the text a router hashes ("run_id" or "key").
+ */
+static void
+check_owned(const char *what, const char *id, const char *column)
 {
 	int			p;
 
 	if (partitions_without_count())
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_WRONG_PARTITION),
-				 errmsg("run %s cannot be served: durable_steps.partitions is set but durable_steps.partition_count is 0",
-						run_id),
-				 errdetail("A server that lists the partitions it owns refuses every run until it knows how many there are."),
+				 errmsg("%s %s cannot be served: durable_steps.partitions is set but durable_steps.partition_count is 0",
+						what, id),
+				 errdetail("A server that lists the partitions it owns refuses every run and idempotency key until it knows how many there are."),
 				 errhint("Set durable_steps.partition_count (a power of two) and reload.")));
 	if (partition_count == 0)
 		return;
-	p = ds_partition_of_run(run_id, partition_count);
+	p = ds_partition_of_run(id, partition_count);
 	if (!ds_partition_owns_partition(p))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_WRONG_PARTITION),
-				 errmsg("run %s belongs to partition %d, which this server does not own", run_id, p),
+				 errmsg("%s %s belongs to partition %d, which this server does not own", what, id, p),
 				 errdetail("This server owns partitions {%s} of %d (durable_steps.partitions).",
 						   partitions_text != NULL ? partitions_text : "", partition_count),
-				 errhint("Send calls for run %s to the server that owns partition %d: hashtext(run_id) & %d.",
-						 run_id, p, partition_count - 1)));
+				 errhint("Send calls for %s %s to the server that owns partition %d: hashtext(%s) & %d.",
+						 what, id, p, column, partition_count - 1)));
+}
+
+void
+ds_partition_check_run(const char *run_id)
+{
+	check_owned("run", run_id, "run_id");
+}
+
+void
+ds_partition_check_idempotency_key(const char *key)
+{
+	check_owned("idempotency key", key, "key");
 }
 
 /* ds_partition_of(run_id) -> integer: the partition of a run; NULL when not partitioned. */

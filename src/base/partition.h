@@ -40,4 +40,10 @@ extern uint64 ds_partition_settings_key(void);
  */
 extern void ds_partition_check_run(const char *run_id);
 
+/*
+ * The same for an idempotency key (its partition is hashtext(key)'s): every ds_idempotent call,
+ * before it reads or writes the key's entry.
+ */
+extern void ds_partition_check_idempotency_key(const char *key);
+
 #endif							/* DS_PARTITION_H */

@@ -33,6 +33,7 @@
 #include "utils/uuid.h"
 
 #include "base/ds_errcodes.h"
+#include "base/partition.h"
 #include "base/size_limits.h"
 #include "base/sql_text.h"
 #include "requests/idempotent.h"
@@ -111,6 +112,8 @@ key_args(FunctionCallInfo fcinfo)
 	k.owner = GetUserId();
 	k.scope = identity_arg(fcinfo, 0, "scope");
 	k.key = identity_arg(fcinfo, 1, "key");
+	/* a partitioned server serves its partitions' keys (docs/partitions.md) */
+	ds_partition_check_idempotency_key(k.key);
 	return k;
 }
 

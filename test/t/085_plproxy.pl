@@ -6,7 +6,8 @@
 # server's worker; a run; an HTTP step charged once; an event broadcast to runs on both servers;
 # the views and ds_stats of both servers; a ROLLBACK at the proxy undoes nothing. A call sent
 # straight to the wrong server is refused with DS201. Partition 1 moved from A to B and the
-# cluster written again: its completed steps replay through the proxy from B, never run again.
+# cluster written again: its completed steps replay through the proxy from B, never run again,
+# and so does an idempotent request whose key is of partition 1.
 use strict;
 use warnings;
 
@@ -240,6 +241,16 @@ app_sql($proxy, "SELECT ds_http_step($charge1)");
 ($out) = app_sql($proxy, "SELECT status FROM ds_wait_step('$r1', 'charge', '60 s')");
 is($out . ' ' . $p->charges('charge-a'), 'succeeded 1', 'proxy: an HTTP step of partition 1 charged once on A');
 
+# an idempotent request whose key is of partition 1: handled on A through the proxy, refused by B
+my $checkout = sprintf(q{SELECT status || ' ' || replayed || ' ' || body::text FROM ds_idempotent('checkout', '%s', '{"cart": 1}',
+    $h$WITH o AS (INSERT INTO orders VALUES ('%s', 'checkout') RETURNING 1) SELECT 201, jsonb_build_object('rows', count(*)) FROM o$h$)},
+	$r1, $r1);
+($out, $err) = app_sql($proxy, $checkout);
+is($out, '201 false {"rows": 1}', 'proxy: an idempotent request of partition 1 handled on A') or diag $err;
+($out, $err) = app_sql($b, $checkout);
+like($err, qr/ERROR:  DS201: idempotency key \Q$r1\E belongs to partition 1, which this server does not own/,
+	'B refuses the key of partition 1 with DS201');
+
 # the move: fence on A (the proxy's calls for partition 1 are refused, not run anywhere) ...
 ok(reload_executors($a, "ALTER SYSTEM SET durable_steps.partitions = '0'"), 'A: partition 1 fenced');
 ($out, $err) = app_sql($proxy, "SELECT status FROM ds_run_step('$r1', 'done', 'SELECT gate(1)')");
@@ -275,10 +286,13 @@ is($out, 'succeeded true 1', 'proxy: the moved completed step replays from B') o
 ($out) = app_sql($proxy, "SELECT status || ' ' || replayed FROM ds_http_step($charge1)");
 is($out, 'succeeded true', 'proxy: the moved HTTP step replays from B');
 is($p->charges('charge-a'), 1, 'still one charge');
-is(orders_of($b, $r1), 'done', "B: partition 1's rows, its step run once");
-is(steps_on($a, $r1), '0', 'A holds nothing of partition 1');
+($out, $err) = app_sql($proxy, $checkout);
+is($out, '201 true {"rows": 1}', 'proxy: the idempotent request replays from B, with the response stored on A') or diag $err;
+is(orders_of($b, $r1), 'checkout,done', "B: partition 1's rows, its step and the request's handler run once");
+is(steps_on($a, $r1) . ' ' . $a->safe_psql('postgres', "SELECT count(*) FROM durable_steps.idempotency_keys WHERE key = '$r1'"),
+	'0 0', 'A holds nothing of partition 1, steps nor keys');
 ($out) = app_sql($proxy, "SELECT status || ' ' || replayed FROM ds_run_step('$r1', 'after', 'SELECT gate(1)')");
-is($out . ' ' . orders_of($b, $r1), 'succeeded false after,done', 'proxy: a new step of partition 1 runs on B');
+is($out . ' ' . orders_of($b, $r1), 'succeeded false after,checkout,done', 'proxy: a new step of partition 1 runs on B');
 is($proxy->safe_psql('postgres', "SELECT count(*) FROM ds_steps WHERE run_id = '$r1'"), '3',
 	"proxy: ds_steps shows partition 1's steps once");
 settled_and_sound($b, $r1, 'done', 1, 'moved completed');

@@ -156,7 +156,7 @@ export class RunSuspendedError extends DurableStepsError {
     static override readonly httpStatus = 503;
 }
 
-/** DS201 wrong_partition: the run belongs to a partition this server does not own (docs/partitions.md). */
+/** DS201 wrong_partition: the run (or idempotency key) belongs to a partition this server does not own (docs/partitions.md). */
 export class WrongPartitionError extends DurableStepsError {
     static override readonly sqlstate = 'DS201';
     static override readonly httpStatus = 503;

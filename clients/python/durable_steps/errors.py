@@ -122,8 +122,8 @@ class RunSuspended(DurableStepsError):
 
 
 class WrongPartition(DurableStepsError):
-    """DS201: the run belongs to a partition this server does not own: call the server that
-    owns it (docs/partitions.md)."""
+    """DS201: the run (or idempotency key) belongs to a partition this server does not own: call
+    the server that owns it (docs/partitions.md)."""
     sqlstate, http_status = "DS201", 503
 
 
