@@ -863,6 +863,16 @@ BEGIN
             USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('Backends %s.', v_busy),
                   HINT = 'Let them end (or end them), then export again.';
     END IF;
+    -- a prepared transaction keeps what it wrote until it is committed, whenever that is: it
+    -- may hold a step or an idempotency key of the partition (pg_stat_activity does not list it)
+    SELECT pg_catalog.string_agg(pg_catalog.quote_literal(x.gid), ', ') INTO v_busy
+      FROM pg_catalog.pg_prepared_xacts x
+     WHERE x.database OPERATOR(pg_catalog.=) pg_catalog.current_database();
+    IF v_busy IS NOT NULL THEN
+        RAISE EXCEPTION 'prepared transactions may still write partition %', p
+            USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('Prepared transactions %s.', v_busy),
+                  HINT = 'COMMIT PREPARED or ROLLBACK PREPARED them (Citus resolves its own), then export again.';
+    END IF;
     -- a worker that has not taken the fence yet may still claim a step of the partition
     SELECT pg_catalog.array_to_string(durable_steps.ds_partition_workers_behind(), ', ') INTO v_busy;
     IF v_busy OPERATOR(pg_catalog.<>) '' THEN
@@ -900,8 +910,11 @@ BEGIN
          a AS (SELECT a FROM durable_steps.attempts a
                 WHERE (pg_catalog.hashtext(a.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p),
          e AS (SELECT e FROM durable_steps.events e),
+         -- a key of a role dropped while connected to another database can never be answered
+         -- again (a role is answered only its own keys): left behind, for ds_partition_drop
          k AS (SELECT k FROM durable_steps.idempotency_keys k
-                WHERE (pg_catalog.hashtext(k.key) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p),
+                WHERE (pg_catalog.hashtext(k.key) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
+                  AND EXISTS (SELECT FROM pg_catalog.pg_roles o WHERE o.oid OPERATOR(pg_catalog.=) k.owner::pg_catalog.oid)),
          body AS (SELECT 'runs' AS t, pg_catalog.to_jsonb(r.r) AS j FROM r
                   UNION ALL SELECT 'steps', pg_catalog.to_jsonb(s.s) FROM s
                   UNION ALL SELECT 'attempts', pg_catalog.to_jsonb(a.a) FROM a
@@ -1030,7 +1043,8 @@ BEGIN
     -- role; a name that is no role here fails the import rather than leave steps of nobody.
     v_owner := v_row OPERATOR(pg_catalog.->>) (CASE WHEN line OPERATOR(pg_catalog.->>) 'table' OPERATOR(pg_catalog.=) 'attempts'
                                                   THEN 'role' ELSE 'owner' END);
-    IF v_owner IS NULL OR v_owner OPERATOR(pg_catalog.~) '^[0-9]+$' OR pg_catalog.to_regrole(v_owner) IS NULL THEN
+    IF v_owner IS NULL OR v_owner OPERATOR(pg_catalog.~) '^[0-9]+$' OR pg_catalog.to_regrole(v_owner) IS NULL
+       OR pg_catalog.to_regrole(v_owner)::pg_catalog.oid OPERATOR(pg_catalog.=) 0 THEN
         RAISE EXCEPTION 'role % of % of % is not a role of this server', v_owner,
             line OPERATOR(pg_catalog.->>) 'table', v_id
             USING ERRCODE = '42704',

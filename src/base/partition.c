@@ -108,16 +108,16 @@ void
 ds_partition_init_module(void)
 {
 	DefineCustomIntVariable("durable_steps.partition_count",
-							"How many logical partitions runs are spread over; 0 when this server is not partitioned.",
-							"A power of two. A run's partition is hashtext(run_id) & (partition_count - 1).",
+							"How many logical partitions runs and idempotency keys are spread over; 0 when this server is not partitioned.",
+							"A power of two. A run's partition is hashtext(run_id) & (partition_count - 1), an idempotency key's hashtext(key) & (partition_count - 1).",
 							&partition_count,
 							0, 0, DS_MAX_PARTITIONS,
 							PGC_SIGHUP,
 							0,
 							check_partition_count, NULL, NULL);
 	DefineCustomStringVariable("durable_steps.partitions",
-							   "The partitions of runs this server owns, e.g. '0,2'.",
-							   "Calls naming a run of any other partition are refused (DS201), and the worker takes no work of them.",
+							   "The partitions this server owns, e.g. '0,2'.",
+							   "Calls naming a run or an idempotency key of any other partition are refused (DS201), and the worker takes no work of them.",
 							   &partitions_text,
 							   "",
 							   PGC_SIGHUP,

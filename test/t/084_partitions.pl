@@ -4,7 +4,8 @@
 # retry not run by its old server's worker; and partition 1 moved from A to B with
 # ds_partition_export and ds_partition_import, the application's rows with it: its completed
 # steps replay on B and never run again, its pending retry runs there exactly once, its waiting
-# run goes on there. Only a superuser may export or import.
+# run goes on there. Only a superuser may export or import. A prepared transaction, which may
+# hold a step or an idempotency key of a fenced partition, holds its export back.
 use strict;
 use warnings;
 
@@ -19,7 +20,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $p = DurableSteps::Http::Provider->start;
-my $parts = "durable_steps.partition_count = 4\n";
+my $parts = "durable_steps.partition_count = 4\nmax_prepared_transactions = 2\n";
 my $a = http_node('part_a', $parts . "durable_steps.partitions = '0,1'\n");
 my $b = http_node('part_b', $parts . "durable_steps.partitions = '2,3'\n");
 my $dir = PostgreSQL::Test::Utils::tempdir();
@@ -269,5 +270,24 @@ kill 'CONT', @workers;
 ok(poll_until($b, 'postgres', q{SELECT count(*) > 0 FROM ds_partition_export(3)}),
 	'B: once they went on and took it, the export of partition 3 goes through');
 ok(reload_executors($b, "ALTER SYSTEM SET durable_steps.partitions = '1,2,3'"), 'B: partition 3 opened again');
+
+# A prepared transaction keeps what it wrote until it is committed, whenever that is, and no
+# backend shows it open: one that took an idempotency key of partition 3 before the fence is
+# committed after it. The export refuses while it is prepared, naming it, and has the key once it
+# is committed.
+my $key3 = $id{3}[1];
+($out, $err) = app_sql($b, qq{BEGIN;
+SELECT status FROM ds_idempotent('pay', '$key3', '{"amount": 3}', \$h\$SELECT 201, '{"paid": 3}'::jsonb\$h\$);
+PREPARE TRANSACTION 'pay-3';});
+is($out, '201', 'B: an idempotent request of partition 3 in a prepared transaction') or diag $err;
+ok(reload_executors($b, "ALTER SYSTEM SET durable_steps.partitions = '1,2'"), 'B: partition 3 fenced again');
+($ret, $mout, $merr) = $b->psql('postgres', "\\set VERBOSITY verbose\nSELECT count(*) FROM ds_partition_export(3)");
+like($merr, qr/ERROR:  DS409: prepared transactions may still write partition 3.*DETAIL:  Prepared transactions 'pay-3'\./s,
+	'B: the export refuses while a transaction is prepared, naming it');
+$b->safe_psql('postgres', "COMMIT PREPARED 'pay-3'");
+is($b->safe_psql('postgres', q{SELECT string_agg(line #>> '{row,key}' || ' ' || (line #>> '{row,status}'), ',')
+  FROM ds_partition_export(3) WHERE line ->> 'table' = 'idempotency_keys'}),
+	"$key3 201", 'B: once it is committed, the export has its key');
+ok(reload_executors($b, "ALTER SYSTEM SET durable_steps.partitions = '1,2,3'"), 'B: partition 3 opened once more');
 
 done_testing();
