@@ -12,6 +12,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use DurableSteps::Http;
+use DurableSteps::Partitions;
 use DurableSteps::Session;
 use DurableSteps::Test;
 use PostgreSQL::Test::Cluster;
@@ -20,28 +21,16 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $p = DurableSteps::Http::Provider->start;
-my $parts = "durable_steps.partition_count = 4\nmax_prepared_transactions = 2\n";
-my $a = http_node('part_a', $parts . "durable_steps.partitions = '0,1'\n");
-my $b = http_node('part_b', $parts . "durable_steps.partitions = '2,3'\n");
+my ($a, $b) = partition_nodes('part', "max_prepared_transactions = 2\n");
 my $dir = PostgreSQL::Test::Utils::tempdir();
 
-# the same application on both servers: its rows carry their run's id
+# what the move's tests add to the application of both servers
 for my $node ($a, $b)
 {
 	$node->safe_psql('postgres', q{
-CREATE TABLE orders (run_id text NOT NULL, note text NOT NULL);
-GRANT INSERT, SELECT ON orders TO app;
 -- counts executions of move_body, failed ones included: nextval is not rolled back
 CREATE SEQUENCE move_runs;
 GRANT USAGE ON SEQUENCE move_runs TO app;
-CREATE FUNCTION gate(n integer) RETURNS integer LANGUAGE plpgsql AS $$
-BEGIN
-    IF ds_attempt_number() < n THEN
-        RAISE EXCEPTION 'gate: attempt % < %', ds_attempt_number(), n;
-    END IF;
-    INSERT INTO orders VALUES (ds_run_id(), ds_step_id());
-    RETURN ds_attempt_number();
-END $$;
 CREATE FUNCTION move_body() RETURNS integer LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM nextval('move_runs');
@@ -51,46 +40,13 @@ BEGIN
     INSERT INTO orders VALUES (ds_run_id(), ds_step_id());
     RETURN ds_attempt_number();
 END $$;
-CREATE FUNCTION book(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM ds_step('book', 'INSERT INTO orders VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
-    RETURN '{"booked": true}';
-END $$;
-CREATE FUNCTION ship(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM ds_step('pack', 'INSERT INTO orders VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
-    PERFORM ds_await_event('wait', 'go');
-    PERFORM ds_step('ship', 'INSERT INTO orders VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
-    RETURN '{"shipped": true}';
-END $$;
 CREATE ROLE mover LOGIN IN ROLE durable_steps_admin;
 });
 }
 
 # run ids of each partition, as a router computes them: hashtext(run_id) & 3
-my %id;
-for my $part (0 .. 3)
-{
-	$id{$part} = [ split /\n/, $a->safe_psql('postgres', qq{
-SELECT id FROM (SELECT 'order-' || i AS id FROM generate_series(1, 200) i) s
- WHERE hashtext(id) & 3 = $part ORDER BY length(id), id LIMIT 3}) ];
-}
+my %id = ids_by_partition($a);
 is($a->safe_psql('postgres', "SELECT ds_partition_of('$id{1}[0]')"), '1', 'ds_partition_of agrees with hashtext & 3');
-
-# app's calls on a server, and those that fail: (status, stderr)
-sub app_sql
-{
-	my ($node, $sql) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\nSET ROLE app;\n$sql");
-	return ($out, $err);
-}
-
-sub orders_of
-{
-	my ($node, $run) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT coalesce(string_agg(note, ',' ORDER BY note), '') FROM orders WHERE run_id = '$run'");
-}
 
 # calls and replays on each server's own partitions
 my ($r0, $r1, $r2) = ($id{0}[0], $id{1}[0], $id{2}[0]);

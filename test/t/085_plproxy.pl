@@ -14,6 +14,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use DurableSteps::Http;
+use DurableSteps::Partitions;
 use DurableSteps::Test;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
@@ -26,44 +27,13 @@ plan skip_all => "PL/Proxy is not installed ($pg15/lib/plproxy.so: apt-get insta
 
 my $examples = "$FindBin::RealBin/../../examples/plproxy";
 my $p = DurableSteps::Http::Provider->start;
-my $parts = "durable_steps.partition_count = 4\n";
-my $a = http_node('plx_a', $parts . "durable_steps.partitions = '0,1'\n");
-my $b = http_node('plx_b', $parts . "durable_steps.partitions = '2,3'\n");
+my ($a, $b) = partition_nodes('plx');
 my $dir = PostgreSQL::Test::Utils::tempdir();
 
 my $proxy = PostgreSQL::Test::Cluster->new('proxy', install_path => $pg15);
 $proxy->init;
 $proxy->start;
 $proxy->safe_psql('postgres', 'CREATE ROLE app LOGIN');
-
-# the same application on both servers: its rows carry their run's id
-for my $node ($a, $b)
-{
-	$node->safe_psql('postgres', q{
-CREATE TABLE orders (run_id text NOT NULL, note text NOT NULL);
-GRANT INSERT, SELECT ON orders TO app;
-CREATE FUNCTION gate(n integer) RETURNS integer LANGUAGE plpgsql AS $$
-BEGIN
-    IF ds_attempt_number() < n THEN
-        RAISE EXCEPTION 'gate: attempt % < %', ds_attempt_number(), n;
-    END IF;
-    INSERT INTO orders VALUES (ds_run_id(), ds_step_id());
-    RETURN ds_attempt_number();
-END $$;
-CREATE FUNCTION book(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM ds_step('book', 'INSERT INTO orders VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
-    RETURN '{"booked": true}';
-END $$;
-CREATE FUNCTION ship(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM ds_step('pack', 'INSERT INTO orders VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
-    PERFORM ds_await_event('wait', 'go');
-    PERFORM ds_step('ship', 'INSERT INTO orders VALUES (ds_run_id(), ds_step_id()) RETURNING 1');
-    RETURN '{"shipped": true}';
-END $$;
-});
-}
 
 # a command's stdout; dies with its stderr when it fails
 sub run_ok
@@ -98,36 +68,9 @@ is($proxy->safe_psql('postgres',
 	't', "the cluster: partitions 0 and 1 on A, 2 and 3 on B");
 
 # run ids of each partition, as the proxy routes them: hashtext(run_id) & 3
-my %id;
-for my $part (0 .. 3)
-{
-	$id{$part} = [ split /\n/, $proxy->safe_psql('postgres', qq{
-SELECT id FROM (SELECT 'order-' || i AS id FROM generate_series(1, 200) i) s
- WHERE hashtext(id) & 3 = $part ORDER BY length(id), id LIMIT 3}) ];
-}
+my %id = ids_by_partition($proxy);
 is($a->safe_psql('postgres', "SELECT ds_partition_of('$id{1}[0]')"), '1',
 	"the proxy's hashtext & 3 is the servers' partition");
-
-# app's SQL on a node: (stdout, stderr)
-sub app_sql
-{
-	my ($node, $sql) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\nSET ROLE app;\n$sql");
-	return ($out, $err);
-}
-
-sub orders_of
-{
-	my ($node, $run) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT coalesce(string_agg(note, ',' ORDER BY note), '') FROM orders WHERE run_id = '$run'");
-}
-
-sub steps_on
-{
-	my ($node, $run) = @_;
-	return $node->safe_psql('postgres', "SELECT count(*) FROM durable_steps.steps WHERE run_id = '$run'");
-}
 
 # calls through the proxy: each on the server that owns its run, replayed, retried by its worker
 my ($r0, $r1, $r2, $r3) = ($id{0}[0], $id{1}[0], $id{2}[0], $id{3}[0]);
