@@ -8,9 +8,20 @@
 # chosen attempt numbers; duplicate calls of the same identity race each other and the worker.
 # While the clients run and the worker drains the steps, faults are injected at random: kill -9
 # of an executor, immediate stop and start, fast restart, pg_terminate_backend and
-# pg_cancel_backend of an executor, reloads that change batch_size and poll_interval. When no
-# step is pending, retrying or running any more (polled, with a bound), the invariants are
-# checked against ds_steps, ds_attempts and the ledger; every violation is printed with its rows.
+# pg_cancel_backend of an executor, reloads that change batch_size and poll_interval, and fences
+# of a partition. When no step is pending, retrying or running any more (polled, with a bound),
+# the invariants are checked against ds_steps, ds_attempts and the ledger; every violation is
+# printed with its rows.
+#
+# Partitions: the cluster has durable_steps.partition_count = 2 and owns both ('0,1'). The fault
+# `fence` (fence) fences one partition p (ALTER SYSTEM SET durable_steps.partitions to the other,
+# a reload), holds it 0.5-2 s (0.5-1 s in --short) and opens it again; clients make a call
+# refused with DS201 again later, as after a lost connection, and the trial's line counts those
+# refusals. The fencing session polls ds_partition_workers_behind() every 20 ms: from its first
+# empty answer to the reopen's ALTER SYSTEM (server clock_timestamp()s) every worker process had
+# taken the fence, and no worker attempt of p may have been claimed then (fenced run; a batch
+# claimed before the fence finishes after it, its claimed_at before the window). Every partition
+# is opened again at a trial's start, after a failover and before the trial settles.
 #
 # A share of each trial's steps are HTTP steps (ds_http_step, sent by the HTTP worker) against
 # test/fake_provider.py, started here on 127.0.0.1 (a free port) and stopped at the end: a POST
@@ -65,7 +76,7 @@
 #
 # Options: --trials N --steps N --runs N --seed S --clients N --short --verbose
 #          --standby (every trial) / --no-standby (none; --short: trial 2), --no-hog
-#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in eight
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in nine
 #          known ways (see tamper()); the run must then fail with exactly those violations
 #          (and committed state too when a client saw the step it marks failed succeed)
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
@@ -116,6 +127,8 @@ $cfg{clients} = 2 if $cfg{clients} < 2;
 %cfg = (%cfg, $opt{short}
 	? (hog_sql => 3, hog_http => 4, hog_sleep => [ 600, 1200 ], hog_hang => [ 1.2, 2 ])
 	: (hog_sql => 4, hog_http => 5, hog_sleep => [ 1000, 2500 ], hog_hang => [ 2, 4 ]));
+# how long the fault `fence` keeps its partition fenced, in seconds
+$cfg{fence_hold} = $opt{short} ? [ 0.5, 1 ] : [ 0.5, 2 ];
 $cfg{hog} = defined $opt{hog} ? $opt{hog} : 1;
 # Which trials run with a synchronous standby and fail over to it: --standby every one,
 # --no-standby none, else trial 2 of --short (the one after it then runs on the promoted server).
@@ -211,6 +224,9 @@ sub psql
 my $transient_re = qr/could\ not\ connect|connection\ to\ server|server\ closed\ the\ connection|
 	terminating\ connection|no\ connection\ to\ the\ server|the\ database\ system\ is|
 	FATAL|57P0[1-4]|Connection\ refused|No\ such\ file\ or\ directory|\[harness:\ /x;
+# A call refused because its run's (or key's) partition is fenced (the fault `fence`): it changed
+# nothing, and the client makes it again later, as after a lost connection.
+my $fenced_re = qr/ERROR:\s+DS201:/;
 
 # Rows of a superuser query, retried while the server is coming back (bounded).
 sub rows
@@ -344,6 +360,9 @@ log_line_prefix = '%m [%p] %b '
 # a standby (--standby) connects again at once after its primary restarts: the synchronous
 # commits wait for it meanwhile
 wal_retrieve_retry_interval = '200ms'
+# two partitions, both owned: everything runs as unpartitioned, but the fault `fence` can fence one
+durable_steps.partition_count = 2
+durable_steps.partitions = '0,1'
 EOF
 	($rc, $out, $err) = run_cmd([ as_runner('sh', '-c', 'cat >> "$1"', 'sh', "$DATA/postgresql.conf") ],
 		stdin => $conf);
@@ -1111,8 +1130,10 @@ sub call_sql
 
 # Runs its calls in order, one psql per stretch of calls (ON_ERROR_STOP): the calls acknowledged
 # by a printed row committed; after a connection failure the rest run again in a new session (a
-# call is an idempotent ds_run_step); an SQL error is recorded against the first unanswered call.
-# Writes "ack idx status attempt replayed", "err idx sqlstate message" and "stat reconnects".
+# call is an idempotent ds_run_step), and after a call refused by a fenced partition (DS201) too;
+# another SQL error is recorded against the first unanswered call.
+# Writes "ack idx status attempt replayed", "err idx sqlstate message" and "stat reconnects
+# fenced" (fenced: the calls refused with DS201).
 sub client_main
 {
 	my ($role, $calls, $outfile, $deadline, $start_delay) = @_;
@@ -1120,7 +1141,7 @@ sub client_main
 	open my $fh, '>', $outfile or die "$outfile: $!";
 	$fh->autoflush(1);
 	my @queue = @$calls;
-	my ($reconnects, $unknown, $round) = (0, 0, 0);
+	my ($reconnects, $fenced, $unknown, $round) = (0, 0, 0, 0);
 	while (@queue)
 	{
 		if (time() > $deadline)
@@ -1149,6 +1170,12 @@ sub client_main
 		}
 		@queue = grep { !$acked{ $_->{idx} } } @queue;
 		last unless @queue;
+		if ($err =~ $fenced_re)
+		{
+			$fenced++;
+			usleep(50_000 + int rand 150_000);
+			next;
+		}
 		if ($err =~ $transient_re)
 		{
 			$reconnects++;
@@ -1171,7 +1198,7 @@ sub client_main
 		}
 		usleep(100_000);
 	}
-	print $fh "stat\t$reconnects\n";
+	print $fh "stat\t$reconnects\t$fenced\n";
 	close $fh;
 	POSIX::_exit(0);
 }
@@ -1186,7 +1213,7 @@ sub rearm_main
 	$fh->autoflush(1);
 	my %todo = map { ("$_->{run}/$_->{step}" => $_) } @$steps;
 	my $list = join ', ', map { '(' . lit($_->{run}) . ', ' . lit($_->{step}) . ')' } @$steps;
-	my $reconnects = 0;
+	my ($reconnects, $fenced) = (0, 0);
 	while (%todo && time() < $deadline)
 	{
 		my ($rc, $out, $err) = psql($SU,
@@ -1204,6 +1231,7 @@ sub rearm_main
 				sprintf("SELECT 'ack', status FROM ds_retry_step(%s, %s, %s::jsonb);\n",
 					lit($run), lit($step), lit($st->{fixed_input})));
 			if ($out2 =~ /^ack$US(\w+)/m) { print $fh "rearm\t$run\t$step\t$1\n"; }
+			elsif ($err2 =~ $fenced_re) { $fenced++; }
 			elsif ($err2 =~ $transient_re) { $reconnects++; }
 			elsif ($err2 =~ /ERROR:\s+([0-9A-Z]{5}):\s*([^\n]*)/ && $1 ne 'DS103')
 			{
@@ -1214,7 +1242,7 @@ sub rearm_main
 		usleep(50_000);
 	}
 	print $fh "left\t$_\n" for sort keys %todo;
-	print $fh "stat\t$reconnects\n";
+	print $fh "stat\t$reconnects\t$fenced\n";
 	close $fh;
 	POSIX::_exit(0);
 }
@@ -1222,14 +1250,15 @@ sub rearm_main
 # Cancels each of its steps with ds_cancel_step, as the owner, $st->{cancel_at} seconds after the
 # clients started: whatever the step is doing then (not created yet, running in a caller or in the
 # worker, waiting to retry, finished). Writes "cancel run step status calls" when the call
-# answered (calls: how many it took, counting those whose connection was lost), "done run step"
-# when the step had already succeeded or failed (DS103), "err ..." otherwise.
+# answered (calls: how many it took, counting those whose connection was lost and not those a
+# fence refused with DS201), "done run step" when the step had already succeeded or failed
+# (DS103), "err ..." otherwise.
 sub cancel_main
 {
 	my ($steps, $outfile, $start, $deadline) = @_;
 	open my $fh, '>', $outfile or die "$outfile: $!";
 	$fh->autoflush(1);
-	my $reconnects = 0;
+	my ($reconnects, $fenced) = (0, 0);
 	for my $st (sort { $a->{cancel_at} <=> $b->{cancel_at} } @$steps)
 	{
 		my $wait = $start + $st->{cancel_at} - time();
@@ -1258,7 +1287,9 @@ sub cancel_main
 			if ($err =~ /ERROR:\s+DS103:/) { print $fh "done\t$st->{run}\t$st->{step}\n"; last }
 			# not created yet (its client has not called), or the server is restarting: a call
 			# whose connection was lost may or may not have committed, and repeating it is safe
-			# (cancelling a cancelled step returns it)
+			# (cancelling a cancelled step returns it); or its partition is fenced: that call
+			# changed nothing, and counts as none
+			if ($err =~ $fenced_re) { $fenced++; $calls--; usleep(50_000); next }
 			if ($err =~ /ERROR:\s+DS404:/ || $err =~ $transient_re || $err !~ /ERROR:/)
 			{
 				$reconnects++ unless $err =~ /DS404/;
@@ -1270,7 +1301,7 @@ sub cancel_main
 			last;
 		}
 	}
-	print $fh "stat\t$reconnects\n";
+	print $fh "stat\t$reconnects\t$fenced\n";
 	close $fh;
 	POSIX::_exit(0);
 }
@@ -1286,7 +1317,7 @@ sub idem_main
 	my ($role, $scope, $keys, $outfile, $deadline) = @_;
 	open my $fh, '>', $outfile or die "$outfile: $!";
 	$fh->autoflush(1);
-	my $reconnects = 0;
+	my ($reconnects, $fenced) = (0, 0);
 	my $handler = "WITH e AS (INSERT INTO fh_idem_effects (scope, key) VALUES (" . lit($scope)
 	  . ", \$1->>'key') RETURNING id) SELECT 201, jsonb_build_object('effect', id) FROM e";
 	for my $key (@$keys)
@@ -1303,6 +1334,12 @@ sub idem_main
 					lit($scope), lit($key), lit(qq({"key": "$key", "amount": 100})), lit($handler)),
 				timeout => 60);
 			if ($out =~ /^ack$US(\d+)$US(\d+)$US([tf])/m) { print $fh "ack\t$key\t$1\t$2\t$3\n"; last }
+			if ($err =~ $fenced_re)
+			{
+				$fenced++;
+				usleep(50_000 + int rand 150_000);
+				next;
+			}
 			if ($err =~ /ERROR:\s+([0-9A-Z]{5}):\s*([^\n]*)/ && $err !~ $transient_re)
 			{
 				print $fh "err\t$key\t$1\t$2\n";
@@ -1312,7 +1349,7 @@ sub idem_main
 			usleep(50_000 + int rand 150_000);
 		}
 	}
-	print $fh "stat\t$reconnects\n";
+	print $fh "stat\t$reconnects\t$fenced\n";
 	close $fh;
 	POSIX::_exit(0);
 }
@@ -1326,7 +1363,7 @@ sub waiter_main
 	my ($role, $steps, $outfile, $deadline) = @_;
 	open my $fh, '>', $outfile or die "$outfile: $!";
 	$fh->autoflush(1);
-	my $reconnects = 0;
+	my ($reconnects, $fenced) = (0, 0);
 	for my $st (@$steps)
 	{
 		while (time() < $deadline)
@@ -1342,11 +1379,12 @@ sub waiter_main
 				last if $1 =~ /^(?:succeeded|failed|blocked|uncertain|cancelled)$/;
 				next;
 			}
-			$reconnects++ unless $err =~ /DS404/;
+			if ($err =~ $fenced_re) { $fenced++ }
+			elsif ($err !~ /DS404/) { $reconnects++ }
 			usleep(100_000);
 		}
 	}
-	print $fh "stat\t$reconnects\n";
+	print $fh "stat\t$reconnects\t$fenced\n";
 	close $fh;
 	POSIX::_exit(0);
 }
@@ -1360,7 +1398,7 @@ sub run_cancel_main
 	my ($runs, $outfile, $start, $deadline) = @_;
 	open my $fh, '>', $outfile or die "$outfile: $!";
 	$fh->autoflush(1);
-	my $reconnects = 0;
+	my ($reconnects, $fenced) = (0, 0);
 	for my $run (sort { $a->{cancel_at} <=> $b->{cancel_at} } @$runs)
 	{
 		my $wait = $start + $run->{cancel_at} - time();
@@ -1376,7 +1414,9 @@ sub run_cancel_main
 				sprintf("SELECT 'ack', ds_cancel_run(%s);\n", lit($run->{id})), timeout => 60);
 			if ($out =~ /^ack$US(\w+)/m) { print $fh "cancel\t$run->{id}\t$1\n"; last }
 			if ($err =~ /ERROR:\s+DS103:/) { print $fh "done\t$run->{id}\n"; last }
-			# not started yet, or the server is restarting (cancelling a cancelled run returns it)
+			# not started yet, or the server is restarting (cancelling a cancelled run returns it),
+			# or its partition is fenced
+			if ($err =~ $fenced_re) { $fenced++; usleep(50_000); next }
 			if ($err =~ /ERROR:\s+DS404:/ || $err =~ $transient_re || $err !~ /ERROR:/)
 			{
 				$reconnects++ unless $err =~ /DS404/;
@@ -1388,7 +1428,7 @@ sub run_cancel_main
 			last;
 		}
 	}
-	print $fh "stat\t$reconnects\n";
+	print $fh "stat\t$reconnects\t$fenced\n";
 	close $fh;
 	POSIX::_exit(0);
 }
@@ -1406,13 +1446,14 @@ sub hog_main
 	my ($kind, $calls, $hprefix, $backlog, $outfile, $deadline) = @_;
 	open my $fh, '>', $outfile or die "$outfile: $!";
 	$fh->autoflush(1);
-	my $reconnects = 0;
+	my ($reconnects, $fenced) = (0, 0);
 	while ($kind eq 'sql' && time() < $deadline)
 	{
 		my ($rc, $out, $err) = psql($HOG,
 			"BEGIN;\nSELECT 'prio', status FROM ds_run_step(" . lit("${hprefix}prio") . ", 'p', 'SELECT 1', "
 			  . "defer => true, priority => -100);\nROLLBACK;\n", timeout => 30);
 		if ($out =~ /^prio$US/m) { print $fh "prio\tok\n"; last }
+		if ($err =~ $fenced_re) { $fenced++; usleep(100_000); next }
 		if ($err =~ /ERROR:\s+([0-9A-Z]{5}):/) { print $fh "prio\t$1\n"; last }
 		$reconnects++;
 		usleep(100_000);
@@ -1446,6 +1487,12 @@ sub hog_main
 		}
 		@queue = grep { !$acked{ $_->{idx} } } @queue;
 		if ($err =~ /ERROR:\s+FH001:/) { $stopped = 1; last }
+		if ($err =~ $fenced_re)
+		{
+			$fenced++;
+			usleep(50_000 + int rand 150_000);
+			next;
+		}
 		if ($err =~ $transient_re)
 		{
 			$reconnects++;
@@ -1461,7 +1508,7 @@ sub hog_main
 		usleep(100_000) if @queue;
 	}
 	print $fh "stop\n" if $stopped;
-	print $fh "stat\t$reconnects\n";
+	print $fh "stat\t$reconnects\t$fenced\n";
 	close $fh;
 	POSIX::_exit(0);
 }
@@ -1543,13 +1590,13 @@ sub spawn
 
 # ---- faults -------------------------------------------------------------------------------------
 
-my @FAULTS = qw(kill9 immediate fast_restart terminate cancel reload);
+my @FAULTS = qw(kill9 immediate fast_restart terminate cancel reload fence);
 my @fault_bag;
 # and the kinds a trial may have once: the hog's flood (hog_main), the failover to the standby
 my @KINDS = (@FAULTS, qw(failover hog));
 
-# Every kind of fault comes once in each round of six, in a random order; the rounds run on from
-# trial to trial, so that a run of six faults or more has had every kind.
+# Every kind of fault comes once in each round of seven, in a random order; the rounds run on from
+# trial to trial, so that a run of seven faults or more has had every kind.
 sub next_fault
 {
 	@fault_bag = @FAULTS unless @fault_bag;
@@ -1616,6 +1663,8 @@ sub inject
 	my $what = inject_one($f, $count);
 	push @{ $count->{restarts} }, [ $from, time() ]
 	  if defined $what && ($f eq 'kill9' || $f eq 'immediate' || $f eq 'fast_restart' || $f eq 'failover');
+	# the promoted server has its own postgresql.auto.conf: every partition open there too
+	unfence() if defined $what && $f eq 'failover';
 	return $what;
 }
 
@@ -1671,7 +1720,73 @@ sub inject_one
 		return undef if $rc;
 		return "reload batch_size=$batch poll_interval=$poll";
 	}
+	return fence($count) if $f eq 'fence';
 	die "unknown fault $f";
+}
+
+# The fault `fence`: fences one partition p (durable_steps.partitions names only the other one, a
+# reload), holds it for a random while (fence_hold) and opens it again (unfence). Meanwhile every
+# call naming a run or key of p is refused (DS201, retried by the clients), and once every worker
+# process of the database has taken the reload, no worker claims anything of p. The session that
+# fences polls ds_partition_workers_behind() every 20 ms through the hold; the first empty answer
+# from a session that has itself taken the reload (current_setting shows the fence: the function
+# compares the workers with the caller's settings) starts the window in which the fence is in force
+# everywhere, up to the reopen's ALTER SYSTEM. Both ends are the server's clock_timestamp(), so
+# that they compare with ds_attempts; [p, from, to] goes to @{$count->{fence_windows}} (no window
+# when the workers never all took the fence during the hold) for the check 'fenced run'.
+sub fence
+{
+	my ($count) = @_;
+	my $p = int rand 2;
+	my $other = 1 - $p;
+	my $hold = $cfg{fence_hold}[0] + rand($cfg{fence_hold}[1] - $cfg{fence_hold}[0]);
+	my $t0 = time();
+	# the hold ends at fh.until, on the server's clock; polls past it answer nothing and do not
+	# sleep (a loaded machine makes fewer polls than the script has)
+	my $until = "current_setting('fh.until')::timestamptz";
+	my $poll = "SELECT 'poll', current_setting('durable_steps.partitions'), cardinality(w.b), clock_timestamp() "
+	  . "FROM (SELECT durable_steps.ds_partition_workers_behind() AS b OFFSET 0) w WHERE clock_timestamp() < $until;\n"
+	  . "SELECT pg_sleep(greatest(0, least(0.02, extract(epoch FROM $until - clock_timestamp()))));\n";
+	my ($rc, $out, $err) = psql($SU,
+		"ALTER SYSTEM SET durable_steps.partitions = '$other';\nSELECT 'fenced';\nSELECT pg_reload_conf();\n"
+		  . sprintf("SELECT set_config('fh.until', (clock_timestamp() + interval '%.3f s')::text, false);\n", $hold)
+		  . ($poll x (int($hold / 0.02) + 1)), timeout => 30);
+	my $fenced = $out =~ /^fenced$/m;
+	my $from;
+	for my $line (split /\n/, $out)
+	{
+		my @f = split /$US/, $line, -1;
+		next unless @f == 4 && $f[0] eq 'poll' && $f[1] eq "$other" && $f[2] eq '0';
+		$from = $f[3];
+		last;
+	}
+	# open it again whatever happened: an ALTER SYSTEM that went through stays
+	my $to = unfence();
+	return undef unless $fenced;
+	push @{ $count->{fence_windows} }, [ $p, $from, $to ] if defined $from;
+	return sprintf('fence partition %d for %.2f s (%s)', $p, time() - $t0,
+		defined $from ? "in force everywhere from $from to $to" : 'workers never all took it: no window');
+}
+
+# Opens every partition (durable_steps.partitions = '0,1', a reload): the end of a fence, and the
+# state each trial starts, settles and is checked in (a partition left fenced would never settle;
+# ALTER SYSTEM outlives restarts, and a standby has its own copy of it). Retried while the server
+# is coming back (bounded). Returns the server's clock_timestamp() just before the first
+# ALTER SYSTEM sent: the end of the fence's window.
+sub unfence
+{
+	my $deadline = time() + 60;
+	my $at;
+	while (1)
+	{
+		my ($rc, $out, $err) = psql($SU,
+			"SELECT 'at', clock_timestamp();\nALTER SYSTEM SET durable_steps.partitions = '0,1';\n"
+			  . "SELECT pg_reload_conf();\n", timeout => 20);
+		$at //= $1 if $out =~ /^at$US(.+)$/m;
+		return $at if $rc == 0;
+		die "could not open the partitions again:\n$err\n" if time() > $deadline;
+		usleep(100_000);
+	}
 }
 
 # ---- checks -------------------------------------------------------------------------------------
@@ -2116,8 +2231,25 @@ sub check_run
 # --tamper: what a broken extension could leave behind, written by hand into trial 1's rows.
 sub tamper
 {
-	my ($prefix) = @_;
+	my ($prefix, $fc) = @_;
+	# a window of the fault `fence` to move an attempt into: the trial's first, or one made now
+	fence($fc) unless @{ $fc->{fence_windows} || [] };
+	my $w = ($fc->{fence_windows} || [])->[0] or die "tampering failed: no fence window to move an attempt into\n";
+	my ($p, $from, $to) = ($w->[0], lit($w->[1]) . '::timestamptz', lit($w->[2]) . '::timestamptz');
 	my ($rc, $out, $err) = psql($SU, <<"EOF");
+-- a worker attempt of partition $p claimed and begun while it was fenced everywhere: [fenced run]
+-- (the last attempt of a plain SQL step outside fh_serial, neither lost nor cancelled: the times
+-- of those, of an attempt before a retry and of the serial queue's are read by other checks)
+UPDATE durable_steps.attempts
+   SET claimed_at = $from + ($to - $from) / 2, started_at = $from + ($to - $from) / 2,
+       finished_at = greatest(finished_at, $from + ($to - $from) / 2)
+ WHERE (run_id, step_id, attempt) IN
+       (SELECT a.run_id, a.step_id, a.attempt FROM durable_steps.attempts a JOIN durable_steps.steps s USING (run_id, step_id)
+         WHERE a.run_id LIKE '$prefix%' AND a.executor = 'worker' AND ds_partition_of(a.run_id) = $p
+         ORDER BY (a.attempt = s.attempts AND s.kind = 'sql' AND s.queue <> 'fh_serial'
+                   AND a.run_id ~ '^${prefix}r[0-9]+\$' AND a.error_code NOT IN ('DS007', '57014')) DESC NULLS LAST,
+                  a.run_id DESC, a.step_id DESC, a.attempt DESC LIMIT 1)
+RETURNING 'moved', run_id, step_id, attempt;
 -- a second ledger row for one succeeded attempt: [duplicate effect]
 INSERT INTO fh_ledger(run_id, step_id, attempt, kind, who, pid)
 SELECT run_id, step_id, attempt, kind, who, pid FROM fh_ledger
@@ -2156,7 +2288,8 @@ UPDATE durable_steps.runs SET output = output || '{"s1": 99}'
                    WHERE run_id LIKE '$prefix%' AND status = 'succeeded' ORDER BY run_id LIMIT 1);
 EOF
 	die "tampering failed: $err\n" if $rc;
-	print "  (--tamper: trial 1's rows were corrupted by hand in eight ways)\n";
+	die "tampering failed: no worker attempt of partition $p to move into its fence\n" unless $out =~ /^moved$US/m;
+	print "  (--tamper: trial 1's rows were corrupted by hand in nine ways)\n";
 }
 
 sub run_trial
@@ -2164,6 +2297,8 @@ sub run_trial
 	my ($t, $tseed, $tot) = @_;
 	# a standby trial: the primary gets a synchronous standby first (a new one after a failover)
 	my $standby = standby_trial($t);
+	# every partition open (and so in a standby made now)
+	unfence();
 	my $standby_time = $standby && !$STANDBY ? standby_create() : 0;
 	srand($tseed);
 	my $t0 = time();
@@ -2392,6 +2527,8 @@ sub run_trial
 		note("  trial $t +" . sprintf('%.2f', time() - $t0) . "s: $what");
 	}
 	my $fault_time = time() - $t0;
+	# no partition stays fenced into the settle and the checks (a fence ends within its fault)
+	unfence();
 
 	# the clients end by their deadline; a child still there well after it is a harness fault
 	my $reap_deadline = $deadline + 30;
@@ -2467,13 +2604,14 @@ sub run_trial
 			die "the sampler did not end within 30 s\n";
 		}
 	}
-	tamper($prefix) if $opt{tamper} && $t == 1;
+	tamper($prefix, \%fc) if $opt{tamper} && $t == 1;
 	my $pc = provider_counts();
 
 	# ---- what the clients saw
 	# (%seen: each step's answered calls, [status, attempt, call index], for the committed state)
 	my (%acks, %seen, @client_errs, $reconnects, $hog_prio, $hog_stops);
 	$reconnects = 0;
+	my $ds201 = 0;    # calls refused with DS201 while a partition was fenced (and made again)
 	$hog_stops = 0;
 	for my $f ((map { "$dir/client$_" } 0 .. $nc - 1), $cfg{hog} ? map { "$dir/hog_$_" } 'sql', 'http' : ())
 	{
@@ -2489,7 +2627,7 @@ sub run_trial
 				push @{ $seen{ $c->{st} } }, [ $f[2], $f[3], $f[1] ] unless $c->{runcall};
 			}
 			elsif ($f[0] eq 'err') { push @client_errs, [ $calls[ $f[1] ], $f[2], $f[3] ] }
-			elsif ($f[0] eq 'stat') { $reconnects += $f[1] }
+			elsif ($f[0] eq 'stat') { $reconnects += $f[1]; $ds201 += $f[2] || 0 }
 			elsif ($f[0] eq 'prio') { $hog_prio = $f[1] }
 			elsif ($f[0] eq 'stop') { $hog_stops++ }
 		}
@@ -2505,7 +2643,7 @@ sub run_trial
 			my @f = split /\t/;
 			push @rearm_left, $f[1] if $f[0] eq 'left';
 			push @rearm_errs, "@f[1..4]" if $f[0] eq 'err';
-			$reconnects += $f[1] if $f[0] eq 'stat';
+			if ($f[0] eq 'stat') { $reconnects += $f[1]; $ds201 += $f[2] || 0 }
 		}
 		close $fh;
 	}
@@ -2522,7 +2660,7 @@ sub run_trial
 			$cancel_calls{"$f[1]/$f[2]"} = $f[4] if $f[0] eq 'cancel';
 			$cancel_ack{"$f[1]/$f[2]"} = 'done' if $f[0] eq 'done';
 			push @cancel_errs, "@f[1..$#f]" if $f[0] eq 'err';
-			$reconnects += $f[1] if $f[0] eq 'stat';
+			if ($f[0] eq 'stat') { $reconnects += $f[1]; $ds201 += $f[2] || 0 }
 		}
 		close $fh;
 	}
@@ -2538,7 +2676,7 @@ sub run_trial
 			my @f = split /\t/;
 			push @{ $idem_acks{"$idem_sessions[$i]/$f[1]"} }, [ @f[ 2 .. 4 ] ] if $f[0] eq 'ack';
 			push @idem_errs, "$idem_sessions[$i] $f[1]: $f[2] $f[3]" if $f[0] eq 'err';
-			$reconnects += $f[1] if $f[0] eq 'stat';
+			if ($f[0] eq 'stat') { $reconnects += $f[1]; $ds201 += $f[2] || 0 }
 		}
 		close $fh;
 	}
@@ -2552,7 +2690,7 @@ sub run_trial
 			chomp;
 			my @f = split /\t/;
 			push @{ $wait_answers{"$f[1]/$f[2]"} }, [ @f[ 3 .. 5 ] ] if $f[0] eq 'wait';
-			$reconnects += $f[1] if $f[0] eq 'stat';
+			if ($f[0] eq 'stat') { $reconnects += $f[1]; $ds201 += $f[2] || 0 }
 		}
 		close $fh;
 	}
@@ -2568,7 +2706,7 @@ sub run_trial
 			$run_cancel_ack{ $f[1] } = $f[2] if $f[0] eq 'cancel';
 			$run_cancel_ack{ $f[1] } = 'done' if $f[0] eq 'done';
 			push @run_cancel_errs, "@f[1..$#f]" if $f[0] eq 'err';
-			$reconnects += $f[1] if $f[0] eq 'stat';
+			if ($f[0] eq 'stat') { $reconnects += $f[1]; $ds201 += $f[2] || 0 }
 		}
 		close $fh;
 	}
@@ -2625,6 +2763,31 @@ sub run_trial
 	my %viol;    # check => [ lines ]
 	my $v = sub { push @{ $viol{ $_[0] } }, $_[1] };
 	my $fmt = sub { return join ' | ', @{ $_[0] } };
+
+	# fenced run: no worker attempt of a fenced partition started while the fence was in force in
+	# every worker process (a window of the fault `fence`: from the first empty
+	# ds_partition_workers_behind() after its reload to its reopen's ALTER SYSTEM), unless it was
+	# claimed before. A worker process takes a reload only between claims (src/worker/worker.c),
+	# so what it claimed before (a batch whose attempts it starts one after another, turns it
+	# takes for up to 250 ms) finishes after the reload, and the process shows behind meanwhile:
+	# such a claim's time, taken in its transaction, is before the window. ds_attempts records it
+	# (claimed_at; a lost attempt's started_at is when it was found lost, its claimed_at the
+	# claim's), so the check is exact, without a tolerance: a worker attempt claimed at or after
+	# the window's start and before its end is a violation -- every one that started in the
+	# window and was not claimed before it (started_at >= claimed_at), and a claim made in the
+	# window whose attempt started later.
+	for my $w (@{ $fc{fence_windows} || [] })
+	{
+		my ($p, $from, $to) = @$w;
+		my $r = rows("SELECT run_id || '/' || step_id, attempt, coalesce(class, 'running'), backend_pid, "
+			  . "claimed_at, started_at FROM ds_attempts WHERE (run_id LIKE '$prefix%' OR run_id LIKE '$hprefix%') "
+			  . "AND executor = 'worker' AND ds_partition_of(run_id) = $p "
+			  . "AND claimed_at >= " . lit($from) . "::timestamptz AND claimed_at < " . lit($to) . "::timestamptz "
+			  . "ORDER BY 1, 2");
+		$v->('fenced run', "step $_->[0] attempt $_->[1] ($_->[2], pid $_->[3]) of partition $p claimed at $_->[4], "
+			  . "started at $_->[5], while the partition was fenced everywhere from $from to $to")
+		  for @$r;
+	}
 
 	# nothing lost: every planned step exists; an acknowledged one above all
 	for my $st (@steps)
@@ -3105,7 +3268,7 @@ sub run_trial
 	  . "stubborn hooks %d (sql %d, http %d): %d struck, %d executor(s) ended in a hook | "
 	  . "runs %d: succeeded %d failed %d cancelled %d/%d, %d turns, %d run steps (succeeded %d failed %d cancelled %d) | "
 	  . "idempotent %d keys x %d sessions: %d answers (%d replayed), %d effects | waits %d answers on %d steps | "
-	  . "%sreconnects %d | %s%.1fs (settle %.1fs) | %s\n",
+	  . "%sreconnects %d, DS201 %d (fences %d; %d window(s) checked) | %s%.1fs (settle %.1fs) | %s\n",
 	  $t, $cfg{trials}, $tseed, $n_plain, scalar @runs, $calls_n, $dups, $nfaults, $fdesc, $mid,
 	  $status_n{succeeded} || 0, $status_n{failed} || 0, $status_n{blocked} || 0,
 	  $status_n{cancelled} || 0, scalar @to_cancel, $n_stopped,
@@ -3116,7 +3279,8 @@ sub run_trial
 	  $run_turns, $n_run_steps, $run_step_n{succeeded} || 0, $run_step_n{failed} || 0, $run_step_n{cancelled} || 0,
 	  scalar @idem_keys, scalar @idem_sessions, $n_idem_acks, $n_idem_replays, scalar keys %effect_ids,
 	  $n_wait_answers, scalar keys %wait_answers,
-	  $hogdesc, $reconnects, $sbdesc, time() - $t0, $settle_time,
+	  $hogdesc, $reconnects, $ds201, $fc{fence} || 0, scalar @{ $fc{fence_windows} || [] }, $sbdesc,
+	  time() - $t0, $settle_time,
 	  $nviol ? "$nviol VIOLATION(S)" : 'ok';
 	for my $check (sort keys %viol)
 	{
@@ -3181,6 +3345,8 @@ sub run_trial
 	$tot->{http_inflight} += $http_inflight;
 	$tot->{lost_logged} += $lost_logged;
 	$tot->{reconnects} += $reconnects;
+	$tot->{ds201} += $ds201;
+	$tot->{fence_windows} += @{ $fc{fence_windows} || [] };
 	$tot->{executor_exits} += $executor_exits;
 	$tot->{ignored} += $ignored;
 	$tot->{hook_exits} += $hook_exits;
@@ -3232,7 +3398,7 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d du
   . "%d executor exit(s) (%d ended by a body that ignored its cancellation, %d by a hook that did; %d claims given back), "
   . "stubborn hooks: %d on SQL steps, %d on HTTP steps, %d struck, "
   . "%d extra executor(s) started, "
-  . "%d client reconnects | longest settle %.1f s | "
+  . "%d client reconnects, %d calls refused with DS201 by a fence (%d fence window(s) checked) | longest settle %.1f s | "
   . "hog: %d slow SQL and %d hanging HTTP steps (%d succeeded), %d attempts, %d lost, %d charges, %d steps unfinished as the others settled "
   . "(idle in %d trial(s)), in flight max %d of %d per role (at its share in %d of %d samples), all roles max %d of %d; "
   . "the others' longest wait for a first claim: sql %.1f s, http %.1f s | "
@@ -3250,7 +3416,7 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d du
   $tot{run_steps} || 0, map({ $tot{"run_steps_$_"} || 0 } qw(succeeded failed cancelled)),
   $tot{executor_exits} || 0, $tot{ignored} || 0, $tot{hook_exits} || 0, $tot{given_back} || 0,
   $tot{stub_sql} || 0, $tot{stub_http} || 0, $tot{stub_struck} || 0, $tot{extras} || 0,
-  $tot{reconnects} || 0, $tot{max_settle} || 0,
+  $tot{reconnects} || 0, $tot{ds201} || 0, $tot{fence_windows} || 0, $tot{max_settle} || 0,
   map({ $tot{$_} || 0 } qw(hog_sql hog_http hog_ok hog_attempts hog_lost hog_charges hog_pending hog_idle hog_max)),
   $HTTP_PER_ROLE, $tot{hog_full} || 0, $tot{samples} || 0, $tot{total_max} || 0, $HTTP_MAX_INFLIGHT,
   $tot{first_wait_sql} || 0, $tot{first_wait_http} || 0,
