@@ -16,9 +16,7 @@
  * durable_steps neither links to Citus nor requires it: the request is Citus's own
  * Use2PCForCoordinatedTransaction(), found by name among the symbols already loaded, which only
  * sets a flag that Citus clears at the end of every transaction and reads at PRE_COMMIT (a
- * transaction that wrote no other node commits as before). Citus can only be loaded through
- * shared_preload_libraries: the function is looked for only when that list names it, so that a
- * server without Citus is told from a Citus that hides it. A Citus whose functions are hidden (built by the PGXS
+ * transaction that wrote no other node commits as before). A Citus whose functions are hidden (built by the PGXS
  * of 16 or later as it is by default, compat.h) cannot be asked: the backend warns once, and its
  * steps run without the guarantee.
  */
@@ -29,7 +27,6 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
-#include "utils/varlena.h"
 
 #include "store/citus_commit.h"
 
@@ -38,7 +35,7 @@ typedef void (*CitusUse2PC) (void);
 typedef enum CitusState
 {
 	CITUS_UNKNOWN,				/* not looked for yet in this backend */
-	CITUS_ABSENT,				/* not in shared_preload_libraries */
+	CITUS_ABSENT,				/* not loaded */
 	CITUS_FOUND,				/* use_2pc is Citus's function */
 	CITUS_HIDDEN				/* loaded, but the function could not be found */
 } CitusState;
@@ -65,52 +62,27 @@ ds_citus_commit_init_module(void)
 							 NULL, NULL, NULL);
 }
 
-/*
- * Does shared_preload_libraries name Citus ("citus", "$libdir/citus", ".../citus.so")? Tells a
- * server without Citus from a Citus whose function is hidden.
- */
-static bool
-citus_preloaded(void)
-{
-	char	   *list;
-	List	   *names;
-	ListCell   *lc;
-
-	if (shared_preload_libraries_string == NULL || shared_preload_libraries_string[0] == '\0')
-		return false;
-	list = pstrdup(shared_preload_libraries_string);
-	if (!SplitDirectoriesString(list, ',', &names))
-		return false;
-	foreach(lc, names)
-	{
-		char	   *entry = (char *) lfirst(lc);
-		const char *base = strrchr(entry, '/');
-		size_t		len;
-
-		base = base ? base + 1 : entry;
-		len = strlen(base);
-		if (len >= 3 && strcmp(base + len - 3, ".so") == 0)
-			len -= 3;
-		if (len == 5 && strncmp(base, "citus", 5) == 0)
-			return true;
-	}
-	return false;
-}
-
 static void
 find_citus(void)
 {
-	if (!citus_preloaded())
+	/*
+	 * Loaded by the postmaster with RTLD_GLOBAL (Citus can be loaded no other
+	 * way): its symbols are found among those already loaded. Its
+	 * SQL-callable functions are exported however it was built, so one of
+	 * them tells a server without Citus from a Citus that hides the function
+	 * asked for.
+	 */
+	if (dlsym(RTLD_DEFAULT, "pg_finfo_citus_version") == NULL)
 	{
 		citus_state = CITUS_ABSENT;
 		return;
 	}
 
 	/*
-	 * Loaded by the postmaster with RTLD_GLOBAL: its symbol is found among
-	 * those already loaded. Not load_external_function, which finds a library
-	 * by its file: after an upgrade of Citus's package before a restart, the
-	 * file is a new one, and loading it again fails every step's write.
+	 * The function asked for. Not load_external_function, which finds a
+	 * library by its file: after an upgrade of Citus's package before a
+	 * restart, the file is a new one, and loading it again fails every step's
+	 * write.
 	 */
 	use_2pc = (CitusUse2PC) dlsym(RTLD_DEFAULT, "Use2PCForCoordinatedTransaction");
 	if (use_2pc != NULL)

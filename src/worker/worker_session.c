@@ -270,8 +270,13 @@ look_at_stored_settings(void)
 	stored_looked = true;
 }
 
-bool
-ds_worker_settings_outdated(void)
+/*
+ * Have the stored settings of default_transaction_read_only changed since this process connected,
+ * so that its own value is no longer a new session's? A reload never takes them again; only a new
+ * process does.
+ */
+static bool
+settings_outdated(void)
 {
 	look_at_stored_settings();
 
@@ -312,7 +317,7 @@ writes_refused(void)
 void
 ds_worker_end_if_outdated(void)
 {
-	if (!ds_worker_settings_outdated())
+	if (!settings_outdated())
 		return;
 	ereport(LOG,
 			(errmsg("durable_steps: default_transaction_read_only of the database or role changed since this process connected; a new one takes its place")));

@@ -61,13 +61,6 @@ extern bool ds_worker_must_wait(void);
 extern bool ds_worker_waits(void);
 
 /*
- * Have the stored settings of default_transaction_read_only (ALTER DATABASE / ALTER ROLE ... SET)
- * changed since this process connected, so that its own value is no longer a new session's? A
- * reload never takes them again; only a new process does.
- */
-extern bool ds_worker_settings_outdated(void);
-
-/*
  * End the process (exit code 0, one log line) when its settings are outdated: the launcher starts
  * another, which connects with the database's settings of now. Called where the process holds no
  * attempt.
