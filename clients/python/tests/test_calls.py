@@ -262,7 +262,9 @@ class Errors(unittest.TestCase):
 
     def test_from_exception_of_a_raw_driver_error(self):
         run = uid("raw")
-        ds.run_step(self.conn, run, "s", "SELECT 1", defer=True)
+        # due in an hour, so no worker can have run it when ds_wait_step looks
+        later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+        ds.run_step(self.conn, run, "s", "SELECT 1", run_at=later)
         import psycopg2
         with self.assertRaises(psycopg2.Error) as caught:
             with self.conn.cursor() as cur:
