@@ -1,6 +1,6 @@
 /*
  * retention.c -- finished steps and runs, and old events, are purged after durable_steps.retention;
- * idempotency keys when they expire.
+ * idempotency keys when they expire, or when their owner no longer exists.
  *
  * Each batch is its own short transaction that deletes at most RETENTION_BATCH rows chosen with
  * SKIP LOCKED, so a purge never holds long locks and never waits for a step someone is using.
@@ -24,6 +24,7 @@ static SPIPlanPtr purge_steps_plan = NULL;
 static SPIPlanPtr purge_runs_plan = NULL;
 static SPIPlanPtr purge_events_plan = NULL;
 static SPIPlanPtr purge_keys_plan = NULL;
+static SPIPlanPtr purge_orphan_keys_plan = NULL;
 
 void
 ds_retention_init_module(void)
@@ -95,6 +96,37 @@ ds_retention_purge_batch(void)
 					"  AND (state OPERATOR(pg_catalog.=) 'done' OR lease_expires_at < $1)"
 					"  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
 					"SELECT count(*)::int4 FROM gone", args);
+
+	/*
+	 * Idempotency keys whose owner no longer exists. DROP ROLE deletes a
+	 * role's keys only in the database it runs in (role_guard.c); a role
+	 * dropped while connected to another database leaves its keys here, and a
+	 * role created later with the same OID must never be answered them
+	 * (docs/idempotent-requests.md). The owners are read off the primary key,
+	 * which leads with the owner, one index probe per distinct owner, so the
+	 * sweep costs little however many keys there are.
+	 */
+	deleted += purge(&purge_orphan_keys_plan,
+					 "WITH RECURSIVE owners(o) AS ("
+					 " (SELECT owner::pg_catalog.oid FROM durable_steps.idempotency_keys"
+					 "  ORDER BY owner::pg_catalog.oid LIMIT 1)"
+					 " UNION ALL"
+					 " SELECT (SELECT k.owner::pg_catalog.oid FROM durable_steps.idempotency_keys k"
+					 "  WHERE k.owner::pg_catalog.oid OPERATOR(pg_catalog.>) owners.o"
+					 "  ORDER BY k.owner::pg_catalog.oid LIMIT 1)"
+					 " FROM owners WHERE owners.o IS NOT NULL),"
+					 " orphans(o) AS ("
+					 "  SELECT o FROM owners WHERE o IS NOT NULL AND NOT EXISTS ("
+					 "   SELECT FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) o)),"
+					 " gone AS ("
+					 " DELETE FROM durable_steps.idempotency_keys WHERE ctid IN ("
+					 "  SELECT k.ctid FROM orphans, LATERAL ("
+					 "   SELECT ctid FROM durable_steps.idempotency_keys"
+					 "   WHERE owner::pg_catalog.oid OPERATOR(pg_catalog.=) orphans.o"
+	/* in the primary key's order, so that the index finds them */
+					 "   ORDER BY scope, key LIMIT $2 FOR UPDATE SKIP LOCKED) k"
+					 "  LIMIT $2) RETURNING 1) "
+					 "SELECT count(*)::int4 FROM gone", args);
 	if (retention_seconds == 0)
 	{
 		ds_store_spi_end(&spi);

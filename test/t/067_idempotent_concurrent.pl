@@ -2,8 +2,8 @@
 # (docs/idempotent-requests.md). Twenty sessions send the same request under one key at once:
 # with `wait`, the first runs the handler and the nineteen others wait for its commit and replay
 # its response; without it, they are refused with DS409 while it is in flight, and a retry after
-# its commit replays. Held keys whose lease ran out and keys past their expiry are purged by the
-# worker; a live key never is.
+# its commit replays. Held keys whose lease ran out, keys past their expiry and keys of a role
+# dropped in another database are purged by the worker; a live key never is.
 
 use strict;
 use warnings;
@@ -96,6 +96,31 @@ ok( poll_until($node, 'postgres',
 		q{SELECT string_agg(key, ',' ORDER BY key) FROM durable_steps.idempotency_keys WHERE scope = 'purge'},
 		'held,live'),
 	"$t: the expired keys are purged; a held key within its lease and a live one stay");
+
+# DROP ROLE deletes a role's keys in the database it runs in; a role dropped while connected to
+# another database leaves them behind, and the worker's sweep deletes them there, so that a role
+# created later with the same OID is never answered them. The keys of roles that exist stay.
+$t = 'a role dropped elsewhere';
+$node->safe_psql('postgres', q{CREATE ROLE leaver LOGIN; CREATE DATABASE elsewhere;});
+psql_as_ok($node, 'leaver', q{
+SELECT ds_idempotent('orphan', 'k' || g, '{}', 'SELECT 200, NULL::jsonb') FROM generate_series(1, 1500) g;
+SELECT ds_idempotent_begin('orphan', 'held', '{}', lease => '1 hour');
+});
+is( $node->safe_psql('postgres',
+		q{SELECT count(*) FROM durable_steps.idempotency_keys WHERE owner = 'leaver'::regrole}),
+	'1501', "$t: the role's keys, answered and held, more than one purge batch of them");
+my $leaver = $node->safe_psql('postgres', q{SELECT 'leaver'::regrole::oid});
+$node->safe_psql('elsewhere', q{DROP ROLE leaver});
+is( $node->safe_psql('postgres',
+		qq{SELECT count(*) FROM durable_steps.idempotency_keys WHERE owner::oid = $leaver}),
+	'1501', "$t: DROP ROLE in another database left them here");
+$node->safe_psql('postgres', q{SELECT pg_reload_conf()});
+ok( poll_until($node, 'postgres',
+		qq{SELECT count(*) FROM durable_steps.idempotency_keys WHERE owner::oid = $leaver}, '0'),
+	"$t: the worker deleted every key of the role that no longer exists");
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(key, ',' ORDER BY key) FROM durable_steps.idempotency_keys WHERE scope = 'purge'}),
+	'held,live', "$t: the keys of roles that exist stay");
 
 unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed');
 $node->stop;
