@@ -26,9 +26,18 @@ CREATE EXTENSION durable_steps;
 		my ($step) = @_;
 		return "SELECT status FROM ds_run_step('ret', '$step', 'SELECT 1');";
 	};
-	$node->safe_psql(
+	my $left_sql = q{
+SELECT string_agg(step_id || ':' || status || ':' ||
+                  (SELECT count(*) FROM ds_attempts a
+                    WHERE a.run_id = s.run_id AND a.step_id = s.step_id), ',' ORDER BY step_id)
+  FROM durable_steps.steps s WHERE run_id = 'ret'};
+	my $left = sub { return $node->safe_psql('postgres', $left_sql); };
+	# one transaction creates and back-dates the steps and reads them back: an executor's first
+	# purge, which may come at any moment, sees them only once they are back-dated
+	my @created = split /\n/, $node->safe_psql(
 		'postgres', join(
 			"\n",
+			'BEGIN;',
 			(map { $ok_step->("old30-$_") } 1 .. 3),
 			(map { $ok_step->("old1h-$_") } 1 .. 3),
 			$ok_step->('fresh'),
@@ -43,16 +52,10 @@ CREATE EXTENSION durable_steps;
 			   WHERE run_id = 'ret' AND step_id LIKE 'old1h-%';},
 			q{UPDATE durable_steps.steps SET created_at = now() - interval '30 days',
 			                                 updated_at = now() - interval '30 days'
-			   WHERE run_id = 'ret' AND step_id = 'blocked';}));
-	my $left = sub {
-		return $node->safe_psql(
-			'postgres', q{
-SELECT string_agg(step_id || ':' || status || ':' ||
-                  (SELECT count(*) FROM ds_attempts a
-                    WHERE a.run_id = s.run_id AND a.step_id = s.step_id), ',' ORDER BY step_id)
-  FROM durable_steps.steps s WHERE run_id = 'ret'});
-	};
-	is( $left->(),
+			   WHERE run_id = 'ret' AND step_id = 'blocked';},
+			"$left_sql;",
+			'COMMIT;'));
+	is( $created[-1],
 		'blocked:blocked:1,fresh:succeeded:1,old1h-1:succeeded:1,old1h-2:succeeded:1,'
 		  . 'old1h-3:succeeded:1,old30-1:succeeded:1,old30-2:succeeded:1,old30-3:succeeded:1',
 		"$t: eight steps, one attempt each");

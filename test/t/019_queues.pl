@@ -81,7 +81,9 @@ ok(poll_until($node, 'postgres',
 		"SELECT count(*) = 200 FROM ds_steps WHERE run_id = 'fast' AND status = 'succeeded'"),
 	'fast: the 200 steps of queue default succeeded');
 my $elapsed = time() - $t0;
-cmp_ok($elapsed, '<', 10, "fast: within a few seconds (${\ sprintf('%.1f', $elapsed)} s)");
+# (had the slow queue held them back, they would wait for its gate, which opens only below;
+# the bound is wide because four clusters share two CPUs in the suite)
+cmp_ok($elapsed, '<', 60, "fast: without waiting for the slow queue (${\ sprintf('%.1f', $elapsed)} s)");
 is($node->safe_psql('postgres',
 		"SELECT string_agg(status || ':' || count, ',' ORDER BY status) FROM "
 		  . "(SELECT status, count(*) FROM ds_steps WHERE run_id = 'slow' GROUP BY status) s"),

@@ -70,8 +70,10 @@ note "claims of the two executors: @sizes (lock share $share)";
 ok((grep { $_ <= $share } @sizes) == 2, "held: no claim is larger than the lock share ($claimed)");
 # (an executor that made only its first claims during the warm-up, slowed by its start, may
 # still size by that pace: one grown claim is what the test can count on)
-ok((grep { $_ > 10 } @sizes) >= 1,
-	"held: after fast steps a claim grew past 10 steps ($claimed)");
+# (a claim is sized to take about 100 ms at the pace learned: past 3 steps even at 25 ms a step,
+# as on a loaded machine with assertions on; a claim of slow steps, below, starts at 1)
+ok((grep { $_ > 3 } @sizes) >= 1,
+	"held: after fast steps a claim grew past 3 steps ($claimed)");
 $holder->query_ok('SELECT pg_advisory_unlock(4242);');
 ok(poll_until($node, 'postgres',
 		"SELECT count(*) = 600 FROM ds_steps WHERE step_id LIKE 'held%' AND status = 'succeeded'"),

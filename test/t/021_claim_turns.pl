@@ -27,12 +27,14 @@ ok(executors_running($node, 2), 'two executors run');
 # 'DQ' in objsubid: the claim lock of a queue (step_lock.c)
 my $claim_lock = 0x4451;
 
-# the blocker becomes due in 2 s; before then an operator locks its row and keeps it locked
+# the blocker becomes due in 10 s; before then an operator locks its row and keeps it locked
 $node->safe_psql('postgres', q{
 SELECT status FROM ds_run_step('turns', 'blocker', $$INSERT INTO done VALUES ('blocker')$$,
-  defer => true, run_at => clock_timestamp() + interval '2 s')});
+  defer => true, run_at => clock_timestamp() + interval '10 s')});
 my $operator = DurableSteps::Session->new($node, 'postgres');
-$operator->query_ok(q{BEGIN; SELECT 1 FROM durable_steps.steps WHERE step_id = 'blocker' FOR UPDATE;});
+is( $operator->query_ok(
+		q{BEGIN; SELECT status || ' ' || (clock_timestamp() < next_attempt_at) FROM durable_steps.steps WHERE step_id = 'blocker' FOR UPDATE;}),
+	'pending true', 'the operator locked the blocker before it was due');
 
 # an executor claims it when it is due, and its claim waits for the row lock, holding the turn
 ok(poll_until($node, 'postgres', qq{

@@ -159,9 +159,13 @@ $node->append_conf('postgresql.conf', "durable_steps.http_allowed_hosts = '127.0
 $node->reload;
 ok(poll_until($node, 'postgres', 'SHOW durable_steps.http_allowed_hosts', '127.0.0.1'), 'hosts allowed');
 http_step('later', qq({"url": "@{[$p->url('later')]}"}),
-	", run_at => clock_timestamp() + interval '2 s'");
+	", run_at => clock_timestamp() + interval '1 hour'");
 $node->append_conf('postgresql.conf', "durable_steps.http_allowed_hosts = 'localhost'\n");
 $node->reload;
+ok(poll_until($node, 'postgres', 'SHOW durable_steps.http_allowed_hosts', 'localhost'), 'then only localhost');
+# due now, once the setting changed (superuser back-dating)
+$node->safe_psql('postgres',
+	q{UPDATE durable_steps.steps SET next_attempt_at = now() WHERE run_id = 'pay' AND step_id = 'later'});
 is(settle_http($node, 'pay', 'later'), 'blocked', 'a host no longer allowed blocks the step');
 is_deeply(attempts_of($node, 'pay', 'later'), [ { attempt => 1, class => 'correctable', error_code => '42501', executor => 'worker' } ], 'its attempt says why');
 is($p->requests('later'), 0, 'and nothing was sent');

@@ -24,10 +24,12 @@ SELECT ds_http_step('unc', '$step', '{"method": "$method", "url": "@{[$p->url($s
                     policy => '{"initial_delay": "10 ms"}'$extra)});
 }
 
-step('timeout', 'POST', 'fault=delay&secs=3', ", timeout => '500 ms', idempotency_header => NULL");
+# (the first request of each is answered late, after its timeout; a request sent again is answered
+# at once, well within the 2 s even on a loaded machine)
+step('timeout', 'POST', 'fault=delay&secs=10', ", timeout => '2 s', idempotency_header => NULL");
 step('dropped', 'POST', 'fault=drop', ", idempotency_header => NULL");
-step('retried', 'POST', 'fault=delay&secs=3', ", timeout => '500 ms', idempotency_header => NULL");
-step('get', 'GET', 'fault=delay&secs=3', ", timeout => '500 ms', idempotency_header => NULL");
+step('retried', 'POST', 'fault=delay&secs=10', ", timeout => '2 s', idempotency_header => NULL");
+step('get', 'GET', 'fault=delay&secs=10', ", timeout => '2 s', idempotency_header => NULL");
 
 is(settle_http($node, 'unc', 'timeout'), 'uncertain', 'timeout: uncertain');
 is_deeply(attempts_of($node, 'unc', 'timeout'), [ { attempt => 1, class => 'uncertain', error_code => 'DS012', executor => 'worker' } ], 'timeout: one attempt, uncertain');

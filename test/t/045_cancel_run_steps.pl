@@ -75,10 +75,10 @@ like(sql_as_app("SELECT ds_retry_step('$u', 'charge')"), qr/step \Q$u\E\/charge 
 is($p->requests('unsure'), 1, 'one request reached the provider');
 
 # --- an HTTP request in flight: waited for, then its step is cancelled instead of retried (its
-# 4 s timeout leaves the test time to see it in flight and cancel it on a loaded machine)
+# 10 s timeout leaves the test time to see it in flight and cancel it on a loaded machine)
 my $f = start_run('charge', 'inflight',
-	'{"url": "' . $p->url('inflight', 'fault=delay&secs=8')
-	  . '", "header": "Idempotency-Key", "timeout": "4 s"}');
+	'{"url": "' . $p->url('inflight', 'fault=delay&secs=20')
+	  . '", "header": "Idempotency-Key", "timeout": "10 s"}');
 ok(poll_until($node, 'postgres', "SELECT status FROM ds_steps WHERE run_id = '$f' AND step_id = 'charge'",
 		'running'),
 	'the keyed request is in flight');

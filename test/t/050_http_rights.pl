@@ -20,19 +20,29 @@ CREATE ROLE revoked LOGIN IN ROLE durable_steps_http;
 CREATE ROLE dropped LOGIN IN ROLE durable_steps_http;
 });
 
-# a step stored while its owner may send, due a moment later
+# a step stored while its owner may send, due in an hour: the HTTP worker cannot send it before
+# the test has changed the owner's rights
 sub later_step
 {
 	my ($role, $step) = @_;
 	my $url = $p->url($step);
 	return $node->safe_psql('postgres', qq{SET ROLE $role;
 SELECT status FROM ds_http_step('rights', '$step', '{"method": "POST", "url": "$url"}',
-                                run_at => now() + interval '1 s')});
+                                run_at => now() + interval '1 hour')});
+}
+
+# then it is made due now (superuser back-dating)
+sub make_due
+{
+	my ($step) = @_;
+	$node->safe_psql('postgres',
+		qq{UPDATE durable_steps.steps SET next_attempt_at = now() WHERE run_id = 'rights' AND step_id = '$step'});
 }
 
 # 1. the membership is revoked before the send
 is(later_step('revoked', 'after-revoke'), 'pending', 'revoke: stored while a member');
 $node->safe_psql('postgres', 'REVOKE durable_steps_http FROM revoked');
+make_due('after-revoke');
 is(settle_http($node, 'rights', 'after-revoke'), 'blocked', 'revoke: the step is blocked when due');
 is($p->requests('after-revoke'), 0, 'revoke: nothing was sent');
 is(step_field($node, 'rights', 'after-revoke', "error_code || ' ' || error_message"),
@@ -56,6 +66,7 @@ is($p->charges('after-revoke'), 1, 'granted again: sent once');
 # 2. the owner is dropped before the send
 is(later_step('dropped', 'after-drop'), 'pending', 'drop: stored while the role existed');
 $node->safe_psql('postgres', 'DROP ROLE dropped');
+make_due('after-drop');
 is(settle_http($node, 'rights', 'after-drop'), 'blocked', 'drop: the step is blocked when due');
 is($p->requests('after-drop'), 0, 'drop: nothing was sent');
 is(step_field($node, 'rights', 'after-drop', "error_code || ' ' || error_message"),

@@ -30,9 +30,12 @@ ok(poll_until($primary, 'postgres',
 my $url = $p->url('sync');
 $primary->safe_psql('postgres', qq{SET ROLE app;
 SELECT ds_http_step('sync', 'charge', '{"method": "POST", "url": "$url"}', idempotency_header => NULL,
-                    run_at => now() + interval '2 s')});
-# the standby goes away before the step is due: the claim's commit waits for it
+                    run_at => now() + interval '1 hour')});
+# the standby goes away before the step is due: the claim's commit waits for it. The step is made
+# due once it is gone (committed locally: a synchronous commit would wait for the standby too).
 $standby->stop('immediate');
+$primary->safe_psql('postgres', q{SET synchronous_commit = local;
+UPDATE durable_steps.steps SET next_attempt_at = now() WHERE run_id = 'sync' AND step_id = 'charge'});
 my $http = http_worker_pid($primary);
 ok(poll_until($primary, 'postgres',
 		"SELECT wait_event = 'SyncRep' FROM pg_stat_activity WHERE pid = $http"),

@@ -17,9 +17,10 @@ my $node = http_node('http_fair_share',
 	"durable_steps.http_max_inflight = 4\ndurable_steps.http_max_inflight_per_role = 3\n");
 $node->safe_psql('postgres', 'CREATE ROLE mallory LOGIN IN ROLE durable_steps_http');
 
-# mallory's six requests hang for 8 s each (the provider answers late)
+# mallory's six requests hang for 20 s each (the provider answers late): time enough for the
+# checks below while her first three are in flight, even on a loaded machine
 $node->safe_psql('postgres', join '', 'SET ROLE mallory;',
-	map { qq{SELECT ds_http_step('hog', 'h$_', '{"method": "POST", "url": "@{[$p->url("hog-$_", 'fault=delay&secs=8')]}"}', timeout => '30 s');} } 1 .. 6);
+	map { qq{SELECT ds_http_step('hog', 'h$_', '{"method": "POST", "url": "@{[$p->url("hog-$_", 'fault=delay&secs=20')]}"}', timeout => '60 s');} } 1 .. 6);
 ok(poll_until($node, 'postgres',
 		q{SELECT count(*) FROM ds_steps WHERE run_id = 'hog' AND status = 'running'}, '3'),
 	"mallory's requests take her share of the slots");

@@ -23,8 +23,9 @@ CREATE EXTENSION durable_steps;
 CREATE TABLE charges (id serial PRIMARY KEY, amount int, at timestamptz DEFAULT clock_timestamp());
 });
 
-# the handler charges, and takes its time: every duplicate arrives while it is in flight
-my $handler = q{INSERT INTO charges (amount) SELECT ($1->>'amount')::int FROM pg_sleep(1)
+# the handler charges, and takes its time (3 s): every duplicate arrives while it is in flight,
+# even on a loaded machine
+my $handler = q{INSERT INTO charges (amount) SELECT ($1->>'amount')::int FROM pg_sleep(3)
   RETURNING 201, jsonb_build_object('charge', id)};
 
 # Sends the call in 20 sessions at once; returns each session's (stdout, stderr).

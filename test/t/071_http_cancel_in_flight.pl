@@ -17,18 +17,20 @@ use Time::HiRes qw(usleep);
 my $p = DurableSteps::Http::Provider->start();
 my $node = http_node('http_cancel_in_flight');
 
-# charged, then answered 60 s later: the 2 s timeout ends the attempt (retryable: it has a key)
+# the HTTP worker is stopped as soon as the request reaches the provider, long before the request's
+# timeout: nothing is recorded until it is resumed
+my $http_pid = http_worker_pid($node);
+
+# charged, then answered 60 s later: the 5 s timeout ends the attempt (retryable: it has a key)
 $node->safe_psql('postgres', qq{SET ROLE app;
 SELECT ds_http_step('c', 'slow', '{"method": "POST", "url": "@{[$p->url('slow', 'fault=delay&secs=60')]}"}',
-    timeout => '2 s', policy => '{"initial_delay": "1 hour", "max_delay": "1 hour"}')});
+    timeout => '5 s', policy => '{"initial_delay": "1 hour", "max_delay": "1 hour"}')});
 
 my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
 usleep(20_000) while $p->requests('slow') < 1 && time() < $deadline;
+kill 'STOP', $http_pid;
 is($p->requests('slow'), 1, 'the request is in flight');
 is(step_field($node, 'c', 'slow', 'status'), 'running', 'the step is running');
-
-my $http_pid = http_worker_pid($node);
-kill 'STOP', $http_pid;
 
 # without a bound the call would wait for the stopped worker until statement_timeout (57014)
 my ($stdout, $stderr);

@@ -2,7 +2,8 @@
 # steps due at one instant in a fresh queue, with two executors, are claimed one at a time while
 # their pace is not known, so that both executors run them at once: no executor claims a second
 # of them before its first finished, and the third starts as soon as either executor is free --
-# with 2-second steps, all three end about 4 s after they were due, not 6.
+# with 4-second steps, all three end about 8 s after they were due, not 12 (4 s: time enough for
+# the second executor to claim while the first runs, even on a loaded machine).
 
 use strict;
 use warnings;
@@ -20,7 +21,7 @@ $node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
 ok(executors_running($node, 2), 'two executors run');
 
 $node->safe_psql('postgres', q{
-SELECT ds_run_step('slow', 's' || i, 'SELECT pg_sleep(2)', queue => 'reports',
+SELECT ds_run_step('slow', 's' || i, 'SELECT pg_sleep(4)', queue => 'reports',
                    run_at => now() + interval '1 s')
   FROM generate_series(1, 3) i;
 });

@@ -101,9 +101,10 @@ app_sql($a, "SELECT ds_start_run('ship', '{}', '$ship')");
 ok(poll_until($a, 'postgres', "SELECT status = 'waiting' AND wait_event = 'go' FROM ds_runs WHERE run_id = '$ship'"),
 	'A: a run of partition 1 waits for event go');
 app_sql($a, "SELECT ds_run_step('$r1', 'retry', 'SELECT move_body()', defer => true,
-  policy => ds_retry_policy(max_attempts => 5, initial_delay => '5 s', backoff => 'fixed', jitter => 0))");
+  policy => ds_retry_policy(max_attempts => 5, initial_delay => '15 s', backoff => 'fixed', jitter => 0))");
+# (15 s: the partition is fenced below long before the retry is due, even on a loaded machine)
 ok(poll_until($a, 'postgres', "SELECT status = 'retrying' AND attempt = 1 FROM ds_steps WHERE run_id = '$r1' AND step_id = 'retry'"),
-	'A: its attempt 1 failed, a retry is due in 5 s');
+	'A: its attempt 1 failed, a retry is due in 15 s');
 
 # a slow step of partition 1 in flight in A's worker when the partition is fenced
 my $holder = DurableSteps::Session->new($a, 'postgres');

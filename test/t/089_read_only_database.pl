@@ -114,7 +114,8 @@ isnt($node->safe_psql('postgres', $workers), $pids, 'reset after a start read-on
 # explicitly (not reset): the stored settings now differ from those the worker connected with,
 # but its own value never said read-only, so it records the outcome before it is replaced --
 # never left holding it
-my $url = $p->url('db3', 'fault=delay&secs=3');
+# (15 s: time enough for the test to make the database read-only and the workers to see it)
+my $url = $p->url('db3', 'fault=delay&secs=15');
 $node->safe_psql('postgres', qq{SET ROLE app;
 SELECT ds_http_step('db3', 'slow', '{"method": "POST", "url": "$url"}', timeout => '30 s');});
 my $sent;
@@ -123,12 +124,12 @@ for (1 .. 1800)
 	last if $p->requests('db3') > 0;
 	usleep(100_000);
 }
-is($p->requests('db3'), 1, 'slow answer: the request reached the provider, which answers in 3 s');
+is($p->requests('db3'), 1, 'slow answer: the request reached the provider, which answers in 15 s');
 $sent = $node->safe_psql('postgres', 'SELECT now()');
 $offset = log_offset($node);
 $node->safe_psql('postgres', 'ALTER DATABASE postgres SET default_transaction_read_only = on');
 is(poll_log($node, $offset, $waiting, 2), 2, 'slow answer: the database is read-only, the workers wait');
-ok(poll_until($node, 'postgres', "SELECT now() > '$sent'::timestamptz + interval '5 s'"),
+ok(poll_until($node, 'postgres', "SELECT now() > '$sent'::timestamptz + interval '17 s'"),
 	'slow answer: the answer came while the database was read-only');
 is($node->safe_psql('postgres', "SELECT status FROM ds_steps WHERE run_id = 'db3'"), 'running',
 	'slow answer: its outcome is held, not recorded');

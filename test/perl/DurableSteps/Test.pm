@@ -835,10 +835,10 @@ SELECT ds_set_queue('slow', 1);
 	$old->safe_psql('postgres', q{SET ROLE alice; SELECT ds_start_run('short', '{}', 'done-run')});
 	ok(poll_until($old, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'done-run'}, 'succeeded'),
 		"$t: done-run: succeeded");
-	# The sleep must not end before the one executor is taken by the step below, whose attempt
+	# The sleep (20 s) must not end before the one executor is taken by the step below, whose attempt
 	# holds it until the server stops (within moments); the phases after that have no worker.
 	# Should the sleep end first, the run goes on in the old cluster, and the next phase says so.
-	$old->safe_psql('postgres', q{SET ROLE alice; SELECT ds_start_run('napper', '{"for": "10 s"}', 'nap-run')});
+	$old->safe_psql('postgres', q{SET ROLE alice; SELECT ds_start_run('napper', '{"for": "20 s"}', 'nap-run')});
 	$old->safe_psql('postgres', q{SET ROLE bob; SELECT ds_start_run('shipper', '{}', 'ship-run')});
 	ok( poll_row(
 			$old, 'postgres',
