@@ -84,7 +84,7 @@ describe('runStep', () => {
         assert.equal(stored.status, 'pending');
         assert.ok(stored.nextAttemptAt instanceof Date);
         assert.equal(stored.result, null);
-        const done = await client.waitStep(run, 'later', '20 s');
+        const done = await client.waitStep(run, 'later', '60 s');
         assert.equal(done.status, 'succeeded');
         assert.equal(done.result, 'done');
         assert.equal(done.replayed, true);
@@ -121,7 +121,7 @@ describe('httpStep and waitStep', () => {
         }, { timeout: '10 s', policy: { max_attempts: 3, initial_delay: '100 ms' } });
         assert.equal(stored.runId, tag);
         assert.ok(['pending', 'running'].includes(stored.status), stored.status);
-        const done = await ds.waitStep(pool, tag, 'charge', 20_000);
+        const done = await ds.waitStep(pool, tag, 'charge', 60_000);
         assert.equal(done.status, 'succeeded');
         assert.equal(done.result.status, 200);
         assert.equal(typeof done.result.headers, 'object');
@@ -155,7 +155,7 @@ describe('cancelStep and retryStep', () => {
         assert.equal(cancelled.status, 'cancelled');
         const rearmed = await client.retryStep(run, 's');
         assert.equal(rearmed.status, 'pending');
-        const done = await client.waitStep(run, 's', '20 s');
+        const done = await client.waitStep(run, 's', '60 s');
         assert.equal(done.status, 'succeeded');
         assert.equal(done.result, 7);
         // nothing left to cancel: DS103
@@ -179,7 +179,7 @@ describe('runs and events', () => {
         assert.equal(waiting.output, null);
         assert.equal(await ds.emitEvent(pool, `node-client:${key}`, { color: 'blue' }), true);
         assert.equal(await client.emitEvent(`node-client:${key}`, { color: 'red' }), false);
-        const done = await ds.waitRun(pool, key, '30 s');
+        const done = await ds.waitRun(pool, key, '60 s');
         assert.deepEqual(done, { status: 'succeeded', output: { doubled: 42, event: { color: 'blue' } },
                                  errorCode: null, errorMessage: null });
     });

@@ -54,7 +54,7 @@ function unique(what) {
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Polls `probe` until it returns a truthy value (that value), failing after `ms`. */
-async function until(what, probe, ms = 20_000) {
+async function until(what, probe, ms = 60_000) {
     const deadline = Date.now() + ms;
     for (;;) {
         const value = await probe();

@@ -46,7 +46,7 @@ async function post(path, key, body) {
         headers['Idempotency-Key'] = key;
     }
     const r = await fetch(`${base}${path}`, {
-        method: 'POST', headers, body: JSON.stringify(body), signal: AbortSignal.timeout(30_000),
+        method: 'POST', headers, body: JSON.stringify(body), signal: AbortSignal.timeout(90_000),
     });
     return { status: r.status, body: await r.json(), replayed: r.headers.get('Idempotent-Replayed') };
 }
@@ -62,7 +62,7 @@ test('20 concurrent identical requests: one charge, exactly one answer not repla
     assert.equal(answers.filter((a) => a.replayed === 'true').length, 19);
 
     // the charge, sent by the HTTP worker after the first request committed
-    const charge = await client.waitStep(`checkout:${key}`, 'charge', '20 s');
+    const charge = await client.waitStep(`checkout:${key}`, 'charge', '60 s');
     assert.equal(charge.status, 'succeeded');
     assert.equal(charge.result.status, 200);
     assert.deepEqual(JSON.parse(JSON.parse(charge.result.body).received), body);

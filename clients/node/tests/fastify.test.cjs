@@ -25,7 +25,7 @@ before(async () => {
         }),
     }, async (request, reply) => {
         const { body } = request.idempotent;
-        const charge = await client.waitStep(body.order, 'charge', '20 s');
+        const charge = await client.waitStep(body.order, 'charge', '60 s');
         if (charge.status !== 'succeeded') {
             return reply.code(202).send({ order: body.order, status: charge.status });
         }
@@ -50,7 +50,7 @@ after(async () => {
 async function post(path, key, body) {
     const r = await fetch(`${base}${path}`, {
         method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
-        body: JSON.stringify(body), signal: AbortSignal.timeout(30_000),
+        body: JSON.stringify(body), signal: AbortSignal.timeout(90_000),
     });
     return { status: r.status, body: await r.json(), replayed: r.headers.get('Idempotent-Replayed') };
 }
@@ -97,7 +97,7 @@ test('a key in flight past the wait is answered 409 with Retry-After', async () 
     assert.equal(held.state, 'new');
     const r = await fetch(`${base}/orders`, {
         method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
-        body: JSON.stringify({ amount: 3 }), signal: AbortSignal.timeout(30_000),
+        body: JSON.stringify({ amount: 3 }), signal: AbortSignal.timeout(90_000),
     });
     assert.equal(r.status, 409);
     assert.equal(r.headers.get('Retry-After'), '1');

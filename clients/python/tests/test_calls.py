@@ -91,7 +91,7 @@ class Calls(unittest.TestCase):
                                timeout=10)
         self.assertIsInstance(created, ds.StepResult)
         self.assertIn(created.status, ("pending", "running", "succeeded"))
-        done = ds.wait_step(self.conn, run, "charge", datetime.timedelta(seconds=20))
+        done = ds.wait_step(self.conn, run, "charge", datetime.timedelta(seconds=60))
         self.assertEqual(done.status, "succeeded", done)
         self.assertEqual(done.result["status"], 200)
         self.assertEqual(done.result["body"]["charged"], tag)
@@ -117,14 +117,14 @@ class Calls(unittest.TestCase):
         emitted = ds.emit_event(self.conn, event, {"carrier": "DHL"})
         self.assertEqual(emitted, ds.EventEmitted(name=event, first=True))
         self.assertFalse(ds.emit_event(self.conn, event, {"carrier": "UPS"}))
-        done = ds.wait_run(self.conn, key, 30)
+        done = ds.wait_run(self.conn, key, 60)
         self.assertEqual(done.status, "succeeded", done)
         self.assertEqual(done.output, {"doubled": 42, "event": {"carrier": "DHL"}})
         self.assertIsNone(done.error_code)
         # an anonymous run: the run id is a UUID
         anonymous = ds.start_run(self.conn, "pyclient_workflow", {"n": 1, "event": event})
         uuid.UUID(anonymous.run_id)
-        self.assertEqual(ds.wait_run(self.conn, anonymous.run_id, 30).output,
+        self.assertEqual(ds.wait_run(self.conn, anonymous.run_id, 60).output,
                          {"doubled": 2, "event": {"carrier": "DHL"}})
 
     def test_idempotent(self):
@@ -246,7 +246,8 @@ class Errors(unittest.TestCase):
             self.assertTrue(waiting, "the second call waits for the holding transaction")
             self.assertTrue(waiter.is_alive())
             holder.commit()
-            waiter.join(30)
+            waiter.join(60)
+            self.assertFalse(waiter.is_alive(), "the waiting call ended once the holder committed")
             self.assertEqual(got["step"].result, 7)
         finally:
             holder.close()

@@ -27,7 +27,7 @@ def make_app(pool):
     calls = {"flaky": 0, "plain": 0}
 
     @app.post("/checkout")
-    @idempotent_view(pool, "pyclient-checkout", wait=30)
+    @idempotent_view(pool, "pyclient-checkout", wait=90)
     def checkout():
         # the charge: an HTTP step keyed by the client's key; the provider answers 1 s late, so
         # the identical requests arrive while the first is in flight
@@ -38,7 +38,7 @@ def make_app(pool):
                 "method": "POST", "url": charge_url(key, "fault=delay&secs=1"),
                 "json": request.get_json(), "expect": "json"})
         with ds.flask.connection(pool) as conn:
-            charge = ds.wait_step(conn, order, "charge", 20)
+            charge = ds.wait_step(conn, order, "charge", 60)
         if not charge.succeeded:
             return {"order": order, "status": charge.status}, 402
         return {"order": order, "charged": charge.result["body"]}, 201
@@ -66,7 +66,7 @@ def make_app(pool):
     return app
 
 
-def post(base, path, body, key=None, timeout=60):
+def post(base, path, body, key=None, timeout=120):
     headers = {"Content-Type": "application/json"}
     if key is not None:
         headers["Idempotency-Key"] = key
