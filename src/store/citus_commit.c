@@ -16,9 +16,10 @@
  * durable_steps neither links to Citus nor requires it: the request is Citus's own
  * Use2PCForCoordinatedTransaction(), found by name among the symbols already loaded, which only
  * sets a flag that Citus clears at the end of every transaction and reads at PRE_COMMIT (a
- * transaction that wrote no other node commits as before). A Citus whose functions are hidden (built by the PGXS
- * of 16 or later as it is by default, compat.h) cannot be asked: the backend warns once, and its
- * steps run without the guarantee.
+ * transaction that wrote no other node commits as before). A Citus whose internal functions are
+ * hidden (built by the PGXS of 16 or later as it is by default, compat.h; its SQL-callable ones
+ * stay exported) cannot be asked: the backend warns once, and its steps run without the
+ * guarantee.
  */
 #include "base/compat.h"
 
