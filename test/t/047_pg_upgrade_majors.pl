@@ -28,8 +28,10 @@ my $up = DurableSteps::Upgrade->prepare;
 my $new = $up->{new};
 
 my $t = 'new without a worker';
-is($new->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'durable_steps'}),
-	'0.1.0', "$t: the extension is there");
+is( $new->safe_psql(
+		'postgres', q{SELECT extversion = default_version FROM pg_extension, pg_available_extensions
+		               WHERE extname = 'durable_steps' AND name = extname}),
+	't', "$t: the extension is there, at this release's version");
 is( $new->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'durable_steps%'}),
 	'0', "$t: no durable_steps process runs");
 

@@ -511,6 +511,7 @@ use strict;
 use warnings;
 
 use File::Basename qw(dirname);
+use File::Path ();
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -523,7 +524,8 @@ use Time::HiRes qw(time);
 BEGIN
 {
 	no strict 'refs';
-	*{"DurableSteps::Upgrade::$_"} = \&{"DurableSteps::Test::$_"} for qw(poll_until poll_row row_of rows_of fields);
+	*{"DurableSteps::Upgrade::$_"} = \&{"DurableSteps::Test::$_"}
+	  for qw(poll_until poll_row row_of rows_of fields attempts_of row_sql decode_row);
 }
 
 my $json = JSON::PP->new->canonical->allow_nonref;
@@ -648,29 +650,59 @@ sub unchanged
 			  @differ));
 }
 
-# The scenario up to the upgraded cluster, started without a worker (or skip_all when there is
-# no older major to upgrade from). With `newest_only`, a part that repeats the whole upgrade
+# The scenario up to the upgraded cluster, started without a worker. Two upgrades:
+#   - pg_upgrade to a newer major (the default; skip_all when there is no older major to upgrade
+#     from): the old cluster runs DS_UPGRADE_OLD_BINDIR's PostgreSQL, the new one this one;
+#   - from_release => VERSION, a release of the extension: one cluster, on a private copy of this
+#     PostgreSQL (private_install), runs the release's library (DS_RELEASE_LIBRARIES, which
+#     scripts/test builds with scripts/release-build) with CREATE EXTENSION ... VERSION; then the
+#     library under test replaces it and the cluster starts again, its extension still at
+#     VERSION (docs/operations.md, "Upgrades").
+# With `newest_only`, a part that repeats the whole upgrade
 # to show one more property runs for one major of the matrix, the newest (scripts/test sets
-# DS_UPGRADE_NEWEST for it), so that the upgrades stay a small share of CI. The object: old and new (the clusters), p (the fake provider),
-# old_num and new_num (their server_version_num), before (every part of %state in the old cluster
-# as it stopped), requests_before (provider_requests then).
+# DS_UPGRADE_NEWEST for it), so that the upgrades stay a small share of CI. The object: old and new (the clusters: one
+# and the same for a release), p (the fake provider), old_num and new_num (which server wrote an
+# effect: server_version_num across pg_upgrade, 1 and 2 across a release), before (every part of
+# %state in the old cluster as it stopped), requests_before (provider_requests then), app_sql
+# (the application's tables and functions, to make them again elsewhere).
 sub prepare
 {
 	my ($class, %opt) = @_;
-	my $old_bindir = $ENV{DS_UPGRADE_OLD_BINDIR} // '';
-	plan skip_all =>
-	  'DS_UPGRADE_OLD_BINDIR names no PostgreSQL 16 install (scripts/test sets it when the matrix runs 16 before 18)'
-	  if $old_bindir eq '';
-	plan skip_all => 'this part of the upgrade scenario runs for the newest major of the matrix only'
-	  if $opt{newest_only} && !$ENV{DS_UPGRADE_NEWEST};
-	$old_bindir =~ s{/+$}{};
-	my $old_version = PostgreSQL::Version->new(scalar qx{"$old_bindir/pg_config" --version});
-	die "$old_bindir/pg_config --version failed" if $? != 0;
-	my $new_version = PostgreSQL::Version->new(scalar qx{pg_config --version});
+	my $release = $opt{from_release};
+	my ($old_bindir, $old_version, $new_version, $install);
+	$new_version = PostgreSQL::Version->new(scalar qx{pg_config --version});
 	die "pg_config --version failed" if $? != 0;
-	plan skip_all =>
-	  "the PostgreSQL under test ($new_version) is not a newer major than DS_UPGRADE_OLD_BINDIR's ($old_version): nothing to upgrade"
-	  if $new_version->major <= $old_version->major;
+	if ($release)
+	{
+		my %libs = map { split /=/, $_, 2 } split ' ', ($ENV{DS_RELEASE_LIBRARIES} // '');
+		plan skip_all =>
+		  "DS_RELEASE_LIBRARIES names no library of durable_steps $release (scripts/test builds it with scripts/release-build)"
+		  unless $libs{$release};
+		$install = private_install();
+		$install->{release_library} = $libs{$release};
+		$install->use_library($libs{$release});
+	}
+	else
+	{
+		$old_bindir = $ENV{DS_UPGRADE_OLD_BINDIR} // '';
+		plan skip_all =>
+		  'DS_UPGRADE_OLD_BINDIR names no PostgreSQL 16 install (scripts/test sets it when the matrix runs 16 before 18)'
+		  if $old_bindir eq '';
+		plan skip_all => 'this part of the upgrade scenario runs for the newest major of the matrix only'
+		  if $opt{newest_only} && !$ENV{DS_UPGRADE_NEWEST};
+		$old_bindir =~ s{/+$}{};
+		$old_version = PostgreSQL::Version->new(scalar qx{"$old_bindir/pg_config" --version});
+		die "$old_bindir/pg_config --version failed" if $? != 0;
+		plan skip_all =>
+		  "the PostgreSQL under test ($new_version) is not a newer major than DS_UPGRADE_OLD_BINDIR's ($old_version): nothing to upgrade"
+		  if $new_version->major <= $old_version->major;
+	}
+	# which server wrote an effect: its major's number across pg_upgrade; across a release, the
+	# setting ds_test.server, 1 before the new library and 2 after
+	my $server_expr =
+	  $release
+	  ? q{current_setting('ds_test.server')::integer}
+	  : q{current_setting('server_version_num')::integer};
 
 	require DurableSteps::Http;
 	my $conf = $DurableSteps::Test::preload;
@@ -692,30 +724,29 @@ sub prepare
 		'after'   => { request => qq({"method": "POST", "url": "@{[$p->url('up-after')]}", "expect": "json"}) },
 	};
 
-	my $old = PostgreSQL::Test::Cluster->new('old', install_path => dirname($old_bindir));
+	my $old = PostgreSQL::Test::Cluster->new('old',
+		install_path => $release ? $install->{install_path} : dirname($old_bindir));
 	$self->{old} = $old;
+	$self->{install} = $install;
 	# a fresh initdb (never a template of the newer major's), without data checksums like the new
 	# cluster below
 	$old->init(force_initdb => 1);
 	# One executor: the one whose attempt the stop interrupts is the only one that could record it
 	# lost (it does not, on its way out), and while that attempt runs no turn of a run is taken.
-	$old->append_conf('postgresql.conf', $conf . "durable_steps.max_workers = 1\n");
+	$old->append_conf('postgresql.conf',
+		$conf . "durable_steps.max_workers = 1\n" . ($release ? "ds_test.server = 1\n" : ''));
 	$old->start;
-	$self->{old_num} = $old->safe_psql('postgres', q{SELECT current_setting('server_version_num')});
+	$self->{old_num} = $old->safe_psql('postgres', "SELECT $server_expr");
 	my $old_server = $old->safe_psql('postgres', q{SHOW server_version});
+	my $version = $release ? " VERSION '$release'" : '';
 
-	$old->safe_psql(
-		'postgres', q{
-CREATE ROLE alice;
-CREATE ROLE bob;
-CREATE EXTENSION durable_steps;
-GRANT durable_steps_http TO alice;
+	$self->{app_sql} = q{
 -- every effect of a step is a row here, naming the role and the server that wrote it
 CREATE TABLE ledger (
     id     serial PRIMARY KEY,
     tag    text NOT NULL,
     who    text NOT NULL DEFAULT current_user,
-    server integer NOT NULL DEFAULT current_setting('server_version_num')::integer
+    server integer NOT NULL DEFAULT SERVER_EXPR
 );
 GRANT SELECT, INSERT ON ledger TO alice, bob;
 GRANT USAGE ON SEQUENCE ledger_id_seq TO alice, bob;
@@ -777,6 +808,15 @@ CREATE FUNCTION waiter(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql 
 BEGIN
     RETURN ds_await_event('wait', input->>'event');
 END $$;
+};
+	$self->{app_sql} =~ s/SERVER_EXPR/$server_expr/;
+	$old->safe_psql(
+		'postgres', qq{
+CREATE ROLE alice;
+CREATE ROLE bob;
+CREATE EXTENSION durable_steps$version;
+GRANT durable_steps_http TO alice;
+$self->{app_sql}
 SELECT ds_set_queue('slow', 1);
 });
 
@@ -902,6 +942,33 @@ SELECT status, current_step,
 	$self->{requests_before} = $self->provider_requests;
 	$old->stop;
 
+	my $new;
+	if ($release)
+	{
+		# the library under test in place of the release's, the same cluster
+		$install->use_library($install->{library_under_test});
+		$new = $old;
+		$new->append_conf('postgresql.conf', "ds_test.server = 2\n");
+		$self->{new} = $new;
+		note("the library of durable_steps $release replaced by the one under test");
+	}
+	else
+	{
+		$new = $self->pg_upgrade($old, $old_bindir, $old_version, $new_version, $conf, $old_server);
+	}
+
+	# The new cluster without a worker
+	$new->start;
+	$self->{new_num} = $new->safe_psql('postgres', "SELECT $server_expr");
+	note("upgraded from PostgreSQL $old_server to PostgreSQL " . $new->safe_psql('postgres', 'SHOW server_version'));
+	return $self;
+}
+
+# pg_upgrade of the stopped $old (its PostgreSQL in $old_bindir) into a new cluster of the
+# PostgreSQL under test, which it returns (undef, the test done, when pg_upgrade failed).
+sub pg_upgrade
+{
+	my ($self, $old, $old_bindir, $old_version, $new_version, $conf, $old_server) = @_;
 	# pg_upgrade
 	my $new = PostgreSQL::Test::Cluster->new('new');
 	$self->{new} = $new;
@@ -935,12 +1002,205 @@ SELECT status, current_step,
 		done_testing();
 		exit;
 	}
+	return $new;
+}
 
-	# The new cluster without a worker
-	$new->start;
-	$self->{new_num} = $new->safe_psql('postgres', q{SELECT current_setting('server_version_num')});
-	note("upgraded from PostgreSQL $old_server to PostgreSQL " . $new->safe_psql('postgres', 'SHOW server_version'));
-	return $self;
+# How the new worker carries on the work the scenario left (TAP 064 after pg_upgrade, 090 after
+# ALTER EXTENSION durable_steps UPDATE), once it runs: every effect exactly once, on the server it
+# belongs to. A due retry and a due deferred step run; the attempt the old server stopped is
+# recorded as lost (DS007) and retried; a pending HTTP step is sent once; the sleeping run wakes
+# when its time has come and the waiting run when its event is emitted; an event emitted before
+# the upgrade is seen; a blocked step re-armed runs; an uncertain HTTP step is resolved; what
+# ended before the upgrade is neither run nor sent again. $steps_upgraded: snapshot($new,
+# 'step') before the new worker started. Test names begin with $t.
+sub carries_on
+{
+	my ($self, $t, $steps_upgraded) = @_;
+	my ($new, $p, $old_num, $new_num) = @{$self}{qw(new p old_num new_num)};
+	my $run_row = sub {
+		my ($run, $columns) = @_;
+		return row_of($new, 'postgres', "SELECT $columns FROM ds_runs WHERE run_id = '$run'");
+	};
+
+	# the due retry, the due deferred step and the lost attempt's retry run in the new worker
+	for my $step (qw(due-retry due-deferred in-flight))
+	{
+		ok(poll_until($new, 'postgres', qq{SELECT status FROM ds_steps WHERE run_id = 'up' AND step_id = '$step'}, 'succeeded'),
+			"$t: $step: succeeded");
+		is($new->safe_psql('postgres', qq{SELECT result FROM ds_steps WHERE run_id = 'up' AND step_id = '$step'}),
+			$new_num, "$t: $step: on the new server");
+	}
+	is_deeply(
+		attempts_of($new, 'up', 'due-retry'),
+		[
+			{ attempt => 1, class => 'retryable', error_code => 'P0001', executor => 'caller' },
+			{ attempt => 2, class => 'completed', error_code => undef,   executor => 'worker' }
+		],
+		"$t: due-retry: attempt 1 before the upgrade, attempt 2 by the new worker");
+	is_deeply(attempts_of($new, 'up', 'due-deferred'),
+		[ { attempt => 1, class => 'completed', error_code => undef, executor => 'worker' } ],
+		"$t: due-deferred: attempt 1 by the new worker");
+	is_deeply(
+		attempts_of($new, 'up', 'in-flight'),
+		[
+			{ attempt => 1, class => 'retryable', error_code => 'DS007', executor => 'worker' },
+			{ attempt => 2, class => 'completed', error_code => undef,   executor => 'worker' }
+		],
+		"$t: in-flight: the attempt the old server stopped is recorded lost (DS007), attempt 2 ran");
+	is( $new->safe_psql('postgres', q{SELECT error_message FROM ds_attempts WHERE step_id = 'in-flight' AND attempt = 1}),
+		'invocation_lost', "$t: in-flight: attempt 1 as invocation_lost");
+	is( $new->safe_psql(
+			'postgres', q{
+	SELECT count(*) FROM ds_attempts a JOIN pg_stat_activity p ON p.pid = a.backend_pid
+	 WHERE a.run_id = 'up' AND a.attempt = 2 AND a.step_id IN ('due-retry', 'in-flight')
+	   AND p.backend_type = 'durable_steps worker'}),
+		'2', "$t: the attempts 2 ran in executors of the new server");
+
+	# the pending HTTP step is sent once; the ones that ended before the upgrade are not sent again
+	is(DurableSteps::Http::settle_http($new, 'up-http', 'after'), 'succeeded', "$t: HTTP after: succeeded");
+	is_deeply({ charges => $p->charges('up-after'), requests => $p->requests('up-after') },
+		{ charges => 1, requests => 1 }, "$t: HTTP after: sent once, charged once");
+	is($p->keys_seen('up-after'), 'up-http:after', "$t: HTTP after: with its idempotency key");
+	is_deeply(
+		row_of($new, 'postgres', q{SELECT executor, role FROM ds_attempts WHERE run_id = 'up-http' AND step_id = 'after'}),
+		{ executor => 'worker', role => 'alice' },
+		"$t: HTTP after: sent by the new HTTP worker, as alice");
+
+	# the sleeping run wakes when its time has come, and goes on on the new server
+	ok(poll_until($new, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'nap-run'}, 'succeeded'),
+		"$t: nap-run: woke and succeeded");
+	is_deeply(
+		$run_row->('nap-run', q{output->>'before' AS before_the_sleep, output->>'after' AS after_the_sleep}),
+		{ before_the_sleep => $old_num, after_the_sleep => $new_num },
+		"$t: nap-run: the step before the sleep ran on the old server, the step after it on the new one");
+	is( $new->safe_psql(
+			'postgres', q{
+	SELECT a.started_at >= (n.result->>'until')::timestamptz
+	  FROM ds_attempts a, ds_steps n
+	 WHERE a.run_id = 'nap-run' AND a.step_id = 'after' AND n.run_id = 'nap-run' AND n.step_id = 'nap'}),
+		't', "$t: nap-run: not before the wake-up time recorded before the upgrade");
+
+	# the run waiting for its event waits on, and the event wakes it
+	is_deeply($run_row->('ship-run', 'status, wait_event'), { status => 'waiting', wait_event => 'shipped:ship-run' },
+		"$t: ship-run: still waits for its event");
+	is($new->safe_psql('postgres', q{SET ROLE bob; SELECT ds_emit_event('shipped:ship-run', '{"carrier": "DHL"}')}),
+		't', "$t: bob emits ship-run's event");
+	ok(poll_until($new, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'ship-run'}, 'succeeded'),
+		"$t: ship-run: woken, succeeded");
+	is_deeply(
+		$run_row->('ship-run', q{output->'shipment' AS shipment, output->>'reserve' AS reserve, output->>'confirm' AS confirm}),
+		{ shipment => '{"carrier": "DHL"}', reserve => $old_num, confirm => $new_num },
+		"$t: ship-run: with the event's payload, reserved on the old server, confirmed on the new one");
+
+	# an event emitted before the upgrade is seen; the first emit still wins
+	$new->safe_psql('postgres', q{SET ROLE alice; SELECT ds_start_run('waiter', '{"event": "before-the-upgrade"}', 'late-run')});
+	ok(poll_until($new, 'postgres', q{SELECT status FROM ds_runs WHERE run_id = 'late-run'}, 'succeeded'),
+		"$t: late-run: waits for the event emitted before the upgrade, succeeds");
+	is($new->safe_psql('postgres', q{SELECT output FROM ds_runs WHERE run_id = 'late-run'}), '{"n": 1}',
+		"$t: late-run: with its payload");
+	is($new->safe_psql('postgres', q{SET ROLE alice; SELECT ds_emit_event('before-the-upgrade', '{"n": 2}')}),
+		'f', "$t: emitted again, the event keeps its first payload");
+
+	# the succeeded run is started again only in name
+	is_deeply(
+		decode_row($new->safe_psql('postgres',
+			q{SET ROLE alice; } . row_sql(q{SELECT status, created FROM ds_start_run('short', '{}', 'done-run')}))),
+		{ status => 'succeeded', created => 'false' },
+		"$t: done-run: started again, the existing run answers");
+
+	# the blocked step, re-armed with its correction, is run by the new worker, as bob
+	is($new->safe_psql('postgres', q{SET ROLE bob; SELECT status FROM ds_retry_step('up', 'fixed', '{"ok": true}')}),
+		'pending', "$t: fixed: bob re-arms it");
+	ok(poll_until($new, 'postgres', q{SELECT status FROM ds_steps WHERE run_id = 'up' AND step_id = 'fixed'}, 'succeeded'),
+		"$t: fixed: the new worker runs it");
+	is_deeply(
+		attempts_of($new, 'up', 'fixed'),
+		[
+			{ attempt => 1, class => 'correctable', error_code => 'DS003', executor => 'caller' },
+			{ attempt => 2, class => 'completed',   error_code => undef,   executor => 'worker' }
+		],
+		"$t: fixed: attempt 2 after the one before the upgrade");
+
+	# the uncertain HTTP step is resolved by alice: an attempt of its own, nothing sent
+	is_deeply(
+		decode_row($new->safe_psql('postgres', q{SET ROLE alice; }
+			  . row_sql(q{SELECT status, attempt FROM ds_resolve_step('up-http', 'unsure', 'succeeded',
+			                                                         '{"status": 200, "body": {"id": "found"}}')}))),
+		{ status => 'succeeded', attempt => 2 },
+		"$t: HTTP unsure: resolved");
+	is_deeply(
+		attempts_of($new, 'up-http', 'unsure'),
+		[
+			{ attempt => 1, class => 'uncertain', error_code => 'DS012', executor => 'worker' },
+			{ attempt => 2, class => 'completed', error_code => undef, executor => 'operator' }
+		],
+		"$t: HTTP unsure: the resolution is attempt 2");
+	is_deeply(
+		{ map { $_ => $p->requests("up-$_") } qw(charge unsure refused) },
+		{ charge => 1, unsure => 1, refused => 1 },
+		"$t: the HTTP steps that ended before the upgrade were never sent again");
+
+	# the steps nobody touched are as they were, whatever the new worker did
+	my $steps_now = $self->snapshot($new, 'step');
+	$self->unchanged("$t: $_: untouched by the new worker", 'step', $_, $steps_upgraded, $steps_now)
+	  for map { "up/$_" } qw(later scheduled declined exhausted dropped);
+	is_deeply(attempts_of($new, 'up-http', 'refused'),
+		[ { attempt => 1, class => 'correctable', error_code => 'DS010', executor => 'worker' } ],
+		"$t: HTTP refused: still blocked, not sent again");
+
+	# every effect once, each on the server it belongs to
+	my %effects = (
+		'paid'         => { who => 'alice', server => $old_num },
+		'worked'       => { who => 'alice', server => $old_num },
+		'done:one'     => { who => 'alice', server => $old_num },
+		'nap:before'   => { who => 'alice', server => $old_num },
+		'ship:reserve' => { who => 'bob',   server => $old_num },
+		'due-retry'    => { who => 'bob',   server => $new_num },
+		'due-deferred' => { who => 'alice', server => $new_num },
+		'in-flight'    => { who => 'alice', server => $new_num },
+		'nap:after'    => { who => 'alice', server => $new_num },
+		'ship:confirm' => { who => 'bob',   server => $new_num },
+		'fixed'        => { who => 'bob',   server => $new_num },);
+	my %ledger;
+	push @{ $ledger{ $_->{tag} } }, { who => $_->{who}, server => $_->{server} }
+	  for @{ rows_of($new, 'postgres', q{SELECT tag, who, server FROM ledger ORDER BY tag, id}) };
+	is_deeply([ sort keys %ledger ], [ sort keys %effects ], "$t: the ledger holds the effects of the succeeded steps");
+	for my $tag (sort keys %effects)
+	{
+		is_deeply($ledger{$tag}, [ $effects{$tag} ],
+			"$t: ledger: $tag written once, by $effects{$tag}{who}, on server $effects{$tag}{server}");
+	}
+}
+
+# A private copy of the PostgreSQL under test: pg_config's bindir, pkglibdir and sharedir, copied
+# under their common prefix, so that the copied programs find the copied directories (PostgreSQL
+# finds them relative to its programs). A test swaps the extension's library in it without
+# touching the install that other tests use at the same time. The object: install_path (for
+# PostgreSQL::Test::Cluster), pkglibdir (the copy's), library_under_test (the installed one).
+sub private_install
+{
+	my %dir = map { my $d = qx{pg_config --$_}; chomp $d; ($_ => $d) } qw(bindir pkglibdir sharedir);
+	my @parts = map { [ split m{/}, $_ ] } values %dir;
+	my @common;
+	for (my $i = 0;; $i++)
+	{
+		my $c = $parts[0][$i];
+		last if !defined $c || grep { !defined $_->[$i] || $_->[$i] ne $c } @parts;
+		push @common, $c;
+	}
+	my $prefix = join('/', @common);
+	my $root = PostgreSQL::Test::Utils::tempdir('install');
+	my %copy = map { ($_ => $root . substr($dir{$_}, length $prefix)) } keys %dir;
+	for my $d (keys %dir)
+	{
+		File::Path::make_path(dirname($copy{$d}));
+		system('cp', '-R', $dir{$d}, $copy{$d}) == 0 or die "cp -R $dir{$d} $copy{$d} failed";
+	}
+	return bless {
+		install_path       => dirname($copy{bindir}),
+		pkglibdir          => $copy{pkglibdir},
+		library_under_test => "$dir{pkglibdir}/durable_steps.so",
+	}, 'DurableSteps::Upgrade::Install';
 }
 
 # At the end of a test: no process of either server crashed; the new server is stopped and the
@@ -952,6 +1212,21 @@ sub finish
 	unlike(slurp_file($self->{new}->logfile), $DurableSteps::Test::crash_re, 'no process of the new server crashed');
 	$self->{new}->stop;
 	delete $self->{p};
+}
+
+package DurableSteps::Upgrade::Install;
+
+use File::Copy ();
+
+# The extension's library of this install becomes a copy of $library (a new file: the one it
+# replaces may be mapped by a process still running).
+sub use_library
+{
+	my ($self, $library) = @_;
+	my $to = "$self->{pkglibdir}/durable_steps.so";
+	unlink $to;
+	File::Copy::copy($library, $to) or die "copying $library to $to: $!";
+	return;
 }
 
 package DurableSteps::Test;

@@ -1,0 +1,151 @@
+# Copyright (c) durable_steps contributors
+#
+# Property (docs/operations.md, "Upgrades"): an install of the last release, full of work,
+# upgrades in place. The release's own library (scripts/release-build, from the commit sql/RELEASES
+# names) makes steps in every status, HTTP steps sent and pending, runs asleep and waiting for an
+# event, an event, a queue limit; the server stops while an attempt runs. Then the library under
+# test replaces it and the server starts again, the extension still at the release's version:
+#   - every function that reads or writes the extension's tables refuses with DS426 and a hint
+#     that names ALTER EXTENSION durable_steps UPDATE, and changes nothing;
+#   - the worker waits: one executor, no HTTP worker, one log line however long it waits, and
+#     nothing of the stored work moves;
+# after ALTER EXTENSION durable_steps UPDATE the worker carries on, every effect exactly once
+# (DurableSteps::Upgrade::carries_on, the checks TAP 064 makes after pg_upgrade), and the schema
+# is the one a fresh CREATE EXTENSION makes (pg_dump --schema-only --binary-upgrade of both, which
+# writes every object of the extension).
+
+use strict;
+use warnings;
+
+use FindBin;
+use IPC::Run;
+use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Test;
+use DurableSteps::Http;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+# the newest release, and the version under test
+my ($release) = map { (split)[0] } grep { !/^\s*(#|$)/ } split /\n/,
+  slurp_file("$FindBin::RealBin/../../sql/RELEASES");
+my ($current) = slurp_file("$FindBin::RealBin/../../durable_steps.control") =~ /^default_version\s*=\s*'([^']*)'/m;
+note("from durable_steps $release to $current");
+
+my $up = DurableSteps::Upgrade->prepare(from_release => $release);
+my $node = $up->{new};
+my $install = $up->{install};
+my $version_sql = q{SELECT extversion FROM pg_extension WHERE extname = 'durable_steps'};
+
+my $t = "$release under the library of $current";
+is($node->safe_psql('postgres', $version_sql), $release, "$t: the extension is still at $release");
+is( $node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'durable_steps%'}),
+	'0', "$t: no durable_steps process runs");
+my $steps_upgraded = $up->snapshot($node, 'step');
+
+# Every part of the state as it was when the release's server stopped.
+sub state_unchanged
+{
+	my ($name) = @_;
+	my @moved = grep {
+		JSON::PP->new->canonical->encode($up->snapshot($node, $_)) ne
+		  JSON::PP->new->canonical->encode($up->{before}{$_})
+	} sort keys %{ $up->{before} };
+	is("@moved", '', $name);
+}
+
+# The functions: each call that would read or write the extension's tables is refused with DS426,
+# whose hint names the UPDATE; a replay is refused as well as a new step.
+my %calls = (
+	'ds_run_step, a replay' =>
+	  q{SET ROLE alice; SELECT ds_run_step('up', 'paid', $$SELECT book('paid')$$, '{}')},
+	'ds_run_step, a new step' =>
+	  q{SET ROLE alice; SELECT ds_run_step('up', 'new', $$SELECT book('new')$$, '{}')},
+	'ds_run_step, deferred' =>
+	  q{SET ROLE bob; SELECT ds_run_step('up', 'new-deferred', $$SELECT book('new-deferred')$$, '{}', defer => true)},
+	'ds_http_step' =>
+	  q{SET ROLE alice; SELECT ds_http_step('up-http', 'new', '{"method": "POST", "url": "http://127.0.0.1:1/"}')},
+	'ds_start_run' => q{SET ROLE alice; SELECT ds_start_run('short', '{}', 'new-run')},
+	'ds_retry_step' => q{SET ROLE bob; SELECT ds_retry_step('up', 'fixed', '{"ok": true}')},
+	'ds_cancel_step' => q{SET ROLE bob; SELECT ds_cancel_step('up', 'later')},
+	'ds_wait_step' => q{SET ROLE alice; SELECT ds_wait_step('up', 'paid', '0 s')},);
+for my $call (sort keys %calls)
+{
+	my ($rc, $out, $err) =
+	  $node->psql('postgres', "\\set VERBOSITY verbose\n$calls{$call}", on_error_stop => 1);
+	like($err, qr/ERROR:  DS426: extension "durable_steps" is installed at version \Q$release\E in this database, and the server has loaded its library of version \Q$current\E/,
+		"$t: $call: refused with DS426");
+	like($err, qr/HINT:  Run ALTER EXTENSION durable_steps UPDATE in this database/,
+		"$t: $call: the hint names the UPDATE");
+}
+state_unchanged("$t: the refused calls changed nothing");
+
+# The worker waits: one executor, which logs once and takes nothing; no HTTP worker.
+my $offset = log_offset($node);
+$node->append_conf('postgresql.conf', "durable_steps.max_workers = 2\n");
+$node->restart;
+my $waiting = qr/durable_steps: extension is installed at version \Q$release\E in database "postgres", and the server's library is version \Q$current\E; waiting for the two to match/;
+ok(poll_log($node, $offset, $waiting), "$t: the worker says it waits for the versions to match");
+like(log_since($node, $offset), qr/HINT:  Run ALTER EXTENSION durable_steps UPDATE in this database/,
+	"$t: its hint names the UPDATE");
+my $pid = executor_pid($node);
+ok(wait_executor_loops($node, 'postgres', $pid, 2000), "$t: the executor went round its loop for 2 s");
+is(count_matches(log_since($node, $offset), $waiting), 1, "$t: it said so once");
+is( $node->safe_psql('postgres',
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'durable_steps http'}),
+	'0', "$t: no HTTP worker runs");
+is( $node->safe_psql('postgres',
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'durable_steps worker'}),
+	'1', "$t: no other executor was started");
+state_unchanged("$t: the worker moved nothing: the due steps, the lost attempt, the runs wait");
+
+# ALTER EXTENSION durable_steps UPDATE: the worker carries on.
+$t = "updated to $current";
+$offset = log_offset($node);
+$node->safe_psql('postgres', 'ALTER EXTENSION durable_steps UPDATE');
+is($node->safe_psql('postgres', $version_sql), $current, "$t: the extension is at $current");
+ok(poll_log($node, $offset, qr/durable_steps: extension found at version \Q$current\E; running steps/),
+	"$t: the waiting executor says it runs steps");
+ok( poll_until(
+		$node, 'postgres',
+		q{SELECT count(*) FILTER (WHERE backend_type = 'durable_steps worker') = 2
+		     AND count(*) FILTER (WHERE backend_type = 'durable_steps http') = 1
+		    FROM pg_stat_activity WHERE datname = 'postgres'}),
+	"$t: two executors and the HTTP worker serve database postgres");
+$up->carries_on($t, $steps_upgraded);
+
+# A fresh install of the version under test has the schema of the upgraded one.
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh', qq{CREATE EXTENSION durable_steps;
+GRANT durable_steps_http TO alice;
+$up->{app_sql}});
+is($node->safe_psql('fresh', $version_sql), $current, "fresh: CREATE EXTENSION installs $current");
+
+# pg_dump --schema-only --binary-upgrade writes each object of the extension; what differs between
+# two databases with the same objects is their OIDs, relfilenodes, frozen xids and the
+# \restrict key, which are left out.
+sub schema_of
+{
+	my ($db) = @_;
+	my ($out, $err);
+	IPC::Run::run([ "$install->{install_path}/bin/pg_dump", '--schema-only', '--binary-upgrade',
+			'-d', $node->connstr($db) ], '>', \$out, '2>', \$err)
+	  or die "pg_dump of $db failed: $err";
+	my @lines = grep {
+		!/^\\(un)?restrict /
+		  && !/binary_upgrade_set_next_/
+		  && !/relfrozenxid|relminmxid/
+		  && !/^WHERE oid = '\d+';$/
+	} split /\n/, $out;
+	s/(binary_upgrade_create_empty_extension\('durable_steps', '[^']*', \w+, '[^']*', ')\{[0-9,]*\}/$1\{...\}/
+	  for @lines;
+	return \@lines;
+}
+my ($upgraded, $fresh) = (schema_of('postgres'), schema_of('fresh'));
+cmp_ok(scalar(grep { /^CREATE TABLE durable_steps\./ } @$upgraded), '>=', 5, 'the dump has the extension\'s tables');
+my @differ = grep { ($upgraded->[$_] // '') ne ($fresh->[$_] // '') } 0 .. ($#$upgraded > $#$fresh ? $#$upgraded : $#$fresh);
+is(scalar(@differ), 0, "the upgraded schema is the fresh one: pg_dump --schema-only of both is the same")
+  or diag(join("\n", map { "line $_: upgraded: " . ($upgraded->[$_] // '(none)') . "\n         fresh:    " . ($fresh->[$_] // '(none)') } @differ[0 .. ($#differ < 9 ? $#differ : 9)]));
+
+$up->finish;
+done_testing();
