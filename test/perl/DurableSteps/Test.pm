@@ -579,10 +579,14 @@ my %state = (
 		q{jsonb_build_object('owner (oid)', t.owner::oid)}
 	],
 	'queue'  => [ q{durable_steps.queues}, q{name},    q{'{}'::jsonb} ],
+	'key'    => [
+		q{durable_steps.idempotency_keys}, q{owner::text || ':' || scope || ':' || key},
+		q{jsonb_build_object('owner (oid)', t.owner::oid)}
+	],
 	'ledger' => [ q{ledger},               q{id::text}, q{'{}'::jsonb} ],);
 
 our %plural = (step => 'steps', attempt => 'attempts', run => 'runs', event => 'events',
-	queue => 'queue limits', ledger => 'ledger rows');
+	queue => 'queue limits', key => 'idempotency keys', ledger => 'ledger rows');
 
 # ds_run_step of a step of %sql_step as its owner, the answer as a hash; $first adds the
 # arguments only the first call passes
@@ -596,6 +600,13 @@ sub call_step
 		$node->safe_psql(
 			'postgres', qq{SET ROLE $s->{role};
 SELECT to_jsonb(r) FROM ds_run_step('up', '$step', \$body\$$s->{sql}\$body\$, '{}'$args) r}));
+}
+
+# alice's request under the stored idempotency key: its handler books 'key-stored'
+sub idempotent_sql
+{
+	return q{SELECT status, body, replayed FROM ds_idempotent('checkout', 'key-stored', '{"amount": 70}',
+	  $$SELECT 201, jsonb_build_object('server', book('key-stored'))$$)};
 }
 
 # ds_http_step of a step of run 'up-http', alice's, against the fake provider (tag up-<step>)
@@ -931,6 +942,14 @@ SELECT status, current_step,
 	is($self->call_http($old, 'after')->{status}, 'pending', "$t: HTTP after: stored, due now");
 	is($old->safe_psql('postgres', q{SET ROLE alice; SELECT ds_emit_event('before-the-upgrade', '{"n": 1}')}),
 		't', "$t: alice emits an event no run waits for yet");
+	# idempotency keys: one stored with its response, one held by a holder that never finishes
+	is_deeply(
+		decode_row($old->safe_psql('postgres', q{SET ROLE alice; } . row_sql($self->idempotent_sql))),
+		{ status => 201, body => qq({"server": $self->{old_num}}), replayed => 'false' },
+		"$t: key-stored: alice's request ran its handler, its response stored");
+	$self->{held_token} = $old->safe_psql('postgres',
+		q{SET ROLE bob; SELECT token FROM ds_idempotent_begin('checkout', 'key-held', '{"amount": 5}', lease => '1 s')});
+	like($self->{held_token}, qr/^[0-9a-f-]{36}$/, "$t: key-held: bob holds it, and never finishes");
 
 	$self->{before} = { map { $_ => $self->snapshot($old, $_) } keys %state };
 	is_deeply(
@@ -1148,8 +1167,23 @@ sub carries_on
 		[ { attempt => 1, class => 'correctable', error_code => 'DS010', executor => 'worker' } ],
 		"$t: HTTP refused: still blocked, not sent again");
 
+	# the stored idempotency key replays its response without running the handler; the held one's
+	# lease ran out: its holder's token is refused, the next request under it begins afresh
+	is_deeply(
+		decode_row($new->safe_psql('postgres', q{SET ROLE alice; } . row_sql($self->idempotent_sql))),
+		{ status => 201, body => qq({"server": $old_num}), replayed => 'true' },
+		"$t: key-stored: replayed, the handler not run again");
+	my ($rc, $out, $err) = $new->psql('postgres', qq{\\set VERBOSITY verbose
+SET ROLE bob; SELECT ds_idempotent_finish('checkout', 'key-held', '$self->{held_token}', 201, '{}')});
+	like($err, qr/DS409/, "$t: key-held: the token of the holder whose lease ran out is refused (DS409)");
+	is_deeply(
+		decode_row($new->safe_psql('postgres', q{SET ROLE bob; }
+			  . row_sql(q{SELECT state FROM ds_idempotent_begin('checkout', 'key-held', '{"amount": 5}')}))),
+		{ state => 'new' }, "$t: key-held: the next request begins afresh");
+
 	# every effect once, each on the server it belongs to
 	my %effects = (
+		'key-stored'   => { who => 'alice', server => $old_num },
 		'paid'         => { who => 'alice', server => $old_num },
 		'worked'       => { who => 'alice', server => $old_num },
 		'done:one'     => { who => 'alice', server => $old_num },
