@@ -41,6 +41,13 @@ ifdef WERROR
 PG_CFLAGS += -Werror
 endif
 PG_CPPFLAGS = -I$(srcdir)/src $(DS_EXTRA_CPPFLAGS)
+# The library knows its own version, the control file's default_version, and refuses to work on
+# an extension installed at another one until ALTER EXTENSION ... UPDATE (docs/operations.md).
+DS_EXTENSION_VERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" durable_steps.control)
+ifeq ($(DS_EXTENSION_VERSION),)
+$(error durable_steps.control names no default_version)
+endif
+PG_CPPFLAGS += -DDS_EXTENSION_VERSION='"$(DS_EXTENSION_VERSION)"'
 
 # Regression tests sit beside the install script, as sql/NN_name.sql with expected/NN_name.out:
 # pg_regress reads <inputdir>/sql and <inputdir>/expected.
@@ -60,4 +67,4 @@ include $(PGXS)
 # PGXS tracks no header dependencies: rebuild every object when any of our headers changes, so
 # that no object keeps an old layout of a shared struct. (After the include, so that PGXS's
 # `all` stays the default goal.)
-$(OBJS): $(wildcard src/*.h src/*/*.h)
+$(OBJS): $(wildcard src/*.h src/*/*.h) durable_steps.control

@@ -40,5 +40,10 @@
 #define ERRCODE_DS_STEP_CONFLICT		MAKE_SQLSTATE('D','S','4','2','2')
 /* Partitions (docs/partitions.md): a call naming a run of a partition this server does not own. */
 #define ERRCODE_DS_WRONG_PARTITION		MAKE_SQLSTATE('D','S','2','0','1')
+/*
+ * The extension installed in this database is of another version than the library the server
+ * loaded: ALTER EXTENSION durable_steps UPDATE has not run yet (the analogue of HTTP 426).
+ */
+#define ERRCODE_DS_VERSION_MISMATCH		MAKE_SQLSTATE('D','S','4','2','6')
 
 #endif							/* DS_ERRCODES_H */

@@ -8,17 +8,31 @@
  * they rely on: every table is a heap table, and has every column of the layouts described in
  * step_store.h, which registers their names. The columns' attribute numbers are looked up here,
  * once, for every module.
+ *
+ * Those layouts are this library's version's: the tables of an extension installed at another
+ * version (the library of a new release loaded before ALTER EXTENSION durable_steps UPDATE ran)
+ * may lack a column or mean another thing by one. So the lookup also compares the installed
+ * version with the library's, and refuses to read or write anything while they differ (DS426).
  */
 #include "base/compat.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_extension.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
+#include "utils/rel.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
+#include "base/ds_errcodes.h"
 #include "store/store_relations.h"
 
 static bool relations_valid = false;
@@ -94,6 +108,80 @@ heap_table_owner(Oid relid)
 	return owner;
 }
 
+char *
+ds_store_installed_version(void)
+{
+	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	char	   *version = NULL;
+
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("durable_steps"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion, RelationGetDescr(rel),
+									 &isnull);
+
+		version = isnull ? pstrdup("") : text_to_cstring(DatumGetTextPP(d));
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+/*
+ * Is dotted version a older than b? Releases are numbered major.minor.patch; a part that is not
+ * a number compares as 0, so that any version string compares without an error.
+ */
+static bool
+version_older(const char *a, const char *b)
+{
+	while (*a != '\0' || *b != '\0')
+	{
+		char	   *end_a;
+		char	   *end_b;
+		long		na = strtol(a, &end_a, 10);
+		long		nb = strtol(b, &end_b, 10);
+
+		if (na != nb)
+			return na < nb;
+		a = end_a + strcspn(end_a, ".");
+		b = end_b + strcspn(end_b, ".");
+		a += *a == '.';
+		b += *b == '.';
+	}
+	return false;
+}
+
+const char *
+ds_store_version_hint(const char *installed)
+{
+	if (version_older(installed, DS_EXTENSION_VERSION))
+		return "Run ALTER EXTENSION durable_steps UPDATE in this database (docs/operations.md, \"Upgrades\").";
+	return psprintf("The installed extension is newer than the library: install the library of durable_steps %s and restart the server (docs/operations.md, \"Upgrades\").",
+					installed);
+}
+
+/* DS426 when the extension installed here is not of this library's version. */
+static void
+check_installed_version(void)
+{
+	char	   *installed = ds_store_installed_version();
+
+	if (installed != NULL && strcmp(installed, DS_EXTENSION_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_VERSION_MISMATCH),
+				 errmsg("extension \"durable_steps\" is installed at version %s in this database, and the server has loaded its library of version %s",
+						installed, DS_EXTENSION_VERSION),
+				 errdetail("Nothing is read or written in the extension's tables until the two versions match."),
+				 errhint("%s", ds_store_version_hint(installed))));
+}
+
 /* Look the tables up; false when any is missing (the extension is not installed here). */
 static bool
 lookup_relations(void)
@@ -114,6 +202,7 @@ lookup_relations(void)
 		!OidIsValid(relations.attempts) ||
 		!OidIsValid(relations.runs) || !OidIsValid(relations.runs_pkey))
 		return false;
+	check_installed_version();
 	relations.owner = heap_table_owner(relations.steps);
 	(void) heap_table_owner(relations.attempts);
 	(void) heap_table_owner(relations.runs);

@@ -41,11 +41,38 @@ typedef struct StoreRelations
 	AttrNumber	runs_owner_attnum;
 } StoreRelations;
 
-/* Raises "extension is not installed" when the tables are missing. */
+/*
+ * The version of the extension this library is (durable_steps.control's default_version): the
+ * Makefile passes it, so that the library and the scripts it is installed with never disagree.
+ */
+#ifndef DS_EXTENSION_VERSION
+#error "DS_EXTENSION_VERSION comes from the Makefile (durable_steps.control's default_version)"
+#endif
+
+/*
+ * Raises "extension is not installed" when the tables are missing, and DS426 when the
+ * extension installed in this database is of another version than this library (before
+ * ALTER EXTENSION durable_steps UPDATE: docs/operations.md, "Upgrades").
+ */
 extern const StoreRelations *ds_store_relations(void);
 
-/* Are the extension's tables here? (No error when they are not.) */
+/*
+ * Are the extension's tables here? (No error when they are not; DS426 when they are of another
+ * version than this library.)
+ */
 extern bool ds_store_installed(void);
+
+/*
+ * The version of the extension installed in this database (palloc'd), or NULL when it is not
+ * installed. In a transaction.
+ */
+extern char *ds_store_installed_version(void);
+
+/*
+ * What a user does when the installed version differs from this library's: the hint of DS426
+ * and of the worker's log line.
+ */
+extern const char *ds_store_version_hint(const char *installed);
 
 /* From _PG_init: registers the storage layer's one relcache callback. */
 extern void ds_store_init_module(void);

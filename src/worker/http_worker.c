@@ -572,7 +572,7 @@ ds_http_worker_main(Datum arg)
 				 * the launcher knows
 				 */
 				ereport(LOG,
-						(errmsg("durable_steps: extension is not installed in database %u; its HTTP worker stops",
+						(errmsg("durable_steps: extension is not installed in database %u, or not at the library's version; its HTTP worker stops",
 								MyDatabaseId)));
 				proc_exit(0);
 			}

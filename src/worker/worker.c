@@ -57,6 +57,7 @@
 #include "steps/step_hooks.h"
 #include "steps/step_isolation.h"
 #include "store/step_lock.h"
+#include "store/store_relations.h"
 #include "ipc/served_databases.h"
 #include "ipc/unstarted_claims.h"
 #include "worker/worker.h"
@@ -170,29 +171,56 @@ set_executor_state(ExecutorState state)
 }
 
 /*
- * Is the extension installed here? When the worker serves every database, an executor that
- * finds none leaves (the launcher then knows this database has no steps); a listed database's
- * missing extension is waited for, with one log line.
+ * Is the extension installed here, at this library's version? When the worker serves every
+ * database, an executor that finds none leaves (the launcher then knows this database has no
+ * steps); a listed database's missing extension is waited for, with one log line. An extension
+ * installed at another version (a new release's library loaded before ALTER EXTENSION
+ * durable_steps UPDATE) is waited for too, with one log line: the executor stays, and its state
+ * keeps the launcher from starting the database's other executors and its HTTP worker until
+ * the versions match (docs/operations.md, "Upgrades").
  */
 static bool
 extension_ready(void)
 {
 	static bool said_missing = false;
+	static bool said_version = false;
 	static bool served = false;
+	char	   *installed;
 	bool		ready;
+	bool		current = false;
 
 	ds_worker_begin_transaction("durable_steps: looking for the extension");
-	ready = OidIsValid(get_extension_oid("durable_steps", true));
-	ds_worker_commit();
+	installed = ds_store_installed_version();
+	ready = installed != NULL;
 	if (ready)
 	{
-		if (said_missing)
-			ereport(LOG, (errmsg("durable_steps: extension found; running steps")));
+		current = strcmp(installed, DS_EXTENSION_VERSION) == 0;
+		if (!current && !said_version)
+			ereport(LOG,
+					(errmsg("durable_steps: extension is installed at version %s in database \"%s\", and the server's library is version %s; waiting for the two to match",
+							installed, my_database, DS_EXTENSION_VERSION),
+					 errhint("%s", ds_store_version_hint(installed))));
+	}
+	ds_worker_commit();
+	if (ready && !current)
+	{
+		said_version = true;
 		said_missing = false;
+		set_executor_state(EXECUTOR_STARTING);
+		return false;
+	}
+	if (ready)
+	{
+		if (said_missing || said_version)
+			ereport(LOG, (errmsg("durable_steps: extension found at version %s; running steps",
+								 DS_EXTENSION_VERSION)));
+		said_missing = false;
+		said_version = false;
 		served = true;
 		set_executor_state(EXECUTOR_SERVING);
 		return true;
 	}
+	said_version = false;
 	if (ds_serves_every_database())
 	{
 		ereport(served ? LOG : DEBUG1,

@@ -26,6 +26,7 @@
 #include "utils/timestamp.h"
 
 #include "ipc/fence_applied.h"
+#include "store/store_relations.h"
 #include "worker/worker_session.h"
 
 /* durable_steps.paused */
@@ -119,7 +120,8 @@ ds_worker_commit(void)
  * extension itself: DROP EXTENSION takes that lock exclusively before it locks any table, so it
  * waits for this transaction instead of deadlocking with it (the executor would otherwise hold
  * one table while the DROP held another). Returns false, with no transaction open, when the
- * extension is gone (a DROP committed meanwhile): the loop then waits for it again.
+ * extension is gone (a DROP committed meanwhile) or installed at another version than this
+ * library's (docs/operations.md, "Upgrades"): the loop then waits for it again.
  */
 bool
 ds_worker_begin_work(const char *activity)
@@ -133,6 +135,13 @@ ds_worker_begin_work(const char *activity)
 		LockDatabaseObject(ExtensionRelationId, ext, 0, AccessShareLock);
 		/* the lock's wait may have been for a DROP that committed: look again */
 		if (get_extension_oid("durable_steps", true) != ext)
+			ext = InvalidOid;
+	}
+	if (OidIsValid(ext))
+	{
+		char	   *installed = ds_store_installed_version();
+
+		if (installed == NULL || strcmp(installed, DS_EXTENSION_VERSION) != 0)
 			ext = InvalidOid;
 	}
 	if (!OidIsValid(ext))
