@@ -1,69 +1,31 @@
 # durable_steps -- PGXS build
 EXTENSION = durable_steps
 MODULE_big = durable_steps
-OBJS = \
-	src/durable_steps.o \
-	src/base/key.o \
-	src/base/policy.o \
-	src/base/classify.o \
-	src/base/size_limits.o \
-	src/base/step_kind.o \
-	src/base/sql_text.o \
-	src/base/subtransaction.o \
-	src/base/cron_schedule.o \
-	src/base/partition.o \
-	src/ipc/served_databases.o \
-	src/ipc/worker_wakeup.o \
-	src/ipc/claim_size.o \
-	src/ipc/executor_load.o \
-	src/ipc/fence_applied.o \
-	src/ipc/unstarted_claims.o \
-	src/ipc/outcome_waits.o \
-	src/ipc/step_counters.o \
-	src/http/http_addresses.o \
-	src/http/http_request.o \
-	src/http/http_response.o \
-	src/http/http_transfer.o \
-	src/store/citus_commit.o \
-	src/store/store_relations.o \
-	src/store/direct_write.o \
-	src/store/step_lock.o \
-	src/store/step_store.o \
-	src/store/step_counters_json.o \
-	src/store/partition_holds.o \
-	src/store/step_probe.o \
-	src/store/outcome_json.o \
-	src/store/replay_cache.o \
-	src/store/retention.o \
-	src/store/role_guard.o \
-	src/store/run_store.o \
-	src/requests/idempotent.o \
-	src/steps/step_isolation.o \
-	src/steps/step_context.o \
-	src/steps/deadline_timer.o \
-	src/steps/caller_guard.o \
-	src/steps/step_exec.o \
-	src/steps/step_hooks.o \
-	src/steps/step_attempt.o \
-	src/steps/run_context.o \
-	src/steps/step_call.o \
-	src/steps/queues.o \
-	src/steps/run_step.o \
-	src/steps/http_step.o \
-	src/runs/workflow_calls.o \
-	src/runs/run_http.o \
-	src/runs/run_claims.o \
-	src/runs/run_turn.o \
-	src/runs/runs.o \
-	src/runs/waits.o \
-	src/schedules/schedules.o \
-	src/worker/worker_session.o \
-	src/worker/http_outcomes.o \
-	src/worker/step_claims.o \
-	src/worker/http_claims.o \
-	src/worker/worker.o \
-	src/worker/http_worker.o \
-	src/worker/launcher.o
+# OBJS: every module of src/LAYERS that has a .c file, in the order of its layers. That file and
+# each folder's README.md are the only lists of the modules: a line `name/` starts a folder (`/`
+# is src/ itself), every other line names modules of that folder, and `#` starts a comment to the
+# end of its line (as scripts/check-includes reads it). A module with only a .h (base/compat)
+# builds no object.
+ds_top := $(dir $(lastword $(MAKEFILE_LIST)))
+ds_layers := $(ds_top)src/LAYERS
+ifeq ($(wildcard $(ds_layers)),)
+$(error $(ds_layers) is missing: it lists the modules to build)
+endif
+define ds_newline
+
+
+endef
+ds_hash := \#
+ds_eol := :ds-end-of-line:
+# one word per name, `#` and the end of each line being words of their own
+ds_layers_words := $(subst $(ds_hash), $(ds_hash) ,$(subst $(ds_newline), $(ds_eol) ,$(file <$(ds_layers))))
+ds_comment :=
+ds_folder :=
+ds_modules :=
+ds_layers_word = $(if $(filter $(ds_eol),$1),$(eval ds_comment :=),$(if $(filter $(ds_hash),$1),$(eval ds_comment := 1),$(if $(ds_comment),,$(if $(filter %/,$1),$(eval ds_folder := $(patsubst /,,$1)),$(eval ds_modules += $(ds_folder)$1)))))
+$(foreach w,$(ds_layers_words),$(call ds_layers_word,$w))
+$(foreach m,$(ds_modules),$(if $(wildcard $(ds_top)src/$m.c $(ds_top)src/$m.h),,$(error src/LAYERS names $m, but there is no src/$m.c or src/$m.h)))
+OBJS := $(foreach m,$(ds_modules),$(if $(wildcard $(ds_top)src/$m.c),src/$m.o))
 
 DATA = $(wildcard sql/durable_steps--*.sql)
 PGFILEDESC = "durable_steps - durable, retried, idempotent steps inside PostgreSQL"
