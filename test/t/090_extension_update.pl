@@ -68,7 +68,8 @@ my %calls = (
 	'ds_start_run' => q{SET ROLE alice; SELECT ds_start_run('short', '{}', 'new-run')},
 	'ds_retry_step' => q{SET ROLE bob; SELECT ds_retry_step('up', 'fixed', '{"ok": true}')},
 	'ds_cancel_step' => q{SET ROLE bob; SELECT ds_cancel_step('up', 'later')},
-	'ds_wait_step' => q{SET ROLE alice; SELECT ds_wait_step('up', 'paid', '0 s')},);
+	'ds_wait_step' => q{SET ROLE alice; SELECT ds_wait_step('up', 'paid', '0 s')},
+	$up->{cron} ? ('ds_schedule_fire' => q{SET ROLE alice; SELECT ds_schedule_fire('yearly-report')}) : (),);
 for my $call (sort keys %calls)
 {
 	my ($rc, $out, $err) =
@@ -114,6 +115,17 @@ ok( poll_until(
 	"$t: two executors and the HTTP worker serve database postgres");
 $up->carries_on($t, $steps_upgraded);
 
+# the schedule, kept with its pg_cron job, is its owner's to change
+SKIP:
+{
+	skip 'pg_cron is not installed for this PostgreSQL: the scenario has no schedule', 3 unless $up->{cron};
+	is( $node->safe_psql('postgres', q{SET ROLE alice; SELECT job_name || ' ' || schedule FROM ds_schedules}),
+		'yearly-report 0 3 1 1 *', "$t: yearly-report: alice's schedule is there");
+	is($node->safe_psql('postgres', q{SET ROLE alice; SELECT ds_unschedule('yearly-report')}),
+		't', "$t: yearly-report: alice unschedules it");
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM cron.job}), '0', "$t: yearly-report: its pg_cron job is gone");
+}
+
 # A fresh install of the version under test has the schema of the upgraded one.
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', qq{CREATE EXTENSION durable_steps;
@@ -121,7 +133,8 @@ GRANT durable_steps_http TO alice;
 $up->{app_sql}});
 is($node->safe_psql('fresh', $version_sql), $current, "fresh: CREATE EXTENSION installs $current");
 
-# pg_dump --schema-only --binary-upgrade writes each object of the extension; what differs between
+# pg_dump --schema-only --binary-upgrade writes each object of the extension (and of no other
+# extension: the upgraded database has pg_cron where it is installed); what differs between
 # two databases with the same objects is their OIDs, relfilenodes, frozen xids, the sequences'
 # positions and the \restrict key, which are left out.
 sub schema_of
@@ -129,7 +142,7 @@ sub schema_of
 	my ($db) = @_;
 	my ($out, $err);
 	IPC::Run::run([ "$install->{install_path}/bin/pg_dump", '--schema-only', '--binary-upgrade',
-			'-d', $node->connstr($db) ], '>', \$out, '2>', \$err)
+			'--extension=durable_steps', '-d', $node->connstr($db) ], '>', \$out, '2>', \$err)
 	  or die "pg_dump of $db failed: $err";
 	my @lines = grep {
 		!/^\\(un)?restrict /
