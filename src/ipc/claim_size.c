@@ -31,7 +31,7 @@
 #include "storage/lock.h"
 
 #include "ipc/claim_size.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 /* Work one claim should hold, at the recent pace. */
 #define CLAIM_BUDGET_MS 100

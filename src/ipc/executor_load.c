@@ -11,7 +11,7 @@
 #include "utils/timestamp.h"
 
 #include "ipc/executor_load.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 void
 ds_attempt_began(Oid owner)

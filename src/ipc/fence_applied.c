@@ -8,7 +8,7 @@
 
 #include "base/partition.h"
 #include "ipc/fence_applied.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 void
 ds_fence_note_applied(void)

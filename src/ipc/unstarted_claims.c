@@ -3,7 +3,7 @@
  *
  * The record of an ended executor lives in its slot of the shared state until that slot's next
  * executor ends: the next executor records its predecessor's lost claims as soon as it starts
- * (worker.c looks for lost attempts first), so a record is read before it is written again. It
+ * (executor.c looks for lost attempts first), so a record is read before it is written again. It
  * is written without a lock by one process and read by others: the pid is cleared while the
  * rest is written and set last, and a reader that sees it change meanwhile knows nothing.
  */
@@ -13,7 +13,7 @@
 #include "port/atomics.h"
 
 #include "ipc/unstarted_claims.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 /* the attempts this executor started in its open transaction */
 static uint64 started[DS_STARTED_CLAIMS_MAX];

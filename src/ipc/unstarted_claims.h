@@ -52,7 +52,7 @@ extern void ds_claim_starting(uint64 key);
 
 /*
  * In an executor: is there room for one more attempt in the open transaction? (At most
- * DS_STARTED_CLAIMS_MAX: worker.c commits before it starts more.)
+ * DS_STARTED_CLAIMS_MAX: executor.c commits before it starts more.)
  */
 extern bool ds_claim_start_room(void);
 

@@ -1,5 +1,6 @@
 /*
- * worker_wakeup.c -- the executors' shared state and the commit-time wake-up.
+ * worker_shmem.c -- the workers' shared memory: its layout set up at start, the executors' and
+ * HTTP workers' slots, cancel requests, and the commit-time wake-up.
  *
  * A transaction that leaves a step pending or retrying sets a flag; a resource-release callback
  * that runs after the transaction's locks are released sets an executor's latch. Waking only
@@ -19,7 +20,7 @@
 #include "utils/resowner.h"
 
 #include "ipc/served_databases.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 static WorkerShared *shared = NULL;
 static bool preloaded = false;

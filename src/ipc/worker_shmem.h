@@ -1,8 +1,9 @@
 /*
- * worker_wakeup.h -- shared state of the background workers, and waking them at commit.
+ * worker_shmem.h -- the background workers' shared memory: its whole layout (WorkerShared, the
+ * executors' and HTTP workers' slots), and waking the workers at commit.
  */
-#ifndef DS_WORKER_WAKEUP_H
-#define DS_WORKER_WAKEUP_H
+#ifndef DS_WORKER_SHMEM_H
+#define DS_WORKER_SHMEM_H
 
 #include "base/compat.h"
 #include "base/step_kind.h"
@@ -172,7 +173,7 @@ extern bool ds_request_cancel(int pid, uint64 key);
 /*
  * An attempt may have been left running by a process that cannot finish it (it is ending, or
  * failed to record the outcome and let go of the step's lock): bump the epoch of lost attempts
- * and wake every executor, which then looks for them (worker.c).
+ * and wake every executor, which then looks for them (executor.c).
  */
 extern void ds_attempts_may_be_lost(void);
 
@@ -214,7 +215,7 @@ extern void ds_worker_wake_at_commit(void);
  */
 extern void ds_worker_kept_outcome_at_commit(void);
 
-/* Moves after each such commit; executors look for kept outcomes when it moved (worker.c). */
+/* Moves after each such commit; executors look for kept outcomes when it moved (executor.c). */
 extern uint64 ds_kept_outcomes_generation(void);
 
 /* The same, without the warnings: the install script's call (CREATE EXTENSION). */
@@ -232,4 +233,4 @@ extern void ds_worker_wake_kind_at_commit(StepKind kind);
  */
 extern bool ds_http_worker_take_slot(void);
 
-#endif							/* DS_WORKER_WAKEUP_H */
+#endif							/* DS_WORKER_SHMEM_H */

@@ -20,7 +20,7 @@
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
 #include "ipc/unstarted_claims.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "runs/run_claims.h"
 #include "steps/run_context.h"
 #include "steps/step_attempt.h"

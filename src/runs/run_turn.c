@@ -6,7 +6,7 @@
  * attempt (step_exec.c, step_isolation.c: session and current user the owner, security-restricted,
  * the run's search_path, bounded by durable_steps.default_timeout and max_worker_attempt_time,
  * stoppable by ds_cancel_run), inside a subtransaction of its own of the executor's transaction
- * (which other runs' turns of the same owner may share, worker.c; never two turns of one run):
+ * (which other runs' turns of the same owner may share, executor.c; never two turns of one run):
  *
  *   - the workflow returned and nothing suspended: the subtransaction is kept (the workflow's own
  *     writes commit), and the run succeeds with the workflow's value as its output;
@@ -60,7 +60,7 @@
 #include "store/store_relations.h"
 #include "store/step_store.h"
 #include "ipc/unstarted_claims.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 static SPIPlanPtr cancel_steps_plan = NULL;
 

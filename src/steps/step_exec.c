@@ -39,7 +39,7 @@
 #include "steps/step_context.h"
 #include "steps/step_exec.h"
 #include "steps/step_isolation.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 static int	max_result_size = 1024 * 1024;
 static int	max_worker_attempt_time_s = 3600;

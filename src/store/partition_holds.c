@@ -23,7 +23,7 @@
 
 #include "base/partition.h"
 #include "ipc/fence_applied.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "store/step_lock.h"
 
 PG_FUNCTION_INFO_V1(ds_partition_step_idle);

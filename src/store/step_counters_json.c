@@ -19,7 +19,7 @@
 #include "base/classify.h"
 #include "base/step_kind.h"
 #include "ipc/step_counters.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "store/step_store.h"
 
 PG_FUNCTION_INFO_V1(ds_step_counters);

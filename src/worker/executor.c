@@ -1,5 +1,5 @@
 /*
- * worker.c -- an executor: claims due steps and runs their attempts (docs/worker.md).
+ * executor.c -- an executor: claims due steps and runs their attempts (docs/worker.md).
  *
  * One pass of the loop:
  *   1. find attempts whose executor is gone and record them as lost (invocation_lost);
@@ -60,9 +60,9 @@
 #include "store/store_relations.h"
 #include "ipc/served_databases.h"
 #include "ipc/unstarted_claims.h"
-#include "worker/worker.h"
+#include "worker/executor.h"
 #include "worker/worker_session.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 static int	poll_interval_ms = 1000;
 static int	batch_size = 1000;

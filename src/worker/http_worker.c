@@ -53,7 +53,7 @@
 #include "ipc/fence_applied.h"
 #include "ipc/served_databases.h"
 #include "ipc/step_counters.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "steps/step_exec.h"
 #include "store/step_lock.h"
 #include "worker/http_claims.h"

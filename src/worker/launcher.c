@@ -31,9 +31,10 @@
 #include "ipc/executor_load.h"
 #include "ipc/served_databases.h"
 #include "worker/http_worker.h"
-#include "worker/worker.h"
+#include "worker/executor.h"
+#include "worker/launcher.h"
 #include "worker/worker_session.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 int			ds_max_workers = 2;
 static int	ds_max_extra_workers = 2;
