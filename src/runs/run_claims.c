@@ -19,6 +19,7 @@
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/worker_attempt_time.h"
 #include "ipc/unstarted_claims.h"
 #include "ipc/worker_shmem.h"
 #include "runs/run_claims.h"

@@ -51,6 +51,7 @@
 #include "store/direct_write.h"
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/worker_attempt_time.h"
 #include "steps/run_context.h"
 #include "runs/workflow_calls.h"
 #include "runs/run_turn.h"

@@ -40,6 +40,7 @@
 #include "base/classify.h"
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/worker_attempt_time.h"
 #include "steps/run_context.h"
 #include "runs/workflow_calls.h"
 #include "steps/step_call.h"

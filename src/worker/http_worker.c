@@ -47,6 +47,7 @@
 
 #include "base/ds_errcodes.h"
 #include "base/key.h"
+#include "base/worker_attempt_time.h"
 #include "http/http_addresses.h"
 #include "http/http_request.h"
 #include "http/http_transfer.h"
@@ -54,7 +55,6 @@
 #include "ipc/served_databases.h"
 #include "ipc/step_counters.h"
 #include "ipc/worker_shmem.h"
-#include "steps/step_exec.h"
 #include "store/step_lock.h"
 #include "worker/http_claims.h"
 #include "worker/http_outcomes.h"

@@ -18,6 +18,7 @@
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/worker_attempt_time.h"
 #include "store/replay_cache.h"
 #include "steps/step_attempt.h"
 #include "worker/step_claims.h"
