@@ -158,7 +158,7 @@ wake_one_executor(void)
 	now = GetCurrentTimestamp();
 
 	/*
-	 * one that is not busy in a long attempt first (executor_load.h), else
+	 * one that is not busy in a long attempt first (executor_slot.h), else
 	 * any
 	 */
 	for (int pass = 0; pass < 2; pass++)

@@ -18,12 +18,12 @@
 /* databases that may ask the launcher at once to be served */
 #define DS_SERVE_REQUESTS 16
 
-/* most attempts one transaction of an executor starts (unstarted_claims.c) */
+/* most attempts one transaction of an executor starts (executor_slot.c) */
 #define DS_STARTED_CLAIMS_MAX 256
 
 /*
  * The attempts an executor that ended had started in its last, uncommitted transaction
- * (unstarted_claims.c): its other claims never started. Written once as it exits, read by
+ * (executor_slot.c): its other claims never started. Written once as it exits, read by
  * whoever records its lost claims; pid is 0 while it is written.
  */
 typedef struct EndedExecutor
@@ -32,9 +32,9 @@ typedef struct EndedExecutor
 	TimestampTz started_at;		/* the process's start, and its end: no other
 								 * process with */
 	TimestampTz ended_at;		/* the pid claimed in between */
-	int			end_cause;		/* ExecutorEndCause (unstarted_claims.h): what
-								 * of the last attempt ignored its
-								 * cancellation, if anything did */
+	int			end_cause;		/* ExecutorEndCause (executor_slot.h): what of
+								 * the last attempt ignored its cancellation,
+								 * if anything did */
 	int			n_started;
 	uint64		started[DS_STARTED_CLAIMS_MAX]; /* ds_attempt_cancel_key of
 												 * each */
@@ -68,24 +68,24 @@ typedef struct ExecutorSlot
 	pg_atomic_uint64 cancel_request;
 
 	/*
-	 * The claim it is taking now (claim_size.c): the key of its database and
-	 * queue in the high 32 bits, the number of steps it takes in the low
+	 * The claim it is taking now (executor_slot.c): the key of its database
+	 * and queue in the high 32 bits, the number of steps it takes in the low
 	 * ones; 0 when it is not claiming
 	 */
 	pg_atomic_uint64 claiming;
 
 	/*
 	 * The owner of the attempt (or workflow turn) it runs now, and since when
-	 * (executor_load.c); InvalidOid and 0 between claims
+	 * (executor_slot.c); InvalidOid and 0 between claims
 	 */
 	pg_atomic_uint32 attempt_owner;
 	pg_atomic_uint64 attempt_since;
-	/* the slot's last executor that ended (unstarted_claims.c) */
+	/* the slot's last executor that ended (executor_slot.c) */
 	EndedExecutor ended;
 
 	/*
 	 * the partitions its executor serves, as it last took them
-	 * (fence_applied.c)
+	 * (executor_slot.c)
 	 */
 	pg_atomic_uint64 partitions_applied;
 } ExecutorSlot;
@@ -97,7 +97,7 @@ typedef struct HttpWorkerSlot
 								 * free */
 	Latch	   *latch;
 	pg_atomic_uint32 pid;		/* its process */
-	/* the partitions it serves, as it last took them (fence_applied.c) */
+	/* the partitions it serves, as it last took them (executor_slot.c) */
 	pg_atomic_uint64 partitions_applied;
 } HttpWorkerSlot;
 
@@ -137,7 +137,7 @@ typedef struct WorkerShared
 	pg_atomic_uint64 kept_outcomes;
 } WorkerShared;
 
-/* how long an attempt runs before its executor counts as busy (executor_load.h) */
+/* how long an attempt runs before its executor counts as busy (executor_slot.h) */
 #define DS_BUSY_ATTEMPT_MS 1000
 
 /*

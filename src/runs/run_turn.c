@@ -60,7 +60,7 @@
 #include "store/step_lock.h"
 #include "store/store_relations.h"
 #include "store/step_store.h"
-#include "ipc/unstarted_claims.h"
+#include "ipc/executor_slot.h"
 #include "ipc/worker_shmem.h"
 
 static SPIPlanPtr cancel_steps_plan = NULL;
@@ -419,7 +419,7 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 
 		/*
 		 * The step's body may run from here: an executor that ends now says
-		 * so in shared memory (unstarted_claims.h), and whoever recovers the
+		 * so in shared memory (executor_slot.h), and whoever recovers the
 		 * turn charges the step an attempt. The attempts earlier turns lost
 		 * of it are recorded first, by its ds_run_step: those that name it,
 		 * and those that name no step, for a step the turn creates -- when

@@ -35,7 +35,7 @@
 #include "steps/step_attempt.h"
 #include "steps/step_hooks.h"
 #include "ipc/outcome_waits.h"
-#include "ipc/unstarted_claims.h"
+#include "ipc/executor_slot.h"
 #include "ipc/worker_shmem.h"
 #include "steps/step_exec.h"
 

@@ -11,7 +11,7 @@
  * running, and the export refuses rather than copy a state that is about to change. The lock is
  * let go of at once: a partition may have many running steps, and the lock table is the server's.
  * Before that, every worker process of the database must have taken the fence
- * (ipc/fence_applied.h): one that has not may still claim a step of the partition.
+ * (ipc/executor_slot.h): one that has not may still claim a step of the partition.
  */
 #include "base/compat.h"
 
@@ -22,7 +22,7 @@
 #include "utils/builtins.h"
 
 #include "base/partition.h"
-#include "ipc/fence_applied.h"
+#include "ipc/executor_slot.h"
 #include "ipc/worker_shmem.h"
 #include "store/step_lock.h"
 

@@ -220,7 +220,7 @@ ds_event_lock(Oid owner, const char *name, bool exclusive, bool nowait)
  * queue's due steps without row locks (step_claims.c): two that read the same range at once see
  * the same rows, and the one that loses them reads again, past them. Taking turns to claim from
  * a queue keeps them from reading the same rows at all: the second reads past the steps the
- * first says it takes (claim_size.c), or after the first's claim committed, when its rows have
+ * first says it takes (executor_slot.c), or after the first's claim committed, when its rows have
  * left the range. Never waits: the caller decides how to wait.
  */
 #define DS_QUEUE_CLAIM_LOCKTAG_FIELD4 0x4451

@@ -51,7 +51,7 @@
 #include "http/http_addresses.h"
 #include "http/http_request.h"
 #include "http/http_transfer.h"
-#include "ipc/fence_applied.h"
+#include "ipc/executor_slot.h"
 #include "ipc/served_databases.h"
 #include "ipc/step_counters.h"
 #include "ipc/worker_shmem.h"
