@@ -29,10 +29,13 @@
 #include "base/compat.h"
 
 #include "access/twophase.h"
+#include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/lock.h"
+#include "utils/array.h"
 #include "utils/timestamp.h"
 
 #include "base/partition.h"
@@ -460,4 +463,27 @@ ds_fence_workers_behind(Oid dbid, uint64 key, int *pids, int max)
 					   pg_atomic_read_u64(&shared->http[i].partitions_applied),
 					   dbid, key, pids, max, &n);
 	return n;
+}
+
+PG_FUNCTION_INFO_V1(ds_partition_workers_behind);
+
+/*
+ * durable_steps.ds_partition_workers_behind() -> integer[]: the worker processes of this
+ * database that serve other partitions than this session's settings say (they have not taken
+ * the reload yet); empty when all have. ds_partition_export refuses while it is not, before it
+ * looks whether a step of the partition is still in flight (ds_partition_step_idle,
+ * store/step_lock.c): a worker that has not taken the fence may still claim one.
+ */
+Datum
+ds_partition_workers_behind(PG_FUNCTION_ARGS)
+{
+	int			pids[DS_MAX_WORKERS + DS_MAX_HTTP_WORKERS];
+	Datum		elems[DS_MAX_WORKERS + DS_MAX_HTTP_WORKERS];
+	int			n = ds_fence_workers_behind(MyDatabaseId, ds_partition_settings_key(), pids,
+											lengthof(pids));
+
+	n = Min(n, (int) lengthof(pids));
+	for (int i = 0; i < n; i++)
+		elems[i] = Int32GetDatum(pids[i]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(elems, n, INT4OID, sizeof(int32), true, TYPALIGN_INT));
 }
