@@ -9,7 +9,7 @@
  *   - the partitions it serves, as it last took them, which the HTTP worker says in its slot too
  *     (fences).
  *
- * Each field has one writer, the slot's executor, and is written without a lock. A claimed
+ * Each field has one writer, the process of the slot, and is written without a lock. A claimed
  * attempt calls ds_slot_attempt_starting, a workflow turn ds_slot_turn_starting; an executor
  * that stops running attempts calls ds_slot_idle.
  */
