@@ -19,8 +19,9 @@
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
-#include "ipc/unstarted_claims.h"
-#include "ipc/worker_wakeup.h"
+#include "base/worker_attempt_time.h"
+#include "ipc/executor_slot.h"
+#include "ipc/worker_shmem.h"
 #include "runs/run_claims.h"
 #include "steps/run_context.h"
 #include "steps/step_attempt.h"
@@ -314,7 +315,7 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 		 * The step attempt the turn may have run rolled back with its record:
 		 * the next turn records it on the step it reaches (DS007) -- unless
 		 * the executor is known to have ended before the turn began its step
-		 * (unstarted_claims.h), or the turn is known to have rolled back for
+		 * (executor_slot.h), or the turn is known to have rolled back for
 		 * another turn's sake, whose code ended the executor: then neither
 		 * the run nor its step is charged. After a crash nobody knows: it is
 		 * charged, as a plain step's lost claim is.

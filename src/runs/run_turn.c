@@ -6,7 +6,7 @@
  * attempt (step_exec.c, step_isolation.c: session and current user the owner, security-restricted,
  * the run's search_path, bounded by durable_steps.default_timeout and max_worker_attempt_time,
  * stoppable by ds_cancel_run), inside a subtransaction of its own of the executor's transaction
- * (which other runs' turns of the same owner may share, worker.c; never two turns of one run):
+ * (which other runs' turns of the same owner may share, executor.c; never two turns of one run):
  *
  *   - the workflow returned and nothing suspended: the subtransaction is kept (the workflow's own
  *     writes commit), and the run succeeds with the workflow's value as its output;
@@ -51,6 +51,7 @@
 #include "store/direct_write.h"
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/worker_attempt_time.h"
 #include "steps/run_context.h"
 #include "runs/workflow_calls.h"
 #include "runs/run_turn.h"
@@ -59,8 +60,8 @@
 #include "store/step_lock.h"
 #include "store/store_relations.h"
 #include "store/step_store.h"
-#include "ipc/unstarted_claims.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/executor_slot.h"
+#include "ipc/worker_shmem.h"
 
 static SPIPlanPtr cancel_steps_plan = NULL;
 
@@ -418,7 +419,7 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 
 		/*
 		 * The step's body may run from here: an executor that ends now says
-		 * so in shared memory (unstarted_claims.h), and whoever recovers the
+		 * so in shared memory (executor_slot.h), and whoever recovers the
 		 * turn charges the step an attempt. The attempts earlier turns lost
 		 * of it are recorded first, by its ds_run_step: those that name it,
 		 * and those that name no step, for a step the turn creates -- when

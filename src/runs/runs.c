@@ -34,7 +34,7 @@
 #include "steps/step_attempt.h"
 #include "store/step_lock.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "base/size_limits.h"
 #include "base/partition.h"
 #include "runs/runs.h"

@@ -40,6 +40,7 @@
 #include "base/classify.h"
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/worker_attempt_time.h"
 #include "steps/run_context.h"
 #include "runs/workflow_calls.h"
 #include "steps/step_call.h"
@@ -47,7 +48,7 @@
 #include "store/step_lock.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "base/size_limits.h"
 #include "base/sql_text.h"
 

@@ -18,7 +18,7 @@
 #include "steps/queues.h"
 #include "store/run_store.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 PG_FUNCTION_INFO_V1(ds_set_queue);
 

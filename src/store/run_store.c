@@ -20,7 +20,7 @@
 #include "store/run_store.h"
 #include "store/store_relations.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 static const char *const run_status_names[] = {
 	[RUN_PENDING] = "pending",

@@ -1,7 +1,7 @@
 /*
  * step_claims.c -- the worker's view of durable_steps.steps.
  *
- * The worker runs as a superuser with search_path pinned to pg_catalog (see worker.c); the
+ * The worker runs as a superuser with search_path pinned to pg_catalog (see executor.c); the
  * statements here still name the extension's schema explicitly. Executors claim and count SQL
  * steps only (kind 'sql'): HTTP steps are the HTTP worker's (http_claims.c).
  */
@@ -18,6 +18,7 @@
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/worker_attempt_time.h"
 #include "store/replay_cache.h"
 #include "steps/step_attempt.h"
 #include "worker/step_claims.h"
@@ -127,7 +128,7 @@ typedef struct QueueHolders
  * they are. The queue's row stays locked
  * until the claim commits, so executors claiming from the same queue take turns and each counts
  * the claims committed before it; an executor that finds the row locked passes the queue by (0)
- * and serves another. Runs under READ COMMITTED (see worker.c): the count's snapshot is taken
+ * and serves another. Runs under READ COMMITTED (see executor.c): the count's snapshot is taken
  * after the row lock.
  */
 static int
@@ -509,7 +510,7 @@ wait_for_claim_turn(const char *queue)
 
 /*
  * Claims in the order executors run them: those whose last attempt was lost after all others
- * (each then runs alone: worker.c), then priority, then owner (one transaction each), then due
+ * (each then runs alone: executor.c), then priority, then owner (one transaction each), then due
  * time.
  */
 static int
@@ -775,7 +776,7 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 	rc = SPI_execute_plan(ds_prepare_kept(&running_plan,
 										  "SELECT run_id, step_id FROM durable_steps.steps"
 										  " WHERE next_attempt_at IS NOT NULL AND status = 'running'"
-	/* an outcome kept for an executor is not lost (worker.c) */
+	/* an outcome kept for an executor is not lost (executor.c) */
 										  " AND kept_outcome IS NULL"
 
 	/*

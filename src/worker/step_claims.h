@@ -5,7 +5,7 @@
 #define DS_STEP_CLAIMS_H
 
 #include "base/compat.h"
-#include "ipc/claim_size.h"
+#include "ipc/executor_slot.h"
 #include "executor/spi.h"
 #include "utils/timestamp.h"
 

@@ -1,5 +1,5 @@
 /*
- * idempotent.c -- idempotent requests: the server side of an Idempotency-Key header
+ * idempotent_requests.c -- idempotent requests: the server side of an Idempotency-Key header
  * (docs/idempotent-requests.md).
  *
  * An entry of durable_steps.idempotency_keys is one (owning role, scope, key): the request it was
@@ -36,7 +36,7 @@
 #include "base/partition.h"
 #include "base/size_limits.h"
 #include "base/sql_text.h"
-#include "requests/idempotent.h"
+#include "idempotency/idempotent_requests.h"
 #include "store/step_store.h"
 
 /* 'DI' in the objsubid column of pg_locks */
