@@ -26,6 +26,7 @@ OBJS = \
 	src/http/http_transfer.o \
 	src/store/citus_commit.o \
 	src/store/store_relations.o \
+	src/store/kept_plan.o \
 	src/store/direct_write.o \
 	src/store/step_lock.o \
 	src/store/step_store.o \
@@ -37,6 +38,7 @@ OBJS = \
 	src/store/retention.o \
 	src/store/role_guard.o \
 	src/store/run_store.o \
+	src/store/step_claim_store.o \
 	src/requests/idempotent.o \
 	src/steps/step_isolation.o \
 	src/steps/step_context.o \
