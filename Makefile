@@ -39,6 +39,12 @@ OBJS = \
 	src/store/role_guard.o \
 	src/store/run_store.o \
 	src/store/step_claim_store.o \
+	src/store/run_claim_store.o \
+	src/store/run_control_store.o \
+	src/store/event_store.o \
+	src/store/queue_store.o \
+	src/store/schedule_store.o \
+	src/store/idempotency_store.o \
 	src/requests/idempotent.o \
 	src/steps/step_isolation.o \
 	src/steps/step_context.o \

@@ -207,14 +207,14 @@ ds_run_step_paused_queue(const char *run_id, const char *step_id)
 
 	ds_store_spi_begin(&spi);
 	if (ds_store_execute(&plan,
-										  "SELECT q.name FROM durable_steps.queues q"
-										  " WHERE q.concurrency OPERATOR(pg_catalog.=) 0"
-										  " AND q.name OPERATOR(pg_catalog.=) COALESCE((SELECT s.queue"
-										  "  FROM durable_steps.steps s WHERE s.run_id OPERATOR(pg_catalog.=) $1"
-										  "  AND s.step_id OPERATOR(pg_catalog.=) $2), 'default')",
-										  2, types,
-						  args, NULL, false, 1, SPI_OK_SELECT,
-						  "looking at the queue of step %s/%s", run_id, step_id) == 1)
+						 "SELECT q.name FROM durable_steps.queues q"
+						 " WHERE q.concurrency OPERATOR(pg_catalog.=) 0"
+						 " AND q.name OPERATOR(pg_catalog.=) COALESCE((SELECT s.queue"
+						 "  FROM durable_steps.steps s WHERE s.run_id OPERATOR(pg_catalog.=) $1"
+						 "  AND s.step_id OPERATOR(pg_catalog.=) $2), 'default')",
+						 2, types,
+						 args, NULL, false, 1, SPI_OK_SELECT,
+						 "looking at the queue of step %s/%s", run_id, step_id) == 1)
 		queue = MemoryContextStrdup(spi.caller_cxt,
 									SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
 	ds_store_spi_end(&spi);
@@ -257,16 +257,16 @@ ds_run_wake_for_http_step(const char *run_id, const char *step_id)
 	 * (waiting for this step: woken).
 	 */
 	(void) ds_store_execute(&wake_plan,
-										  "UPDATE durable_steps.runs SET next_wake_at = CASE"
-										  " WHEN status OPERATOR(pg_catalog.=) 'waiting'"
-										  " THEN pg_catalog.clock_timestamp() ELSE next_wake_at END"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1"
-										  " AND current_step OPERATOR(pg_catalog.=) $2"
-										  " AND status OPERATOR(pg_catalog.=) ANY ('{waiting,running}')"
-										  " RETURNING status OPERATOR(pg_catalog.=) 'waiting'",
-										  2, types,
-						  args, NULL, false, 0, SPI_OK_UPDATE_RETURNING,
-						  "waking run %s", run_id);
+							"UPDATE durable_steps.runs SET next_wake_at = CASE"
+							" WHEN status OPERATOR(pg_catalog.=) 'waiting'"
+							" THEN pg_catalog.clock_timestamp() ELSE next_wake_at END"
+							" WHERE run_id OPERATOR(pg_catalog.=) $1"
+							" AND current_step OPERATOR(pg_catalog.=) $2"
+							" AND status OPERATOR(pg_catalog.=) ANY ('{waiting,running}')"
+							" RETURNING status OPERATOR(pg_catalog.=) 'waiting'",
+							2, types,
+							args, NULL, false, 0, SPI_OK_UPDATE_RETURNING,
+							"waking run %s", run_id);
 	woken = false;
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
