@@ -1,9 +1,8 @@
 /*
  * step_claims.c -- the worker's view of durable_steps.steps.
  *
- * The worker runs as a superuser with search_path pinned to pg_catalog (see worker.c); the
- * statements here still name the extension's schema explicitly. Executors claim and count SQL
- * steps only (kind 'sql'): HTTP steps are the HTTP worker's (http_claims.c).
+ * What to claim, and for whom; the statements are store/step_claim_store.c's. Executors claim
+ * and count SQL steps only (kind 'sql'): HTTP steps are the HTTP worker's (http_claims.c).
  */
 #include "base/compat.h"
 
@@ -18,14 +17,12 @@
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
-#include "store/replay_cache.h"
 #include "steps/step_attempt.h"
 #include "worker/step_claims.h"
 #include "steps/step_exec.h"
 #include "store/step_claim_store.h"
 #include "store/step_lock.h"
 #include "store/step_store.h"
-
 
 /* the owners of a limited queue's running steps counted apart (more are rare: see below) */
 #define DS_QUEUE_HOLDERS_MAX 64
