@@ -55,6 +55,7 @@
 #include "steps/run_context.h"
 #include "runs/workflow_calls.h"
 #include "runs/run_turn.h"
+#include "store/run_control_store.h"
 #include "store/run_store.h"
 #include "steps/step_exec.h"
 #include "store/step_lock.h"
@@ -62,8 +63,6 @@
 #include "store/step_store.h"
 #include "ipc/executor_slot.h"
 #include "ipc/worker_shmem.h"
-
-static SPIPlanPtr cancel_steps_plan = NULL;
 
 /* How often a run whose step's queue is paused looks again (ds_set_queue also wakes it). */
 #define RUN_QUEUE_PAUSED_RECHECK (60 * USECS_PER_SEC)
@@ -177,25 +176,7 @@ record_continuing(ClaimedRun *run, const RunOutcome *o)
 static void
 cancel_run_steps(const char *run_id)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(run_id)};
-	StoreSpi	spi;
-
-	ds_store_spi_begin(&spi);
-	if (SPI_execute_plan(ds_prepare_kept(&cancel_steps_plan,
-										 "UPDATE durable_steps.steps SET status = 'cancelled',"
-										 " error_class = 'cancelled', next_attempt_at = NULL,"
-										 " finished_at = pg_catalog.clock_timestamp(),"
-										 " updated_at = pg_catalog.clock_timestamp()"
-										 " WHERE run_id OPERATOR(pg_catalog.=) $1"
-										 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked,uncertain}')"
-										 " AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
-										 "  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
-										 "  owner::pg_catalog.oid, 'USAGE')",
-										 1, types),
-						 args, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "cancelling the steps of run %s failed", run_id);
-	ds_store_spi_end(&spi);
+	ds_store_cancel_run_steps(run_id);
 }
 
 /*
