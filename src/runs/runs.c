@@ -33,6 +33,7 @@
 #include "store/run_control_store.h"
 #include "store/run_store.h"
 #include "steps/step_attempt.h"
+#include "steps/step_call.h"
 #include "store/step_lock.h"
 #include "store/step_store.h"
 #include "ipc/worker_shmem.h"
@@ -228,7 +229,11 @@ ds_start_run(PG_FUNCTION_ARGS)
 	workflow = format_procedure_qualified(ds_resolve_workflow(workflow));
 	/* a run key names the run: it must be one of this server's partitions */
 	if (run_key != NULL)
+	{
 		ds_partition_check_run(run_key);
+		/* a schedule's slot is its firings' (docs/schedules.md) */
+		ds_check_slot_run_id(run_key);
+	}
 	run_id = run_key ? run_key : generated_run_id();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "ds_start_run must return a composite type");

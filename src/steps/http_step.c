@@ -81,6 +81,7 @@ ds_http_step(PG_FUNCTION_ARGS)
 	TimestampTz now;
 
 	ds_http_step_check_role();
+	ds_check_slot_run_id(run_id);
 	request = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
 	/* the step's own status lists are part of its request (docs/http.md) */
 	request = ds_http_request_with_status_lists(request,

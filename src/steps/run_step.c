@@ -93,6 +93,7 @@ parse_step_call(FunctionCallInfo fcinfo, StepCall *call)
 
 	memset(call, 0, sizeof(*call));
 	call->run_id = ds_run_id_arg(fcinfo, 0);
+	ds_check_slot_run_id(call->run_id);
 	call->step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	call->input = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
 	call->policy = PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4);

@@ -26,6 +26,7 @@
 #include "steps/run_context.h"
 #include "steps/step_call.h"
 #include "steps/step_context.h"
+#include "store/schedule_store.h"
 #include "store/step_lock.h"
 #include "base/partition.h"
 #include "store/step_probe.h"
@@ -76,6 +77,44 @@ ds_run_id_arg(FunctionCallInfo fcinfo, int argno)
 
 	ds_partition_check_run(run_id);
 	return run_id;
+}
+
+/*
+ * (step_call.h) A slot's run id begins `schedule:` and then the job name as ds_key writes a part
+ * (`:` and `\` escaped with `\`), then `:`. Another role that could make a step or a run under a
+ * schedule's next slot keys would make every firing of it skip them, or hold them with an open
+ * transaction: so those keys are reserved, and checked before anything is locked.
+ */
+void
+ds_check_slot_run_id(const char *run_id)
+{
+	StringInfoData job;
+	const char *p;
+	Oid			owner;
+	StoreSpi	spi;
+
+	if (strncmp(run_id, "schedule:", 9) != 0)
+		return;
+	initStringInfo(&job);
+	for (p = run_id + 9; *p != '\0' && *p != ':'; p++)
+	{
+		if (*p == '\\' && p[1] != '\0')
+			p++;
+		appendStringInfoChar(&job, *p);
+	}
+	if (*p != ':' || job.len == 0)
+		return;					/* not a slot's key: no slot follows a job
+								 * name */
+	ds_store_spi_begin(&spi);
+	owner = ds_store_schedule_owner(job.data);
+	ds_store_spi_end(&spi);
+	if (!OidIsValid(owner) || !has_privs_of_role(GetUserId(), owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("run id \"%s\" is reserved for the slots of schedule \"%s\"", run_id,
+						job.data),
+				 errdetail("Run ids of the form ds_key('schedule', job_name, slot) are made by the schedule's firings, as its owner."),
+				 errhint("Choose a run id of another form.")));
 }
 
 /*

@@ -22,6 +22,13 @@ extern char *ds_step_identity_arg(FunctionCallInfo fcinfo, int argno, const char
  */
 extern char *ds_run_id_arg(FunctionCallInfo fcinfo, int argno);
 
+/*
+ * A new step or run under `run_id`: a run id of a schedule's slot, ds_key('schedule', job_name,
+ * slot), is for the firings of that schedule alone (docs/schedules.md): 42501 unless the caller
+ * has the privileges of the schedule's owner, and for everyone when there is no such schedule.
+ */
+extern void ds_check_slot_run_id(const char *run_id);
+
 /* Argument `argno`, a step timeout, in microseconds: 0 for NULL, else in (0, 24 hours]. */
 extern int64 ds_step_timeout_arg(FunctionCallInfo fcinfo, int argno);
 

@@ -10,6 +10,7 @@
 #include "store/step_store.h"
 
 static SPIPlanPtr read_plan = NULL;
+static SPIPlanPtr owner_plan = NULL;
 static SPIPlanPtr store_plan = NULL;
 static SPIPlanPtr delete_plan = NULL;
 static SPIPlanPtr fired_plan = NULL;
@@ -26,6 +27,24 @@ ds_store_lock_schedule(const char *job_name)
 							" WHERE job_name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 							1, types, args, NULL, false, 1, SPI_OK_SELECT,
 							"reading schedule %s", job_name);
+}
+
+Oid
+ds_store_schedule_owner(const char *job_name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(job_name)};
+	bool		isnull;
+	Datum		d;
+
+	if (ds_store_execute(&owner_plan,
+						 "SELECT owner::pg_catalog.oid FROM durable_steps.schedules"
+						 " WHERE job_name OPERATOR(pg_catalog.=) $1",
+						 1, types, args, NULL, true, 1, SPI_OK_SELECT,
+						 "reading schedule %s", job_name) == 0)
+		return InvalidOid;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? InvalidOid : DatumGetObjectId(d);
 }
 
 void

@@ -24,6 +24,9 @@ extern void ds_store_put_schedule(const char *job_name, Oid owner, const char *s
 								  const char *workflow, Jsonb *input, const char *sql,
 								  Interval *backfill, int64 jobid);
 
+/* The owner of schedule `job_name`, InvalidOid when there is none (no row lock). */
+extern Oid	ds_store_schedule_owner(const char *job_name);
+
 /* Remove schedule `job_name`. */
 extern void ds_store_delete_schedule(const char *job_name);
 

@@ -1,7 +1,8 @@
 # ds_schedule over pg_cron (docs/schedules.md): a real pg_cron job fires at a minute boundary and
 # starts the run of its slot, as the role that scheduled it; a second firing for the same slot
 # starts nothing; a late firing runs the slot it was for; backfill starts the missed slots, none
-# before the schedule was created; a slot whose key is taken is skipped, the others started;
+# before the schedule was created; a slot's key is its owner's: no other role makes a run or a
+# step under it;
 # another role can neither see, fire, take over nor unschedule the schedule; malformed arguments
 # create nothing; on a partitioned server a firing starts only the slots of its partitions.
 # Needs pg_cron, packaged for PostgreSQL 15 only.
@@ -95,17 +96,24 @@ is(psql_as_ok($node, 'alice', qq{SELECT ds_schedule_fire('late', '$m'::timestamp
 is($node->safe_psql('postgres', qq{SELECT string_agg(input->>'scheduled_at', ',') = to_char(('$m'::timestamptz - interval '40 min') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
   FROM ds_runs WHERE run_id LIKE 'schedule:late:%' AND run_id < ds_key('schedule', 'late', '$m'::timestamptz)}), 't', 'the run is for the slot the firing was late for');
 
-# a slot whose key alice's run holds with other input is hers already; one bob's run holds is
-# skipped with a warning, and the slots after it are started
+# a slot whose key alice's run holds with other input is hers already; another role can make
+# neither a run nor a step under a schedule's slot keys, nor under those of a job not scheduled
+# yet: nobody can make a firing skip a slot, or wait for one
 psql_as_ok($node, 'alice', qq{SELECT ds_start_run('tick', '{"by": "hand"}', ds_key('schedule', 'late', '$m'::timestamptz - interval '30 min'))});
 psql_as_ok($node, 'bob', q{CREATE FUNCTION public.bob_wf(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT NULL::jsonb $$});
-psql_as_ok($node, 'bob', qq{SELECT ds_start_run('bob_wf', '{}', ds_key('schedule', 'late', '$m'::timestamptz - interval '20 min'))});
+my ($rc, $out, $err) = psql_as($node, 'bob', qq{SELECT ds_start_run('bob_wf', '{}', ds_key('schedule', 'late', '$m'::timestamptz - interval '20 min'))});
+like($err, qr/42501: run id "schedule:late:.*" is reserved for the slots of schedule "late"/, 'bob cannot start a run under a slot key of alice\'s schedule');
+($rc, $out, $err) = psql_as($node, 'bob', qq{SELECT ds_run_step(ds_key('schedule', 'late', '$m'::timestamptz - interval '20 min'), 's', 'SELECT 1', defer => true)});
+like($err, qr/42501: run id .* is reserved/, 'nor store a step under one');
+($rc, $out, $err) = psql_as($node, 'bob', qq{SELECT ds_run_step(ds_key('schedule', 'not-yet', '$m'::timestamptz), 's', 'SELECT 1', defer => true)});
+like($err, qr/42501: run id .* is reserved for the slots of schedule "not-yet"/, 'nor under a slot key of a job nobody scheduled yet');
+($rc, $out, $err) = psql_as($node, 'bob', qq{SELECT ds_run_step(ds_key('schedule', 'late:x\\', '$m'::timestamptz), 's', 'SELECT 1', defer => true)});
+like($err, qr/42501: run id .* is reserved for the slots of schedule "late:x\\"/, 'a job name with a colon and a backslash is read as ds_key wrote it');
 $node->safe_psql('postgres', q{UPDATE durable_steps.schedules SET backfill = '30 minutes' WHERE job_name = 'late'});
-my ($rc, $out, $err) = psql_as($node, 'alice', qq{SELECT ds_schedule_fire('late', '$m'::timestamptz - interval '1 min')});
-is($out, '1', 'the firing started the one slot whose key nobody held');
-like($err, qr/WARNING:  42501: schedule "late" did not start its slot/, 'and warned of the slot bob\'s run holds');
+is(psql_as_ok($node, 'alice', qq{SELECT ds_schedule_fire('late', '$m'::timestamptz - interval '1 min')}),
+	'2', 'the firing started the two slots whose keys nobody held');
 is($node->safe_psql('postgres', qq{SELECT string_agg(owner::text || ' ' || (input ? 'by')::text, ',' ORDER BY run_id) FROM ds_runs WHERE run_id LIKE 'schedule:late:%' AND run_id < ds_key('schedule', 'late', '$m'::timestamptz)}),
-	'alice false,alice true,bob false,alice false', 'the runs of the slots: the hand-started one kept, bob\'s untouched');
+	'alice false,alice true,alice false,alice false', 'the runs of the slots: all alice\'s, the hand-started one kept');
 
 # another role: sees nothing, cannot fire, take over or unschedule alice's schedules
 is(psql_as_ok($node, 'bob', q{SELECT count(*) FROM ds_schedules}), '0', 'bob sees none of alice\'s schedules');
