@@ -85,8 +85,8 @@ is_deeply(
 	'the committed attempts are counted by class and by the status they left; the rolled-back ones are not');
 
 # Steps in flight: the retrying one (due in an hour), two deferred into a paused queue (one due
-# now, one due a minute ago, so the oldest has waited a minute), one pending in another queue
-# due tomorrow.
+# now, one due a minute ago, so the oldest has waited a minute), one pending in a queue no
+# administrator configured, due tomorrow: it counts under the queue '(unconfigured)'.
 $node->safe_psql('postgres', q{
 SELECT ds_set_queue('paused', 0);
 SET ROLE app;
@@ -100,16 +100,16 @@ is_deeply(
 	{
 		'steps|default|sql|retrying' => 1,
 		'steps|paused|sql|pending'   => 2,
-		'steps|slow|sql|pending'     => 1,
+		'steps|(unconfigured)|sql|pending' => 1,
 		'steps_due|default|sql|-'    => 0,
 		'steps_due|paused|sql|-'     => 2,
-		'steps_due|slow|sql|-'       => 0,
+		'steps_due|(unconfigured)|sql|-'   => 0,
 	},
 	'the steps in flight by queue, kind and status, and those due now');
 my $oldest = stats('watcher', 'oldest_due_seconds');
 cmp_ok($oldest->{'oldest_due_seconds|paused|sql|-'}, '>=', 60, 'the oldest due step of the paused queue has waited a minute');
 cmp_ok($oldest->{'oldest_due_seconds|paused|sql|-'}, '<', 600, '... and not ten');
-is($oldest->{'oldest_due_seconds|slow|sql|-'}, 0, 'a queue with nothing due has waited for nothing');
+is($oldest->{'oldest_due_seconds|(unconfigured)|sql|-'}, 0, 'a queue with nothing due has waited for nothing');
 
 # HTTP: a 200 and a 503 then a 200 (the worker retries it), and a request to a closed port
 # (no response). The responses are counted as the HTTP worker gets them.
