@@ -94,3 +94,131 @@ SELECT w.metric, NULL, NULL, NULL, (c.j OPERATOR(pg_catalog.->>) w.field)::doubl
                   ('http_workers', 'http_workers'), ('counters_since', 'since')) w(metric, field)
  WHERE c.j IS NOT NULL
 $$;
+
+-- The partitions in force for every process: a backend reads the configuration file only
+-- between client statements, so a procedure that commits in a loop kept writing a partition
+-- fenced meanwhile. Each process now publishes the partitions of the reload it took in shared
+-- memory, and every check of a run's or a key's partition asks it too; an export publishes its
+-- own first, and then waits only for the transactions open since (docs/partitions.md).
+CREATE FUNCTION durable_steps.ds_partitions_in_force_publish() RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'ds_partitions_in_force_publish_now' LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION durable_steps.ds_partitions_in_force_publish() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.ds_partition_export(p integer, OUT n bigint, OUT line jsonb)
+    RETURNS SETOF record
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+DECLARE
+    v_count integer := pg_catalog.current_setting('durable_steps.partition_count')::integer;
+    v_busy text;
+    v_fenced_at timestamptz;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for ds_partition_export' USING ERRCODE = '42501',
+            DETAIL = 'Moving a partition reads and writes every role''s steps: only a superuser may.';
+    END IF;
+    IF v_count OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'this server is not partitioned'
+            USING ERRCODE = '55000', HINT = 'Set durable_steps.partition_count and durable_steps.partitions first.';
+    END IF;
+    IF p IS NULL OR p OPERATOR(pg_catalog.<) 0 OR p OPERATOR(pg_catalog.>=) v_count THEN
+        RAISE EXCEPTION 'partition % does not exist', p
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('durable_steps.partition_count is %s.', v_count);
+    END IF;
+    IF p OPERATOR(pg_catalog.=) ANY (pg_catalog.string_to_array(
+            pg_catalog.replace(pg_catalog.current_setting('durable_steps.partitions'), ' ', ''), ',')::integer[]) THEN
+        RAISE EXCEPTION 'partition % is not fenced: this server still owns it', p
+            USING ERRCODE = '55000',
+                  HINT = 'Remove it from durable_steps.partitions (ALTER SYSTEM, pg_reload_conf()) first.';
+    END IF;
+    -- The fence in force for every process from now on: a transaction that begins after this
+    -- is refused the partition (DS201) whatever settings its session began with -- a procedure
+    -- that commits in a loop included. One open since before may still store a step of it.
+    v_fenced_at := durable_steps.ds_partitions_in_force_publish();
+    SELECT pg_catalog.string_agg(a.pid::text, ', ') INTO v_busy
+      FROM pg_catalog.pg_stat_activity a
+     WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+       AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+       AND a.xact_start OPERATOR(pg_catalog.<) v_fenced_at;
+    IF v_busy IS NOT NULL THEN
+        RAISE EXCEPTION 'transactions open since before the fence may still write partition %', p
+            USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('Backends %s.', v_busy),
+                  HINT = 'Let them end (or end them), then export again.';
+    END IF;
+    -- a prepared transaction keeps what it wrote until it is committed, whenever that is: it
+    -- may hold a step or an idempotency key of the partition (pg_stat_activity does not list it)
+    SELECT pg_catalog.string_agg(pg_catalog.quote_literal(x.gid), ', ') INTO v_busy
+      FROM pg_catalog.pg_prepared_xacts x
+     WHERE x.database OPERATOR(pg_catalog.=) pg_catalog.current_database();
+    IF v_busy IS NOT NULL THEN
+        RAISE EXCEPTION 'prepared transactions may still write partition %', p
+            USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('Prepared transactions %s.', v_busy),
+                  HINT = 'COMMIT PREPARED or ROLLBACK PREPARED them (Citus resolves its own), then export again.';
+    END IF;
+    -- a worker that has not taken the fence yet may still claim a step of the partition
+    SELECT pg_catalog.array_to_string(durable_steps.ds_partition_workers_behind(), ', ') INTO v_busy;
+    IF v_busy OPERATOR(pg_catalog.<>) '' THEN
+        RAISE EXCEPTION 'worker processes have not taken the fence of partition % yet', p
+            USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('Processes %s serve the partitions of the settings before the reload.', v_busy),
+                  HINT = 'Each takes a reload between its claims: export again in a moment.';
+    END IF;
+    -- attempts and turns in flight finish here first: their locks are held until their outcomes
+    -- commit (the running rows are read first, OFFSET 0, so that only their locks are tried); an
+    -- HTTP outcome kept for an executor is recorded here first too, with its hook
+    SELECT pg_catalog.string_agg(b.id, ', ') INTO v_busy
+      FROM (SELECT s.run_id, s.step_id,
+                   s.run_id OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) s.step_id AS id,
+                   s.kept_outcome IS NOT NULL AS kept
+              FROM durable_steps.steps s
+             WHERE s.status OPERATOR(pg_catalog.=) 'running' AND s.next_attempt_at IS NOT NULL
+               AND (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
+            UNION ALL
+            SELECT r.run_id, '', 'run ' OPERATOR(pg_catalog.||) r.run_id, false
+              FROM durable_steps.runs r
+             WHERE r.status OPERATOR(pg_catalog.=) 'running'
+               AND (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
+            OFFSET 0) b
+     WHERE b.kept OR NOT durable_steps.ds_partition_step_idle(b.run_id, b.step_id);
+    IF v_busy IS NOT NULL THEN
+        RAISE EXCEPTION 'partition % has attempts in flight', p
+            USING ERRCODE = 'DS409', DETAIL = pg_catalog.format('In flight: %s.', v_busy),
+                  HINT = 'They finish within their timeouts; export again then.';
+    END IF;
+    RETURN QUERY
+    WITH r AS (SELECT r FROM durable_steps.runs r
+                WHERE (pg_catalog.hashtext(r.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p),
+         s AS (SELECT s FROM durable_steps.steps s
+                WHERE (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p),
+         a AS (SELECT a FROM durable_steps.attempts a
+                WHERE (pg_catalog.hashtext(a.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p),
+         e AS (SELECT e FROM durable_steps.events e),
+         -- a key of a role dropped while connected to another database can never be answered
+         -- again (a role is answered only its own keys): left behind, for ds_partition_drop
+         k AS (SELECT k FROM durable_steps.idempotency_keys k
+                WHERE (pg_catalog.hashtext(k.key) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
+                  AND EXISTS (SELECT FROM pg_catalog.pg_roles o WHERE o.oid OPERATOR(pg_catalog.=) k.owner::pg_catalog.oid)),
+         body AS (SELECT 'runs' AS t, pg_catalog.to_jsonb(r.r) AS j FROM r
+                  UNION ALL SELECT 'steps', pg_catalog.to_jsonb(s.s) FROM s
+                  UNION ALL SELECT 'attempts', pg_catalog.to_jsonb(a.a) FROM a
+                  UNION ALL SELECT 'events', pg_catalog.to_jsonb(e.e) FROM e
+                  UNION ALL SELECT 'idempotency_keys', pg_catalog.to_jsonb(k.k) FROM k),
+         counts AS (SELECT pg_catalog.jsonb_build_object(
+                               'runs', (SELECT pg_catalog.count(*) FROM r),
+                               'steps', (SELECT pg_catalog.count(*) FROM s),
+                               'attempts', (SELECT pg_catalog.count(*) FROM a),
+                               'events', (SELECT pg_catalog.count(*) FROM e),
+                               'idempotency_keys', (SELECT pg_catalog.count(*) FROM k)) AS c)
+    SELECT 0::bigint, pg_catalog.jsonb_build_object('ds_partition_export', 1, 'partition', p,
+               'partition_count', v_count, 'exported_at', pg_catalog.clock_timestamp(),
+               'counts', counts.c)
+      FROM counts
+    UNION ALL
+    SELECT pg_catalog.row_number() OVER (), pg_catalog.jsonb_build_object('table', body.t, 'row', body.j)
+      FROM body
+    UNION ALL
+    SELECT (SELECT pg_catalog.count(*) FROM body) OPERATOR(pg_catalog.+) 1,
+           pg_catalog.jsonb_build_object('ds_partition_end', p, 'counts', counts.c)
+      FROM counts;
+END
+$$;

@@ -40,6 +40,9 @@ typedef struct OwnedPartitions
 
 static const OwnedPartitions *owned = NULL;
 
+/* the partitions in force across the server (ds_partition_set_in_force_check) */
+static PartitionInForceCheck in_force_check = NULL;
+
 /* check hook of durable_steps.partition_count: 0, or a power of two up to 1024. */
 static bool
 check_partition_count(int *newval, void **extra, GucSource source)
@@ -171,6 +174,30 @@ ds_partition_settings_key(void)
 	return key | UINT64CONST(1) << 63;
 }
 
+void
+ds_partition_set_in_force_check(PartitionInForceCheck check)
+{
+	in_force_check = check;
+}
+
+int
+ds_partition_owned_bits(uint8 *bits)
+{
+	memset(bits, 0, DS_MAX_PARTITIONS / 8);
+	if (owned != NULL)
+		memcpy(bits, owned->bits, DS_MAX_PARTITIONS / 8);
+	return partition_count;
+}
+
+/* Do this process's settings own partition p? */
+static bool
+listed(int p)
+{
+	/* a listed partition beyond the count owns nothing: fail closed */
+	return owned != NULL && p >= 0 && p < partition_count &&
+		(owned->bits[p / 8] & (1 << (p % 8))) != 0;
+}
+
 bool
 ds_partition_owns_partition(int p)
 {
@@ -178,9 +205,7 @@ ds_partition_owns_partition(int p)
 		return false;
 	if (partition_count == 0)
 		return true;
-	/* a listed partition beyond the count owns nothing: fail closed */
-	return owned != NULL && p >= 0 && p < partition_count &&
-		(owned->bits[p / 8] & (1 << (p % 8))) != 0;
+	return listed(p) && (in_force_check == NULL || in_force_check(p, partition_count));
 }
 
 bool
@@ -212,6 +237,13 @@ check_owned(const char *what, const char *id, const char *column)
 	if (partition_count == 0)
 		return;
 	p = ds_partition_of_run(id, partition_count);
+	if (listed(p) && !ds_partition_owns_partition(p))
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_WRONG_PARTITION),
+				 errmsg("%s %s belongs to partition %d, which this server no longer owns", what, id, p),
+				 errdetail("A reload since this statement began fenced it: the settings this session began with still list it."),
+				 errhint("Send calls for %s %s to the server that owns partition %d: hashtext(%s) & %d.",
+						 what, id, p, column, partition_count - 1)));
 	if (!ds_partition_owns_partition(p))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_WRONG_PARTITION),

@@ -35,6 +35,21 @@ extern bool ds_partition_owns_partition(int p);
 extern uint64 ds_partition_settings_key(void);
 
 /*
+ * The partitions this process's settings own: durable_steps.partition_count, returned, and the
+ * partitions listed, one bit each in bits[DS_MAX_PARTITIONS / 8].
+ */
+extern int	ds_partition_owned_bits(uint8 *bits);
+
+/*
+ * The partitions the latest reload of any process owns (ipc/partitions_in_force.c registers
+ * it): false when that reload no longer lists partition p of `count`. A process owns a
+ * partition only when its own settings and this both say so: a statement that began before a
+ * fence (a procedure that commits in a loop) is refused the fenced partition at once.
+ */
+typedef bool (*PartitionInForceCheck) (int p, int count);
+extern void ds_partition_set_in_force_check(PartitionInForceCheck check);
+
+/*
  * Raise DS201 (wrong partition) unless this server owns run_id `run_id`: every call that names
  * a run, before it reads or writes anything of it.
  */

@@ -26,6 +26,7 @@
 #include "utils/timestamp.h"
 
 #include "ipc/executor_slot.h"
+#include "ipc/partitions_in_force.h"
 #include "store/store_relations.h"
 #include "worker/worker_session.h"
 
@@ -77,6 +78,12 @@ ds_worker_reload_settings_if_asked(ReloadedSettingsHook reapply)
 		return;
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
+
+	/*
+	 * the partitions of this reload are in force for every process now
+	 * (docs/partitions.md)
+	 */
+	ds_partitions_in_force_publish();
 
 	/*
 	 * every claim after this one serves the partitions reloaded
