@@ -2767,7 +2767,7 @@ sub run_trial
 	# fenced run: no worker attempt of a fenced partition started while the fence was in force in
 	# every worker process (a window of the fault `fence`: from the first empty
 	# ds_partition_workers_behind() after its reload to its reopen's ALTER SYSTEM), unless it was
-	# claimed before. A worker process takes a reload only between claims (src/worker/worker.c),
+	# claimed before. A worker process takes a reload only between claims (src/worker/executor.c),
 	# so what it claimed before (a batch whose attempts it starts one after another, turns it
 	# takes for up to 250 ms) finishes after the reload, and the process shows behind meanwhile:
 	# such a claim's time, taken in its transaction, is before the window. ds_attempts records it

@@ -19,13 +19,15 @@
 #include "store/store_relations.h"
 #include "store/step_store.h"
 #include "worker/http_worker.h"
-#include "worker/worker.h"
+#include "worker/executor.h"
+#include "worker/launcher.h"
 #include "worker/worker_session.h"
 #include "ipc/outcome_waits.h"
 #include "ipc/step_counters.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "base/size_limits.h"
 #include "base/partition.h"
+#include "base/worker_attempt_time.h"
 
 DS_MODULE_MAGIC;
 
@@ -39,6 +41,7 @@ _PG_init(void)
 	ds_step_store_init_module();
 	ds_policy_init_module();
 	ds_replay_cache_init_module();
+	ds_worker_attempt_time_init_module();
 	ds_step_exec_init_module();
 	ds_step_attempt_init_module();
 	ds_step_context_init_module();

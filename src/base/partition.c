@@ -10,8 +10,9 @@
  * on the wrong server, and the worker claims nothing of a partition it does not own. Both
  * settings are reloadable: an operator fences a partition with ALTER SYSTEM and
  * pg_reload_conf(), and every process, the worker's included, stops taking its work at its next
- * statement. An idempotency key (requests/idempotent.c) belongs to a partition the same way,
- * by hashtext(key): a router sends it where its entry lives, and it moves with the partition.
+ * statement. An idempotency key (idempotency/idempotent_requests.c) belongs to a partition the
+ * same way, by hashtext(key): a router sends it where its entry lives, and it moves with the
+ * partition.
  */
 #include "base/compat.h"
 

@@ -29,7 +29,7 @@ extern bool ds_partition_owns_partition(int p);
 /*
  * The partitions this process serves, as one number: partition_count and the partitions owned
  * (0 when not partitioned). Two processes with the same settings have the same number; a
- * worker publishes it (ipc/fence_applied.h) so that a partition's export knows every worker
+ * worker publishes it (ipc/executor_slot.h) so that a partition's export knows every worker
  * has taken its fence.
  */
 extern uint64 ds_partition_settings_key(void);

@@ -19,52 +19,31 @@
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
-#include "ipc/unstarted_claims.h"
-#include "ipc/worker_wakeup.h"
+#include "base/worker_attempt_time.h"
+#include "ipc/executor_slot.h"
+#include "ipc/worker_shmem.h"
 #include "runs/run_claims.h"
 #include "steps/run_context.h"
 #include "steps/step_attempt.h"
 #include "steps/step_exec.h"
 #include "ipc/outcome_waits.h"
+#include "store/event_store.h"
+#include "store/run_claim_store.h"
 #include "store/run_store.h"
 #include "store/step_lock.h"
 #include "store/step_store.h"
 
-static SPIPlanPtr due_plan = NULL;
-static SPIPlanPtr claim_plan = NULL;
-static SPIPlanPtr lock_plan = NULL;
-static SPIPlanPtr event_plan = NULL;
-static SPIPlanPtr emitted_events_plan = NULL;
-static SPIPlanPtr running_plan = NULL;
-static SPIPlanPtr lost_plan = NULL;
-static SPIPlanPtr next_wake_plan = NULL;
-
 int
 ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
 {
-	Oid			due_types[1] = {INT4OID};
-	Oid			claim_types[3] = {TEXTARRAYOID, INT4OID, INTERVALOID};
-	Datum		args[3];
 	Datum	   *ids;
 	int			n_locked = 0;
 	int			n = 0;
-	int			rc;
 	StoreSpi	spi;
 
 	*runs = NULL;
 	ds_store_spi_begin(&spi);
-	args[0] = Int32GetDatum(limit);
-	rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
-										  "SELECT run_id FROM durable_steps.runs"
-										  " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
-										  " AND next_wake_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"
-										  " AND durable_steps.ds_partition_owned(run_id)"
-										  " ORDER BY next_wake_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-										  1, due_types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "due run query failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
+	if (ds_store_lock_due_runs(limit) == 0)
 	{
 		ds_store_spi_end(&spi);
 		return 0;
@@ -79,23 +58,10 @@ ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
 	}
 	if (n_locked > 0)
 	{
-		args[0] = PointerGetDatum(construct_array(ids, n_locked, TEXTOID, -1, false, TYPALIGN_INT));
-		args[1] = Int32GetDatum(MyProcPid);
-		args[2] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
-		rc = SPI_execute_plan(ds_prepare_kept(&claim_plan,
-											  "UPDATE durable_steps.runs SET status = 'running',"
-											  " turns = turns OPERATOR(pg_catalog.+) 1, claimed_by = $2,"
-											  " updated_at = pg_catalog.clock_timestamp(),"
-											  " lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3"
-											  " WHERE run_id OPERATOR(pg_catalog.=) ANY ($1)"
-											  " RETURNING run_id, workflow, input, policy,"
-											  " owner::pg_catalog.oid, search_path, turns, lost_turns,"
-											  " unrecorded_attempts",
-											  3, claim_types),
-							  args, NULL, false, 0);
-		if (rc != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "claiming runs failed: %s", SPI_result_code_string(rc));
-		n = (int) SPI_processed;
+		n = (int) ds_store_claim_runs(construct_array(ids, n_locked, TEXTOID, -1, false,
+													  TYPALIGN_INT),
+									  MyProcPid,
+									  ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
 		*runs = MemoryContextAlloc(cxt, sizeof(ClaimedRun) * Max(n, 1));
 		for (int i = 0; i < n; i++)
 		{
@@ -132,22 +98,12 @@ ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
 bool
 ds_lock_claimed_run(ClaimedRun *run)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(run->run_id)};
 	StoreSpi	spi;
 	bool		ours;
 	bool		isnull;
-	int			rc;
 
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&lock_plan,
-										  "SELECT status, claimed_by, turns, ctid FROM durable_steps.runs"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-										  1, types),
-						  args, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "locking run %s failed", run->run_id);
-	ours = SPI_processed == 1 &&
+	ours = ds_store_lock_run_row(run->run_id) == 1 &&
 		ds_run_status_from_name(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)) == RUN_RUNNING &&
 		DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) == MyProcPid &&
 		!isnull &&
@@ -163,32 +119,13 @@ ds_lock_claimed_run(ClaimedRun *run)
 void
 ds_wake_runs_with_emitted_events(void)
 {
-	StoreSpi	spi;
-
-	ds_store_spi_begin(&spi);
-	/* through runs_event_idx: the runs that wait for an event */
-	if (SPI_execute_plan(ds_prepare_kept(&emitted_events_plan,
-										 "UPDATE durable_steps.runs r"
-										 " SET next_wake_at = pg_catalog.clock_timestamp()"
-										 " WHERE r.status OPERATOR(pg_catalog.=) 'waiting'"
-										 " AND r.wait_event IS NOT NULL"
-										 " AND (r.next_wake_at IS NULL"
-										 "  OR r.next_wake_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())"
-										 " AND EXISTS (SELECT FROM durable_steps.events e"
-										 "  WHERE e.owner OPERATOR(pg_catalog.=) r.owner"
-										 "  AND e.name OPERATOR(pg_catalog.=) r.wait_event)",
-										 0, NULL),
-						 NULL, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "looking for emitted events failed");
-	ds_store_spi_end(&spi);
+	ds_store_wake_runs_with_emitted_events();
 }
 
 void
 ds_wake_if_event_emitted(const char *run_id, Oid owner, const char *event)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, BOOLOID};
-	Datum		args[3] = {CStringGetTextDatum(run_id), CStringGetTextDatum(event), (Datum) 0};
-	StoreSpi	spi;
+	bool		emit_in_flight;
 
 	/*
 	 * An emit that has not committed holds the event's lock (ds_emit_event):
@@ -196,24 +133,8 @@ ds_wake_if_event_emitted(const char *run_id, Oid owner, const char *event)
 	 * and this look cannot see its event. Not waited for (a role's open
 	 * transaction would hold the executor): the run looks again later.
 	 */
-	args[2] = BoolGetDatum(!ds_event_lock(owner, event, false, true));
-	ds_store_spi_begin(&spi);
-	if (SPI_execute_plan(ds_prepare_kept(&event_plan,
-										 "UPDATE durable_steps.runs r"
-										 " SET next_wake_at = CASE WHEN $3"
-										 "  THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)"
-										 "   pg_catalog.current_setting('durable_steps.poll_interval')::pg_catalog.interval"
-										 "  ELSE pg_catalog.clock_timestamp() END"
-										 " WHERE r.run_id OPERATOR(pg_catalog.=) $1"
-										 " AND r.status OPERATOR(pg_catalog.=) 'waiting'"
-										 " AND r.wait_event OPERATOR(pg_catalog.=) $2"
-										 " AND ($3 OR EXISTS (SELECT FROM durable_steps.events e"
-										 "  WHERE e.owner OPERATOR(pg_catalog.=) r.owner"
-										 "  AND e.name OPERATOR(pg_catalog.=) $2))",
-										 3, types),
-						 args, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "looking for event %s failed", event);
-	ds_store_spi_end(&spi);
+	emit_in_flight = !ds_event_lock(owner, event, false, true);
+	ds_store_wake_if_event_emitted(run_id, event, emit_in_flight);
 }
 
 bool
@@ -236,12 +157,8 @@ ds_record_turn_attempt_on_step(const char *run_id, const char *step_id, Oid run_
 int
 ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 {
-	Oid			types[1] = {INT4OID};
-	Oid			lost_types[5] = {TEXTOID, TEXTOID, TEXTOID, BOOLOID, BOOLOID};
-	Datum		args[5];
 	StoreSpi	spi;
 	int			n = 0;
-	int			rc;
 	uint64		n_running;
 	char	  **ids;
 	int		   *lost;
@@ -253,20 +170,7 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 	Oid		   *owner;
 
 	ds_store_spi_begin(&spi);
-	args[0] = Int32GetDatum(limit);
-	/* a turn in flight holds its row: SKIP LOCKED passes over it */
-	rc = SPI_execute_plan(ds_prepare_kept(&running_plan,
-										  "SELECT run_id, lost_turns, policy, claimed_by, updated_at, turns,"
-										  " current_step, owner::pg_catalog.oid"
-										  " FROM durable_steps.runs"
-										  " WHERE status OPERATOR(pg_catalog.=) 'running'"
-	/* only the owner records a lost turn (docs/partitions.md) */
-										  " AND durable_steps.ds_partition_owned(run_id)"
-										  " LIMIT $1 FOR UPDATE SKIP LOCKED", 1, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "running run query failed: %s", SPI_result_code_string(rc));
-	n_running = SPI_processed;
+	n_running = ds_store_lock_running_runs(limit);
 	ids = MemoryContextAlloc(cxt, sizeof(char *) * Max(n_running, 1));
 	lost = palloc(sizeof(int) * Max(n_running, 1));
 	policies = palloc(sizeof(Jsonb *) * Max(n_running, 1));
@@ -314,7 +218,7 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 		 * The step attempt the turn may have run rolled back with its record:
 		 * the next turn records it on the step it reaches (DS007) -- unless
 		 * the executor is known to have ended before the turn began its step
-		 * (unstarted_claims.h), or the turn is known to have rolled back for
+		 * (executor_slot.h), or the turn is known to have rolled back for
 		 * another turn's sake, whose code ended the executor: then neither
 		 * the run nor its step is charged. After a crash nobody knows: it is
 		 * charged, as a plain step's lost claim is.
@@ -346,32 +250,8 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 			ereport(LOG,
 					(errmsg("durable_steps: the turn of run %s rolled back when another run's code ended its executor; it is not counted",
 							ids[i])));
-		args[0] = CStringGetTextDatum(ids[i]);
-		args[1] = CStringGetTextDatum(give_up ? "failed" : "waiting");
-		args[2] = CStringGetTextDatum(unpack_sql_state(ERRCODE_DS_INVOCATION_LOST));
-		args[3] = BoolGetDatum(step_ran);
-		args[4] = BoolGetDatum(counted);
-		rc = SPI_execute_plan(ds_prepare_kept(&lost_plan,
-											  "UPDATE durable_steps.runs SET status = $2,"
-											  " lost_turns = lost_turns OPERATOR(pg_catalog.+) CASE WHEN $5 THEN 1 ELSE 0 END,"
-											  " claimed_by = NULL, lease_expires_at = NULL,"
-											  " updated_at = pg_catalog.clock_timestamp(),"
-											  " next_wake_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'waiting'"
-											  "  THEN pg_catalog.clock_timestamp() END,"
-											  " finished_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'failed'"
-											  "  THEN pg_catalog.clock_timestamp() END,"
-											  " wait_reason = CASE WHEN $5 THEN 'turn lost with its executor' ELSE 'turn rolled back with another' END,"
-											  " unrecorded_attempts = CASE WHEN $2 OPERATOR(pg_catalog.=) 'failed' THEN NULL"
-											  "  WHEN $4 THEN pg_catalog.array_append("
-											  "  COALESCE(unrecorded_attempts, '{}'), $3) ELSE unrecorded_attempts END,"
-											  " error_code = CASE WHEN $2 OPERATOR(pg_catalog.=) 'failed' THEN $3 END,"
-											  " error_message = CASE WHEN $2 OPERATOR(pg_catalog.=) 'failed'"
-											  "  THEN 'invocation_lost: every turn lost its executor' END"
-											  " WHERE run_id OPERATOR(pg_catalog.=) $1",
-											  5, lost_types),
-							  args, NULL, false, 0);
-		if (rc != SPI_OK_UPDATE)
-			elog(ERROR, "recovering run %s failed", ids[i]);
+		ds_store_record_lost_turn(ids[i], give_up ? "failed" : "waiting",
+								  unpack_sql_state(ERRCODE_DS_INVOCATION_LOST), step_ran, counted);
 		if (!give_up)
 			ds_worker_wake_at_commit();
 		else
@@ -385,9 +265,5 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 TimestampTz
 ds_next_run_wake_time(void)
 {
-	return ds_store_query_time(&next_wake_plan,
-							   "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
-							   " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
-							   " AND durable_steps.ds_partition_owned(run_id)",
-							   "next run wake");
+	return ds_store_next_run_wake_time();
 }

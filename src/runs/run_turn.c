@@ -6,7 +6,7 @@
  * attempt (step_exec.c, step_isolation.c: session and current user the owner, security-restricted,
  * the run's search_path, bounded by durable_steps.default_timeout and max_worker_attempt_time,
  * stoppable by ds_cancel_run), inside a subtransaction of its own of the executor's transaction
- * (which other runs' turns of the same owner may share, worker.c; never two turns of one run):
+ * (which other runs' turns of the same owner may share, executor.c; never two turns of one run):
  *
  *   - the workflow returned and nothing suspended: the subtransaction is kept (the workflow's own
  *     writes commit), and the run succeeds with the workflow's value as its output;
@@ -51,18 +51,18 @@
 #include "store/direct_write.h"
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/worker_attempt_time.h"
 #include "steps/run_context.h"
 #include "runs/workflow_calls.h"
 #include "runs/run_turn.h"
+#include "store/run_control_store.h"
 #include "store/run_store.h"
 #include "steps/step_exec.h"
 #include "store/step_lock.h"
 #include "store/store_relations.h"
 #include "store/step_store.h"
-#include "ipc/unstarted_claims.h"
-#include "ipc/worker_wakeup.h"
-
-static SPIPlanPtr cancel_steps_plan = NULL;
+#include "ipc/executor_slot.h"
+#include "ipc/worker_shmem.h"
 
 /* How often a run whose step's queue is paused looks again (ds_set_queue also wakes it). */
 #define RUN_QUEUE_PAUSED_RECHECK (60 * USECS_PER_SEC)
@@ -176,25 +176,7 @@ record_continuing(ClaimedRun *run, const RunOutcome *o)
 static void
 cancel_run_steps(const char *run_id)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(run_id)};
-	StoreSpi	spi;
-
-	ds_store_spi_begin(&spi);
-	if (SPI_execute_plan(ds_prepare_kept(&cancel_steps_plan,
-										 "UPDATE durable_steps.steps SET status = 'cancelled',"
-										 " error_class = 'cancelled', next_attempt_at = NULL,"
-										 " finished_at = pg_catalog.clock_timestamp(),"
-										 " updated_at = pg_catalog.clock_timestamp()"
-										 " WHERE run_id OPERATOR(pg_catalog.=) $1"
-										 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked,uncertain}')"
-										 " AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
-										 "  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
-										 "  owner::pg_catalog.oid, 'USAGE')",
-										 1, types),
-						 args, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "cancelling the steps of run %s failed", run_id);
-	ds_store_spi_end(&spi);
+	ds_store_cancel_run_steps(run_id);
 }
 
 /*
@@ -418,7 +400,7 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 
 		/*
 		 * The step's body may run from here: an executor that ends now says
-		 * so in shared memory (unstarted_claims.h), and whoever recovers the
+		 * so in shared memory (executor_slot.h), and whoever recovers the
 		 * turn charges the step an attempt. The attempts earlier turns lost
 		 * of it are recorded first, by its ds_run_step: those that name it,
 		 * and those that name no step, for a step the turn creates -- when

@@ -30,11 +30,12 @@
 #include "base/policy.h"
 #include "steps/run_context.h"
 #include "ipc/outcome_waits.h"
+#include "store/run_control_store.h"
 #include "store/run_store.h"
 #include "steps/step_attempt.h"
 #include "store/step_lock.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "base/size_limits.h"
 #include "base/partition.h"
 #include "runs/runs.h"
@@ -182,13 +183,6 @@ generated_run_id(void)
 Datum
 ds_start_run(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr insert_plan = NULL;
-	static SPIPlanPtr existing_plan = NULL;
-	static SPIPlanPtr foreign_steps_plan = NULL;
-	Oid			insert_types[7] = {TEXTOID, TEXTOID, JSONBOID, TEXTOID, JSONBOID, OIDOID, TEXTOID};
-	Oid			key_types[1] = {TEXTOID};
-	Datum		args[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *workflow;
 	char	   *run_key = NULL;
 	char	   *run_id;
@@ -201,7 +195,6 @@ ds_start_run(PG_FUNCTION_ARGS)
 	bool		isnull[3] = {false, false, false};
 	char	   *status = "pending";
 	bool		created;
-	int			rc;
 	Oid			caller = GetUserId();
 
 	if (PG_ARGISNULL(0))
@@ -240,15 +233,6 @@ ds_start_run(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "ds_start_run must return a composite type");
 
-	args[0] = CStringGetTextDatum(run_id);
-	args[1] = CStringGetTextDatum(workflow);
-	args[2] = JsonbPGetDatum(input);
-	args[3] = run_key ? CStringGetTextDatum(run_key) : (Datum) 0;
-	nulls[3] = run_key ? ' ' : 'n';
-	args[4] = policy ? JsonbPGetDatum(policy) : (Datum) 0;
-	nulls[4] = policy ? ' ' : 'n';
-	args[5] = ObjectIdGetDatum(caller);
-	args[6] = CStringGetTextDatum(namespace_search_path);
 
 	/*
 	 * A run key may name steps created outside a run: taken to the end of the
@@ -264,22 +248,11 @@ ds_start_run(PG_FUNCTION_ARGS)
 	 * a concurrent start of the same key is waited for; then its run answers
 	 * this one
 	 */
-	rc = SPI_execute_plan(ds_prepare_kept(&insert_plan,
-										  "INSERT INTO durable_steps.runs (run_id, workflow, input,"
-										  " run_key, policy, status, owner, search_path, next_wake_at)"
-										  " VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7,"
-										  " pg_catalog.clock_timestamp()) ON CONFLICT DO NOTHING",
-										  7, insert_types),
-						  args, nulls, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "storing the run failed: %s", SPI_result_code_string(rc));
-	created = SPI_processed == 1;
+	created = ds_store_insert_run(run_id, workflow, input, run_key, policy, caller,
+								  namespace_search_path);
 	/* (a fresh random id has nothing under it) */
 	if (created && run_key != NULL)
 	{
-		Oid			foreign_types[2] = {TEXTOID, OIDOID};
-		Datum		foreign_args[2] = {args[0], args[5]};
-
 		/*
 		 * Steps are found by run_id: steps of a role the caller lacks the
 		 * privileges of under this run id would be replayed by the workflow
@@ -288,18 +261,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 		 * the latest snapshot, taken after the run_id's lock: a step
 		 * committed while this start waited for it is seen.
 		 */
-		rc = SPI_execute_snapshot(ds_prepare_kept(&foreign_steps_plan,
-												  "SELECT FROM durable_steps.steps"
-												  " WHERE run_id OPERATOR(pg_catalog.=) $1"
-												  " AND NOT pg_catalog.pg_has_role($2, owner::pg_catalog.oid, 'USAGE')"
-												  " LIMIT 1",
-												  2, foreign_types),
-								  foreign_args, NULL, GetLatestSnapshot(), InvalidSnapshot,
-								  false, false, 1);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "looking for steps of run %s failed: %s", run_id,
-				 SPI_result_code_string(rc));
-		if (SPI_processed > 0)
+		if (ds_store_run_has_foreign_steps(run_id, caller))
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 					 errmsg("run %s belongs to another role", run_id),
@@ -314,13 +276,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 		Oid			owner;
 		bool		same;
 
-		rc = SPI_execute_plan(ds_prepare_kept(&existing_plan,
-											  "SELECT workflow, input, owner::pg_catalog.oid, status,"
-											  " run_key FROM durable_steps.runs"
-											  " WHERE run_id OPERATOR(pg_catalog.=) $1",
-											  1, key_types),
-							  args, NULL, false, 1);
-		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		if (ds_store_read_run_definition(run_id) != 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_DS_STEP_CONFLICT),
 					 errmsg("run key %s is taken", run_id)));
@@ -375,27 +331,11 @@ typedef struct RunState
 static void
 read_visible_run(const char *run_id, bool lock, RunState *out)
 {
-	static SPIPlanPtr plans[2] = {NULL, NULL};
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(run_id)};
 	StoreSpi	spi;
 	bool		found;
-	int			rc;
 
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&plans[lock],
-										  lock ?
-										  "SELECT status, owner::pg_catalog.oid, claimed_by, turns"
-										  " FROM durable_steps.runs"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1 FOR UPDATE" :
-										  "SELECT status, owner::pg_catalog.oid, claimed_by, turns"
-										  " FROM durable_steps.runs"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1",
-										  1, types),
-						  args, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading run %s failed", run_id);
-	found = SPI_processed == 1;
+	found = ds_store_read_run(run_id, lock) == 1;
 	if (found)
 	{
 		HeapTuple	row = SPI_tuptable->vals[0];
@@ -434,29 +374,11 @@ typedef struct UnfinishedStep
 static int
 unfinished_run_steps(const char *run_id, UnfinishedStep **out)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(run_id)};
 	StoreSpi	spi;
 	int			n;
-	int			rc;
 
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&plan,
-										  "SELECT step_id, status OPERATOR(pg_catalog.=) 'running',"
-										  " claimed_by, attempts FROM durable_steps.steps"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1"
-										  " AND status OPERATOR(pg_catalog.=)"
-										  "  ANY ('{pending,retrying,running,blocked,uncertain}')"
-										  " AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
-										  "  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
-										  "  owner::pg_catalog.oid, 'USAGE')"
-										  " ORDER BY step_id",
-										  1, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading the steps of run %s failed: %s", run_id, SPI_result_code_string(rc));
-	n = (int) SPI_processed;
+	n = (int) ds_store_read_unfinished_run_steps(run_id);
 	*out = MemoryContextAlloc(spi.caller_cxt, sizeof(UnfinishedStep) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
@@ -633,7 +555,6 @@ cancel_held_step(const char *run_id, const char *step_id)
 Datum
 ds_cancel_run(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr cancel_plan = NULL;
 	char	   *run_id = run_id_arg(fcinfo);
 	RunState	run;
 	List	   *held;
@@ -661,13 +582,7 @@ ds_cancel_run(PG_FUNCTION_ARGS)
 	 * make sure of
 	 */
 	if (run.status != RUN_CANCELLED)
-		(void) ds_run_statement(&cancel_plan,
-								"UPDATE durable_steps.runs SET status = 'cancelled',"
-								" finished_at = pg_catalog.clock_timestamp(),"
-								" updated_at = pg_catalog.clock_timestamp(), next_wake_at = NULL,"
-								" claimed_by = NULL, lease_expires_at = NULL,"
-								" wait_reason = 'cancelled by ds_cancel_run()'"
-								" WHERE run_id OPERATOR(pg_catalog.=) $1", run_id);
+		ds_store_cancel_run(run_id);
 	foreach(lc, held)
 		cancel_held_step(run_id, (const char *) lfirst(lc));
 	/* waiters on the run and its steps read them again when this commits */
@@ -683,7 +598,6 @@ ds_cancel_run(PG_FUNCTION_ARGS)
 Datum
 ds_resume_run(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr resume_plan = NULL;
 	char	   *run_id = run_id_arg(fcinfo);
 	RunState	run;
 
@@ -708,13 +622,7 @@ ds_resume_run(PG_FUNCTION_ARGS)
 				 errmsg("run %s is %s and cannot be resumed", run_id,
 						ds_run_status_name(run.status)),
 				 errdetail("Only failed, blocked and waiting runs can be resumed.")));
-	(void) ds_run_statement(&resume_plan,
-							"UPDATE durable_steps.runs SET status = 'waiting',"
-							" next_wake_at = pg_catalog.clock_timestamp(), finished_at = NULL,"
-							" updated_at = pg_catalog.clock_timestamp(), lost_turns = 0,"
-							" wait_reason = 'resumed by ds_resume_run()',"
-							" error_code = NULL, error_message = NULL, error_detail = NULL"
-							" WHERE run_id OPERATOR(pg_catalog.=) $1", run_id);
+	ds_store_resume_run(run_id);
 	ds_worker_wake_at_commit();
 	PG_RETURN_TEXT_P(cstring_to_text("waiting"));
 }

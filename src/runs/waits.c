@@ -22,6 +22,7 @@
 
 #include "base/ds_errcodes.h"
 #include "ipc/outcome_waits.h"
+#include "store/run_control_store.h"
 #include "store/run_store.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
@@ -126,26 +127,13 @@ typedef struct RunWait
 static bool
 run_done(void *arg)
 {
-	static SPIPlanPtr plan = NULL;
 	RunWait    *w = arg;
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1];
 	StoreSpi	spi;
-	int			rc;
 	bool		found = false;
 	Oid			owner = InvalidOid;
 
-	args[0] = CStringGetTextDatum(w->run_id);
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_snapshot(ds_prepare_kept(&plan,
-											  "SELECT status, output, error_code, error_message,"
-											  " owner::pg_catalog.oid FROM durable_steps.runs"
-											  " WHERE run_id OPERATOR(pg_catalog.=) $1",
-											  1, types),
-							  args, NULL, GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading a run failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 1)
+	if (ds_store_read_run_latest(w->run_id) == 1)
 	{
 		HeapTuple	row = SPI_tuptable->vals[0];
 		TupleDesc	td = SPI_tuptable->tupdesc;

@@ -40,14 +40,17 @@
 #include "base/classify.h"
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/worker_attempt_time.h"
 #include "steps/run_context.h"
 #include "runs/workflow_calls.h"
 #include "steps/step_call.h"
 #include "steps/step_exec.h"
+#include "store/event_store.h"
+#include "store/run_control_store.h"
 #include "store/step_lock.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "base/size_limits.h"
 #include "base/sql_text.h"
 
@@ -520,37 +523,11 @@ ds_sleep(PG_FUNCTION_ARGS)
 static bool
 find_event(Oid owner, const char *name, Jsonb **payload)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			types[2] = {OIDOID, TEXTOID};
-	Datum		args[2] = {ObjectIdGetDatum(owner), CStringGetTextDatum(name)};
 	StoreSpi	spi;
 	bool		found;
-	int			rc;
 
-	*payload = NULL;
 	ds_store_spi_begin(&spi);
-
-	/*
-	 * a statement of its own in READ COMMITTED: it sees every event committed
-	 * before it
-	 */
-	rc = SPI_execute_plan(ds_prepare_kept(&plan,
-										  "SELECT payload FROM durable_steps.events"
-										  " WHERE owner OPERATOR(pg_catalog.=) $1"
-										  " AND name OPERATOR(pg_catalog.=) $2", 2, types),
-						  args, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "event lookup failed: %s", SPI_result_code_string(rc));
-	found = SPI_processed == 1;
-	if (found)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		MemoryContext old = MemoryContextSwitchTo(spi.caller_cxt);
-
-		*payload = isnull ? NULL : DatumGetJsonbPCopy(d);
-		MemoryContextSwitchTo(old);
-	}
+	found = ds_store_read_event(owner, name, spi.caller_cxt, payload);
 	ds_store_spi_end(&spi);
 	return found;
 }
@@ -660,24 +637,7 @@ ds_await_event(PG_FUNCTION_ARGS)
 static int64
 recorded_steps(const char *run_id)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(run_id)};
-	StoreSpi	spi;
-	bool		isnull;
-	int64		n;
-	int			rc;
-
-	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&plan,
-										  "SELECT pg_catalog.count(*) FROM durable_steps.steps"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1", 1, types),
-						  args, NULL, true, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "counting the steps of run %s failed", run_id);
-	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	ds_store_spi_end(&spi);
-	return n;
+	return ds_store_count_run_steps(run_id);
 }
 
 /*
@@ -784,51 +744,27 @@ ds_turn_record_wait(const char *run_id, TurnSuspension *work)
 Datum
 ds_emit_event(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr insert_plan = NULL;
-	static SPIPlanPtr wake_plan = NULL;
-	Oid			types[3] = {OIDOID, TEXTOID, JSONBOID};
 	char	   *name = name_arg(fcinfo, 0, "name");
-	Datum		args[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Jsonb	   *payload = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1);
+	Oid			owner = GetUserId();	/* the caller's, not the tables' owner
+										 * the statements run as */
 	StoreSpi	spi;
 	bool		recorded;
-	int			rc;
 
 	PreventCommandIfReadOnly("ds_emit_event()");
 	PreventCommandIfParallelMode("ds_emit_event()");
-	args[0] = ObjectIdGetDatum(GetUserId());
-	args[1] = CStringGetTextDatum(name);
-	args[2] = PG_ARGISNULL(1) ? (Datum) 0 : PointerGetDatum(PG_GETARG_JSONB_P(1));
-	nulls[2] = PG_ARGISNULL(1) ? 'n' : ' ';
-	if (!PG_ARGISNULL(1))
-		ds_check_size(DS_LIMIT_EVENT_PAYLOAD, "payload", VARSIZE_ANY(DatumGetPointer(args[2])));
+	if (payload != NULL)
+		ds_check_size(DS_LIMIT_EVENT_PAYLOAD, "payload", VARSIZE_ANY(payload));
 
 	/*
 	 * held to the commit: an executor that looks once more for the event a
 	 * turn just began to wait for waits for this emit, or comes after it
 	 * (ds_wake_if_event_emitted); either way one of the two wakes the run
 	 */
-	ds_event_lock(GetUserId(), name, true, false);
+	ds_event_lock(owner, name, true, false);
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&insert_plan,
-										  "INSERT INTO durable_steps.events (owner, name, payload)"
-										  " VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-										  3, types),
-						  args, nulls, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "recording event failed: %s", SPI_result_code_string(rc));
-	recorded = SPI_processed == 1;
-	rc = SPI_execute_plan(ds_prepare_kept(&wake_plan,
-										  "UPDATE durable_steps.runs"
-										  " SET next_wake_at = pg_catalog.clock_timestamp()"
-										  " WHERE status OPERATOR(pg_catalog.=) 'waiting'"
-										  " AND wait_event OPERATOR(pg_catalog.=) $2"
-										  " AND owner OPERATOR(pg_catalog.=) $1",
-										  2, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "waking runs failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed > 0)
+	recorded = ds_store_insert_event(owner, name, payload);
+	if (ds_store_wake_event_waiters(owner, name) > 0)
 		ds_worker_wake_at_commit();
 	ds_store_spi_end(&spi);
 	PG_RETURN_BOOL(recorded);

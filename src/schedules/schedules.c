@@ -43,6 +43,7 @@
 #include "base/subtransaction.h"
 #include "runs/runs.h"
 #include "schedules/schedules.h"
+#include "store/schedule_store.h"
 #include "store/step_store.h"
 
 PG_FUNCTION_INFO_V1(ds_schedule);
@@ -153,23 +154,11 @@ cron_schema(void)
 static ScheduleRow
 read_schedule(const char *job_name)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(job_name)};
 	ScheduleRow row = {0};
 	StoreSpi	spi;
-	int			rc;
 
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&plan,
-										  "SELECT owner::pg_catalog.oid, schedule, workflow, input, sql,"
-										  " backfill, jobid, created_at FROM durable_steps.schedules"
-										  " WHERE job_name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-										  1, types),
-						  args, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading schedule %s failed: %s", job_name, SPI_result_code_string(rc));
-	if (SPI_processed == 1)
+	if (ds_store_lock_schedule(job_name) == 1)
 	{
 		HeapTuple	t = SPI_tuptable->vals[0];
 		TupleDesc	td = SPI_tuptable->tupdesc;
@@ -229,10 +218,6 @@ cron_job_of_caller(const char *cron_nsp, const char *job_name)
 Datum
 ds_schedule(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr store_plan = NULL;
-	Oid			store_types[7] = {TEXTOID, OIDOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INTERVALOID};
-	Datum		store_args[8];
-	char		store_nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Oid			cron_types[3] = {TEXTOID, TEXTOID, TEXTOID};
 	Datum		cron_args[3];
 	char	   *job_name = job_name_arg(fcinfo, 0);
@@ -333,36 +318,9 @@ ds_schedule(PG_FUNCTION_ARGS)
 	jobid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 
-	store_args[0] = CStringGetTextDatum(job_name);
-	store_args[1] = ObjectIdGetDatum(caller);
-	store_args[2] = CStringGetTextDatum(schedule);
-	store_args[3] = workflow ? CStringGetTextDatum(workflow) : (Datum) 0;
-	store_nulls[3] = workflow ? ' ' : 'n';
-	store_args[4] = JsonbPGetDatum(input);
-	store_args[5] = sql ? CStringGetTextDatum(sql) : (Datum) 0;
-	store_nulls[5] = sql ? ' ' : 'n';
-	store_args[6] = IntervalPGetDatum(backfill);
-	store_args[7] = Int64GetDatum(jobid);
-	{
-		Oid			types[8];
-
-		memcpy(types, store_types, sizeof(store_types));
-		types[7] = INT8OID;
-		ds_store_spi_begin(&spi);
-		rc = SPI_execute_plan(ds_prepare_kept(&store_plan,
-											  "INSERT INTO durable_steps.schedules (job_name, owner, schedule,"
-											  " workflow, input, sql, backfill, jobid, created_at)"
-											  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, pg_catalog.clock_timestamp())"
-											  " ON CONFLICT (job_name) DO UPDATE SET schedule = EXCLUDED.schedule,"
-											  " workflow = EXCLUDED.workflow, input = EXCLUDED.input,"
-											  " sql = EXCLUDED.sql, backfill = EXCLUDED.backfill,"
-											  " jobid = EXCLUDED.jobid, created_at = EXCLUDED.created_at",
-											  8, types),
-							  store_args, store_nulls, false, 0);
-		if (rc != SPI_OK_INSERT)
-			elog(ERROR, "storing schedule %s failed: %s", job_name, SPI_result_code_string(rc));
-		ds_store_spi_end(&spi);
-	}
+	ds_store_spi_begin(&spi);
+	ds_store_put_schedule(job_name, caller, schedule, workflow, input, sql, backfill, jobid);
+	ds_store_spi_end(&spi);
 	PG_RETURN_INT64(jobid);
 }
 
@@ -373,11 +331,8 @@ ds_schedule(PG_FUNCTION_ARGS)
 Datum
 ds_unschedule(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr delete_plan = NULL;
-	Oid			types[1] = {TEXTOID};
 	char	   *job_name = job_name_arg(fcinfo, 0);
 	ScheduleRow row;
-	Datum		args[1];
 	StoreSpi	spi;
 	int			rc;
 
@@ -404,14 +359,8 @@ ds_unschedule(PG_FUNCTION_ARGS)
 			elog(ERROR, "cron.unschedule failed: %s", SPI_result_code_string(rc));
 		SPI_finish();
 	}
-	args[0] = CStringGetTextDatum(job_name);
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&delete_plan,
-										  "DELETE FROM durable_steps.schedules WHERE job_name OPERATOR(pg_catalog.=) $1",
-										  1, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_DELETE)
-		elog(ERROR, "removing schedule %s failed: %s", job_name, SPI_result_code_string(rc));
+	ds_store_delete_schedule(job_name);
 	ds_store_spi_end(&spi);
 	PG_RETURN_BOOL(true);
 }
@@ -521,9 +470,6 @@ start_slot(const char *nsp, const char *job_name, const ScheduleRow *row, Timest
 Datum
 ds_schedule_fire(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr fired_plan = NULL;
-	Oid			fired_types[2] = {TEXTOID, TIMESTAMPTZOID};
-	Datum		fired_args[2];
 	char	   *job_name = job_name_arg(fcinfo, 0);
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz fired_at = now;
@@ -536,7 +482,6 @@ ds_schedule_fire(PG_FUNCTION_ARGS)
 	const char *nsp;
 	int			started = 0;
 	StoreSpi	spi;
-	int			rc;
 
 	if (!PG_ARGISNULL(1))
 	{
@@ -573,17 +518,8 @@ ds_schedule_fire(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 
-	fired_args[0] = CStringGetTextDatum(job_name);
-	fired_args[1] = TimestampTzGetDatum(has_latest ? latest : 0);
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&fired_plan,
-										  "UPDATE durable_steps.schedules SET last_fired_at = pg_catalog.clock_timestamp(),"
-										  " last_slot = GREATEST(last_slot, $2)"
-										  " WHERE job_name OPERATOR(pg_catalog.=) $1",
-										  2, fired_types),
-						  fired_args, has_latest ? "  " : " n", false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "recording the firing of %s failed: %s", job_name, SPI_result_code_string(rc));
+	ds_store_record_schedule_firing(job_name, latest, has_latest);
 	ds_store_spi_end(&spi);
 	PG_RETURN_INT32(started);
 }

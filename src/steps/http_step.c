@@ -28,7 +28,7 @@
 #include "steps/step_hooks.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "base/size_limits.h"
 
 PG_FUNCTION_INFO_V1(ds_http_step);

@@ -16,9 +16,10 @@
 #include "utils/builtins.h"
 
 #include "steps/queues.h"
+#include "store/queue_store.h"
 #include "store/run_store.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 PG_FUNCTION_INFO_V1(ds_set_queue);
 
@@ -75,13 +76,8 @@ ds_priority_arg(FunctionCallInfo fcinfo, int argno)
 Datum
 ds_set_queue(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr upsert_plan = NULL;
-	Oid			types[2] = {TEXTOID, INT4OID};
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
 	char	   *name;
 	StoreSpi	spi;
-	int			rc;
 
 	name = ds_queue_name_arg(fcinfo, 0, "name");
 	if (!PG_ARGISNULL(1) && PG_GETARG_INT32(1) < 0)
@@ -96,21 +92,8 @@ ds_set_queue(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("ds_set_queue()");
 	PreventCommandIfParallelMode("ds_set_queue()");
 
-	values[0] = CStringGetTextDatum(name);
-	if (PG_ARGISNULL(1))
-		nulls[1] = 'n';
-	else
-		values[1] = Int32GetDatum(PG_GETARG_INT32(1));
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&upsert_plan,
-										  "INSERT INTO durable_steps.queues AS q (name, concurrency) "
-										  "VALUES ($1, $2) ON CONFLICT (name) DO UPDATE "
-										  "SET concurrency = EXCLUDED.concurrency, "
-										  "updated_at = pg_catalog.clock_timestamp()",
-										  2, types),
-						  values, nulls, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "setting queue \"%s\" failed: %s", name, SPI_result_code_string(rc));
+	ds_store_set_queue(name, PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), PG_ARGISNULL(1));
 	ds_store_spi_end(&spi);
 	/* runs whose step waits for this queue to be opened look again */
 	ds_run_wake_for_queue(name);

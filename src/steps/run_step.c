@@ -37,7 +37,7 @@
 #include "store/step_lock.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 #include "base/size_limits.h"
 #include "base/sql_text.h"
 

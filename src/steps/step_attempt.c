@@ -35,8 +35,8 @@
 #include "steps/step_attempt.h"
 #include "steps/step_hooks.h"
 #include "ipc/outcome_waits.h"
-#include "ipc/unstarted_claims.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/executor_slot.h"
+#include "ipc/worker_shmem.h"
 #include "steps/step_exec.h"
 
 /* durable_steps.log_outcomes_level */
@@ -191,7 +191,7 @@ ds_keep_outcome_for_executor(StepRecord *rec, TimestampTz claimed_at, const Atte
 
 	/*
 	 * no process runs its hook yet: the executor that takes it says so first
-	 * (worker.c)
+	 * (executor.c)
 	 */
 	rec->claimed_by = 0;
 	ds_store_update_step(rec);

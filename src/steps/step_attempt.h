@@ -70,7 +70,7 @@ extern void ds_overrides_from_record(const StepRecord *rec, ClassOverrides *out)
 /*
  * A running step whose executor is gone (its lock was free): record its attempt as lost (DS007,
  * invocation_lost, retryable by the policy), as the worker's recovery does -- unless the
- * executor is known to have ended before it started the attempt (unstarted_claims.h): the
+ * executor is known to have ended before it started the attempt (executor_slot.h): the
  * attempt is then given back, the step waiting again as it was. A step whose HTTP outcome is
  * kept for an executor is not lost: DS409, for the executor records it.
  */

@@ -30,7 +30,7 @@
 #include "base/partition.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 /* Longest run_id or step_id, in characters. */
 #define DS_MAX_IDENTITY_CHARS 255

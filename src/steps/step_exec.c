@@ -35,15 +35,14 @@
 
 #include "base/ds_errcodes.h"
 #include "base/subtransaction.h"
+#include "base/worker_attempt_time.h"
 #include "steps/deadline_timer.h"
 #include "steps/step_context.h"
 #include "steps/step_exec.h"
 #include "steps/step_isolation.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 static int	max_result_size = 1024 * 1024;
-static int	max_worker_attempt_time_s = 3600;
-static int	default_timeout_s = 300;
 
 /* How often a worker attempt looks for a ds_cancel_step() request. */
 #define CANCEL_POLL_MS 100
@@ -120,20 +119,6 @@ bool
 ds_worker_body_ignored_cancel(void)
 {
 	return body_deadline_timer.ended_process;
-}
-
-int64
-ds_max_worker_attempt_usecs(void)
-{
-	return (int64) max_worker_attempt_time_s * USECS_PER_SEC;
-}
-
-int64
-ds_worker_attempt_limit_usecs(int64 step_timeout)
-{
-	int64		limit = step_timeout > 0 ? step_timeout : (int64) default_timeout_s * USECS_PER_SEC;
-
-	return Min(limit, ds_max_worker_attempt_usecs());
 }
 
 /* Cut an error text at DS_MAX_ERROR_TEXT bytes, on a character boundary. */
@@ -542,25 +527,5 @@ ds_step_exec_init_module(void)
 							256 * 1024 * 1024,
 							PGC_SUSET,
 							GUC_UNIT_BYTE,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("durable_steps.max_worker_attempt_time",
-							"Longest time any attempt may run in the background worker.",
-							"Applies whatever timeout the step asks for; an attempt past it is stopped and recorded as timed out.",
-							&max_worker_attempt_time_s,
-							3600,
-							1,
-							24 * 3600,
-							PGC_SIGHUP,
-							GUC_UNIT_S,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("durable_steps.default_timeout",
-							"Timeout of worker attempts whose step sets none.",
-							"A step's own timeout applies instead; durable_steps.max_worker_attempt_time bounds both.",
-							&default_timeout_s,
-							300,
-							1,
-							24 * 3600,
-							PGC_SIGHUP,
-							GUC_UNIT_S,
 							NULL, NULL, NULL);
 }

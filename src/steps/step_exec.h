@@ -36,9 +36,6 @@ typedef struct StepBody
 
 extern void ds_step_exec_init_module(void);
 
-/* durable_steps.max_worker_attempt_time, in microseconds: no worker attempt runs longer. */
-extern int64 ds_max_worker_attempt_usecs(void);
-
 /*
  * Around a batch of worker attempts: look every 100 ms for a ds_cancel_step() request of the
  * attempt running (one timer for the batch; each attempt only names its key).
@@ -47,9 +44,6 @@ extern void ds_poll_cancel_requests(bool on);
 
 /* In an executor: the attempt running now ignored its cancellation, so the executor is ending. */
 extern bool ds_worker_body_ignored_cancel(void);
-
-/* How long a worker attempt of a step with this timeout (0 = none) may run, in microseconds. */
-extern int64 ds_worker_attempt_limit_usecs(int64 step_timeout);
 
 /* Longest error message, detail or hint an attempt records, in bytes. */
 #define DS_MAX_ERROR_TEXT 8192

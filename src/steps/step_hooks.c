@@ -37,6 +37,7 @@
 #include "base/size_limits.h"
 #include "base/sql_text.h"
 #include "base/subtransaction.h"
+#include "base/worker_attempt_time.h"
 #include "steps/caller_guard.h"
 #include "steps/deadline_timer.h"
 #include "steps/step_context.h"

@@ -9,7 +9,7 @@
 #include "utils/elog.h"
 #include "utils/jsonb.h"
 
-#include "ipc/unstarted_claims.h"
+#include "ipc/executor_slot.h"
 #include "store/step_store.h"
 
 /* One hook to run: whose it is, what it runs and what it is given. */

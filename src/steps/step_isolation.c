@@ -22,7 +22,7 @@
  *     by a later one, which may be another role's;
  *   - after the body, still as its owner, its cursors and portals are closed and the sequence
  *     values it saw forgotten, as DISCARD ALL would; its session-level advisory locks go with
- *     the shared transaction (worker.c, step_lock.c);
+ *     the shared transaction (executor.c, step_lock.c);
  *   - the worker's shared transactions hold one owner's attempts each: the session user is set
  *     for the whole group (two GUC changes per attempt were a seventh of a drained step's CPU),
  *     and at its end random() is seeded afresh, so that a setseed() of one role never chooses

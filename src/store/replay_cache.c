@@ -44,7 +44,7 @@
 #include "store/store_relations.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 /* durable_steps.replay_cache_entries: answers a backend keeps at most (0: none) */
 static int	max_entries = 16384;

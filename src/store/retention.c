@@ -66,10 +66,8 @@ purge(SPIPlanPtr *slot, const char *sql, Datum *args)
 {
 	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
 	bool		isnull;
-	int			rc = SPI_execute_plan(ds_prepare_kept(slot, sql, 2, types), args, NULL, false, 0);
 
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "purge failed: %s", SPI_result_code_string(rc));
+	(void) ds_store_execute(slot, sql, 2, types, args, NULL, false, 0, SPI_OK_SELECT, "purge");
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 

@@ -20,7 +20,7 @@
 #include "store/run_store.h"
 #include "store/store_relations.h"
 #include "store/step_store.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 static const char *const run_status_names[] = {
 	[RUN_PENDING] = "pending",
@@ -174,13 +174,10 @@ ds_run_statement(SPIPlanPtr *slot, const char *sql, const char *run_id)
 	Datum		args[1] = {CStringGetTextDatum(run_id)};
 	StoreSpi	spi;
 	uint64		n;
-	int			rc;
 
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(slot, sql, 1, types), args, NULL, false, 0);
-	if (rc < 0)
-		elog(ERROR, "updating run %s failed: %s", run_id, SPI_result_code_string(rc));
-	n = SPI_processed;
+	n = ds_store_execute(slot, sql, 1, types, args, NULL, false, 0, DS_SPI_OK_ANY,
+						 "updating run %s", run_id);
 	ds_store_spi_end(&spi);
 	return n;
 }
@@ -207,21 +204,17 @@ ds_run_step_paused_queue(const char *run_id, const char *step_id)
 	Datum		args[2] = {CStringGetTextDatum(run_id), CStringGetTextDatum(step_id)};
 	StoreSpi	spi;
 	char	   *queue = NULL;
-	int			rc;
 
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&plan,
-										  "SELECT q.name FROM durable_steps.queues q"
-										  " WHERE q.concurrency OPERATOR(pg_catalog.=) 0"
-										  " AND q.name OPERATOR(pg_catalog.=) COALESCE((SELECT s.queue"
-										  "  FROM durable_steps.steps s WHERE s.run_id OPERATOR(pg_catalog.=) $1"
-										  "  AND s.step_id OPERATOR(pg_catalog.=) $2), 'default')",
-										  2, types),
-						  args, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "looking at the queue of step %s/%s failed: %s", run_id, step_id,
-			 SPI_result_code_string(rc));
-	if (SPI_processed == 1)
+	if (ds_store_execute(&plan,
+						 "SELECT q.name FROM durable_steps.queues q"
+						 " WHERE q.concurrency OPERATOR(pg_catalog.=) 0"
+						 " AND q.name OPERATOR(pg_catalog.=) COALESCE((SELECT s.queue"
+						 "  FROM durable_steps.steps s WHERE s.run_id OPERATOR(pg_catalog.=) $1"
+						 "  AND s.step_id OPERATOR(pg_catalog.=) $2), 'default')",
+						 2, types,
+						 args, NULL, false, 1, SPI_OK_SELECT,
+						 "looking at the queue of step %s/%s", run_id, step_id) == 1)
 		queue = MemoryContextStrdup(spi.caller_cxt,
 									SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
 	ds_store_spi_end(&spi);
@@ -235,18 +228,15 @@ ds_run_wake_for_queue(const char *queue)
 	Oid			types[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(psprintf(DS_RUN_QUEUE_PAUSED_REASON, queue))};
 	StoreSpi	spi;
-	int			rc;
 
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&plan,
-										  "UPDATE durable_steps.runs"
-										  " SET next_wake_at = pg_catalog.clock_timestamp()"
-										  " WHERE status OPERATOR(pg_catalog.=) 'waiting'"
-										  " AND wait_reason OPERATOR(pg_catalog.=) $1",
-										  1, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "waking the runs of queue %s failed: %s", queue, SPI_result_code_string(rc));
+	(void) ds_store_execute(&plan,
+							"UPDATE durable_steps.runs"
+							" SET next_wake_at = pg_catalog.clock_timestamp()"
+							" WHERE status OPERATOR(pg_catalog.=) 'waiting'"
+							" AND wait_reason OPERATOR(pg_catalog.=) $1",
+							1, types, args, NULL, false, 0, SPI_OK_UPDATE,
+							"waking the runs of queue %s", queue);
 	ds_store_spi_end(&spi);
 }
 
@@ -257,7 +247,6 @@ ds_run_wake_for_http_step(const char *run_id, const char *step_id)
 	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		args[2] = {CStringGetTextDatum(run_id), CStringGetTextDatum(step_id)};
 	StoreSpi	spi;
-	int			rc;
 	bool		woken;
 
 	ds_store_spi_begin(&spi);
@@ -267,18 +256,17 @@ ds_run_wake_for_http_step(const char *run_id, const char *step_id)
 	 * turn's transaction, and the row it then recorded is checked again
 	 * (waiting for this step: woken).
 	 */
-	rc = SPI_execute_plan(ds_prepare_kept(&wake_plan,
-										  "UPDATE durable_steps.runs SET next_wake_at = CASE"
-										  " WHEN status OPERATOR(pg_catalog.=) 'waiting'"
-										  " THEN pg_catalog.clock_timestamp() ELSE next_wake_at END"
-										  " WHERE run_id OPERATOR(pg_catalog.=) $1"
-										  " AND current_step OPERATOR(pg_catalog.=) $2"
-										  " AND status OPERATOR(pg_catalog.=) ANY ('{waiting,running}')"
-										  " RETURNING status OPERATOR(pg_catalog.=) 'waiting'",
-										  2, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "waking run %s failed: %s", run_id, SPI_result_code_string(rc));
+	(void) ds_store_execute(&wake_plan,
+							"UPDATE durable_steps.runs SET next_wake_at = CASE"
+							" WHEN status OPERATOR(pg_catalog.=) 'waiting'"
+							" THEN pg_catalog.clock_timestamp() ELSE next_wake_at END"
+							" WHERE run_id OPERATOR(pg_catalog.=) $1"
+							" AND current_step OPERATOR(pg_catalog.=) $2"
+							" AND status OPERATOR(pg_catalog.=) ANY ('{waiting,running}')"
+							" RETURNING status OPERATOR(pg_catalog.=) 'waiting'",
+							2, types,
+							args, NULL, false, 0, SPI_OK_UPDATE_RETURNING,
+							"waking run %s", run_id);
 	woken = false;
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{

@@ -11,15 +11,14 @@
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
-#include "port/atomics.h"
 #include "utils/jsonb.h"
 #include "utils/fmgrprotos.h"
 #include "utils/timestamp.h"
 
 #include "base/classify.h"
 #include "base/step_kind.h"
+#include "ipc/executor_slot.h"
 #include "ipc/step_counters.h"
-#include "ipc/worker_wakeup.h"
 #include "store/step_store.h"
 
 PG_FUNCTION_INFO_V1(ds_step_counters);
@@ -58,10 +57,9 @@ ds_step_counters(PG_FUNCTION_ARGS)
 {
 	StepCounters c;
 	StringInfoData buf;
-	WorkerShared *shared = ds_worker_shared();
-	int			executors = 0;
-	int			busy = 0;
-	int			http_workers = 0;
+	int			executors;
+	int			busy;
+	int			http_workers;
 	static const char *const http_names[DS_COUNTED_HTTP_CLASSES] = {
 		"none", "1xx", "2xx", "3xx", "4xx", "5xx"
 	};
@@ -88,23 +86,7 @@ ds_step_counters(PG_FUNCTION_ARGS)
 	 * this database's workers, as their slots say (written without a lock: a
 	 * glance)
 	 */
-	if (shared != NULL)
-	{
-		for (int i = 0; i < DS_MAX_WORKERS; i++)
-		{
-			ExecutorSlot *slot = &shared->executor[i];
-
-			if (pg_atomic_read_u32(&slot->pid) == 0 ||
-				pg_atomic_read_u32(&slot->db) != MyDatabaseId)
-				continue;
-			executors++;
-			if (pg_atomic_read_u32(&slot->attempt_owner) != InvalidOid)
-				busy++;
-		}
-		for (int i = 0; i < DS_MAX_HTTP_WORKERS; i++)
-			if (pg_atomic_read_u32(&shared->http[i].db) == MyDatabaseId)
-				http_workers++;
-	}
+	ds_count_workers(MyDatabaseId, &executors, &busy, &http_workers);
 	appendStringInfo(&buf, ", \"executors\": %d, \"executors_busy\": %d, \"http_workers\": %d}",
 					 executors, busy, http_workers);
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));

@@ -12,9 +12,11 @@
 #include "base/compat.h"
 
 #include "common/hashfn.h"
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 #include "utils/hsearch.h"
@@ -95,6 +97,34 @@ ds_step_lock_is_free(const char *run_id, const char *step_id)
 	if (got == LOCKACQUIRE_OK)
 		LockRelease(&tag, ExclusiveLock, false);
 	return true;
+}
+
+PG_FUNCTION_INFO_V1(ds_partition_step_idle);
+
+/*
+ * durable_steps.ds_partition_step_idle(run_id, step_id) -> boolean: false while an attempt of the
+ * step (step_id '': a turn of the run) holds its lock; for ds_partition_export (docs/partitions.md,
+ * "Moving a partition").
+ *
+ * An export must read a partition that nothing changes any more: no attempt or turn still in
+ * flight whose outcome would be recorded here after the rows left for another server, where the
+ * step would then run again. A worker's attempt and a run's turn hold their identity's lock from
+ * the claim's commit to the outcome's commit, so the export tries each running identity's lock:
+ * free, nothing runs it (its executor is gone, and the new owner records the attempt as lost),
+ * and nothing can start it again, the partition being fenced; held, it is still running, and the
+ * export refuses rather than copy a state that is about to change. The lock is let go of at once
+ * (ds_step_lock_is_free): a partition may have many running steps, and the lock table is the
+ * server's. Before that, every worker process of the database must have taken the fence
+ * (ds_partition_workers_behind, ipc/executor_slot.c): one that has not may still claim a step of
+ * the partition.
+ */
+Datum
+ds_partition_step_idle(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *step_id = text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	PG_RETURN_BOOL(ds_step_lock_is_free(run_id, step_id));
 }
 
 /* How often a bounded wait for a step lock tries it again. */
@@ -220,7 +250,7 @@ ds_event_lock(Oid owner, const char *name, bool exclusive, bool nowait)
  * queue's due steps without row locks (step_claims.c): two that read the same range at once see
  * the same rows, and the one that loses them reads again, past them. Taking turns to claim from
  * a queue keeps them from reading the same rows at all: the second reads past the steps the
- * first says it takes (claim_size.c), or after the first's claim committed, when its rows have
+ * first says it takes (executor_slot.c), or after the first's claim committed, when its rows have
  * left the range. Never waits: the caller decides how to wait.
  */
 #define DS_QUEUE_CLAIM_LOCKTAG_FIELD4 0x4451

@@ -320,36 +320,16 @@ ds_store_spi_end(StoreSpi *s)
 	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
 }
 
-SPIPlanPtr
-ds_prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
-{
-	if (*slot == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
-				 SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		*slot = plan;
-	}
-	return *slot;
-}
-
 TimestampTz
 ds_store_query_time(SPIPlanPtr *slot, const char *sql, const char *what)
 {
 	StoreSpi	spi;
 	TimestampTz answer = 0;
 	bool		isnull;
-	int			rc;
 
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(slot, sql, 0, NULL), NULL, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "%s query failed: %s", what, SPI_result_code_string(rc));
-	if (SPI_processed == 1)
+	if (ds_store_execute(slot, sql, 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT, "%s query",
+						 what) == 1)
 	{
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 
@@ -409,21 +389,17 @@ ds_store_lock_step(const char *run_id, const char *step_id, StepRecord *out)
 	static Oid	key_types[2] = {TEXTOID, TEXTOID};
 	StoreSpi	s;
 	Datum		values[2];
-	int			rc;
 	bool		found = false;
 
 	ds_store_spi_begin(&s);
-	if (lock_plan == NULL)
-		(void) ds_prepare_kept(&lock_plan,
-							   psprintf("SELECT %s, ctid FROM durable_steps.steps" STEP_KEY_WHERE
-										" FOR UPDATE", ds_step_column_list()),
-							   2, key_types);
 	values[0] = CStringGetTextDatum(run_id);
 	values[1] = CStringGetTextDatum(step_id);
-	rc = SPI_execute_plan(lock_plan, values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "step lookup failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 1)
+	if (ds_store_execute(&lock_plan,
+						 lock_plan ? NULL :
+						 psprintf("SELECT %s, ctid FROM durable_steps.steps" STEP_KEY_WHERE
+								  " FOR UPDATE", ds_step_column_list()),
+						 2, key_types, values, NULL, false, 1, SPI_OK_SELECT,
+						 "step lookup") == 1)
 	{
 		found = true;
 		ds_store_record_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 0, s.caller_cxt,

@@ -15,6 +15,7 @@
 #include "base/policy.h"
 #include "base/step_kind.h"
 #include "base/attempt_outcome.h"
+#include "store/kept_plan.h"
 
 /*
  * A step's status (docs/steps.md, "Step statuses"). The column holds its name; ds_step_status_name and
@@ -295,9 +296,6 @@ typedef struct StoreSpi
 
 extern void ds_store_spi_begin(StoreSpi *s);
 extern void ds_store_spi_end(StoreSpi *s);
-
-/* The saved plan in *slot, prepared (and kept for the backend's life) on first use. */
-extern SPIPlanPtr ds_prepare_kept(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);
 
 /*
  * The one timestamptz (a min(...)) that the kept parameterless statement `sql` answers, run as

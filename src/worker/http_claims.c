@@ -21,12 +21,9 @@
 #include "base/policy.h"
 #include "store/replay_cache.h"
 #include "steps/step_exec.h"
+#include "store/step_claim_store.h"
 #include "store/step_lock.h"
 #include "store/step_store.h"
-
-static SPIPlanPtr due_plan = NULL;
-static SPIPlanPtr mark_running_plan = NULL;
-static SPIPlanPtr next_due_plan = NULL;
 
 /* HTTP claims in the order they are sent: earliest due first. */
 static int
@@ -54,8 +51,6 @@ int
 ds_claim_due_http_steps(int limit, const Oid *inflight_owners, int n_inflight, int per_role,
 						MemoryContext cxt, ClaimedStep **claims)
 {
-	Oid			due_types[3] = {INT4OID, TIMESTAMPTZOID, OIDARRAYOID};
-	Datum		args[3];
 	Datum	   *tids;
 	Oid		   *owners;
 	int		   *counts;
@@ -65,7 +60,6 @@ ds_claim_due_http_steps(int limit, const Oid *inflight_owners, int n_inflight, i
 	int			n_locked = 0;
 	int			n_claimed;
 	uint64		n_due;
-	int			rc;
 	StoreSpi	spi;
 	bool		isnull;
 
@@ -87,30 +81,12 @@ ds_claim_due_http_steps(int limit, const Oid *inflight_owners, int n_inflight, i
 
 	/*
 	 * read past the first `limit`: those may be one role's, more than its
-	 * share
+	 * share; `now`, not clock_timestamp(): the bound of the index range, not
+	 * a filter
 	 */
-	args[0] = Int32GetDatum(2 * limit);
-
-	/*
-	 * a parameter, not clock_timestamp(): the bound of the index range, not a
-	 * filter
-	 */
-	args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	args[2] = PointerGetDatum(construct_array(capped, n_capped, OIDOID, sizeof(Oid), true,
-											  TYPALIGN_INT));
-	rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
-										  "SELECT run_id, step_id, ctid, owner::pg_catalog.oid FROM durable_steps.steps"
-										  " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
-										  " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-										  " AND next_attempt_at <= $2 AND kind = 'http'"
-										  " AND owner::pg_catalog.oid OPERATOR(pg_catalog.<>) ALL ($3)"
-										  " AND durable_steps.ds_partition_owned(run_id)"
-										  " ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-										  3, due_types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "due HTTP step query failed: %s", SPI_result_code_string(rc));
-	n_due = SPI_processed;
+	n_due = ds_store_lock_due_http_steps(2 * limit, GetCurrentTimestamp(),
+										 construct_array(capped, n_capped, OIDOID, sizeof(Oid),
+														 true, TYPALIGN_INT));
 	if (n_due == 0)
 	{
 		ds_store_spi_end(&spi);
@@ -143,8 +119,7 @@ ds_claim_due_http_steps(int limit, const Oid *inflight_owners, int n_inflight, i
 		ds_store_spi_end(&spi);
 		return 0;
 	}
-	n_claimed = ds_mark_steps_running(tids, n_locked, false, &mark_running_plan, cxt, claims,
-									  compare_due_times);
+	n_claimed = ds_mark_steps_running(tids, n_locked, false, cxt, claims, compare_due_times);
 	/* the rows are locked by this transaction: every locked one is claimed */
 	if (n_claimed != n_locked)
 		elog(ERROR, "claimed %d of %d locked HTTP steps", n_claimed, n_locked);
@@ -155,10 +130,5 @@ ds_claim_due_http_steps(int limit, const Oid *inflight_owners, int n_inflight, i
 TimestampTz
 ds_next_http_due_time(void)
 {
-	return ds_store_query_time(&next_due_plan,
-							   "SELECT min(next_attempt_at) FROM durable_steps.steps"
-							   " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
-							   " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-							   " AND kind = 'http' AND durable_steps.ds_partition_owned(run_id)",
-							   "next due HTTP step");
+	return ds_store_next_due_http_time();
 }

@@ -6,7 +6,7 @@
  * (step_attempt.c) and written, each in a subtransaction of its own, in the transaction the
  * HTTP worker's loop opened for a batch of outcomes (http_worker.c). No user code runs here,
  * among other roles' requests in flight: an outcome with a hook to run is kept on the step for
- * an executor, which records it with the hook (worker.c). Sending and the loop are
+ * an executor, which records it with the hook (executor.c). Sending and the loop are
  * http_worker.c's; libcurl is http_transfer.c's.
  */
 #include "base/compat.h"
@@ -109,7 +109,7 @@ ds_record_http_attempt(HttpAttempt *attempt)
 		/*
 		 * No user code runs here, among other roles' requests in flight: an
 		 * outcome with a hook to run is kept for an executor, which records
-		 * it with the hook (worker.c).
+		 * it with the hook (executor.c).
 		 */
 		if (ds_outcome_runs_hook(step, step->attempts, &outcome))
 			ds_keep_outcome_for_executor(step, attempt->claimed_at, &outcome);

@@ -28,12 +28,13 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "ipc/executor_load.h"
+#include "ipc/executor_slot.h"
 #include "ipc/served_databases.h"
 #include "worker/http_worker.h"
-#include "worker/worker.h"
+#include "worker/executor.h"
+#include "worker/launcher.h"
 #include "worker/worker_session.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 int			ds_max_workers = 2;
 static int	ds_max_extra_workers = 2;
@@ -510,7 +511,7 @@ serve_database(ServedDatabase *db)
 
 /*
  * Start one extra executor for database `db` when every executor it has has run one attempt for
- * long (executor_load.h), at most durable_steps.max_extra_workers of them; an extra executor
+ * long (executor_slot.h), at most durable_steps.max_extra_workers of them; an extra executor
  * leaves by itself once an executor is free. One at a time, DS_BUSY_ATTEMPT_MS apart: the one
  * started must connect and run an attempt of its own for long before another is due (the
  * launcher's latch is set as it starts, and a pass then comes before it is connected).

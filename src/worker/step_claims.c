@@ -1,9 +1,8 @@
 /*
  * step_claims.c -- the worker's view of durable_steps.steps.
  *
- * The worker runs as a superuser with search_path pinned to pg_catalog (see worker.c); the
- * statements here still name the extension's schema explicitly. Executors claim and count SQL
- * steps only (kind 'sql'): HTTP steps are the HTTP worker's (http_claims.c).
+ * What to claim, and for whom; the statements are store/step_claim_store.c's. Executors claim
+ * and count SQL steps only (kind 'sql'): HTTP steps are the HTTP worker's (http_claims.c).
  */
 #include "base/compat.h"
 
@@ -18,23 +17,14 @@
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "base/worker_attempt_time.h"
 #include "store/replay_cache.h"
 #include "steps/step_attempt.h"
 #include "worker/step_claims.h"
 #include "steps/step_exec.h"
+#include "store/step_claim_store.h"
 #include "store/step_lock.h"
 #include "store/step_store.h"
-
-static SPIPlanPtr queues_plan = NULL;
-static SPIPlanPtr queue_lock_plan = NULL;
-static SPIPlanPtr running_count_plan = NULL;
-static SPIPlanPtr level_plan = NULL;
-static SPIPlanPtr due_plan = NULL;
-static SPIPlanPtr due_share_plan = NULL;
-static SPIPlanPtr mark_running_plan = NULL;
-static SPIPlanPtr running_plan = NULL;
-static SPIPlanPtr next_due_plan = NULL;
-static SPIPlanPtr kept_outcomes_plan = NULL;
 
 /* the owners of a limited queue's running steps counted apart (more are rare: see below) */
 #define DS_QUEUE_HOLDERS_MAX 64
@@ -43,23 +33,6 @@ static SPIPlanPtr kept_outcomes_plan = NULL;
  * (take_due_steps): the first ones, in due order
  */
 #define DS_SHARE_WINDOW 1000
-
-/*
- * The (queue, priority) groups of waiting steps, walked through steps_due_idx one group at a
- * time: each row of the recursion is one index descent to the next group, however many steps a
- * group holds. PostgreSQL 15 has no skip scan; this is the "loose index scan" written out.
- */
-#define WAITING_GROUPS \
-	"WITH RECURSIVE g(queue, priority) AS (" \
-	" (SELECT queue, priority FROM durable_steps.steps" \
-	"   WHERE next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')" \
-	"   ORDER BY queue, priority LIMIT 1)" \
-	" UNION ALL" \
-	" SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL" \
-	"  (SELECT s.queue, s.priority FROM durable_steps.steps s" \
-	"    WHERE s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')" \
-	"      AND (s.queue, s.priority) > (g.queue, g.priority)" \
-	"    ORDER BY s.queue, s.priority LIMIT 1) n) "
 
 /*
  * A queue with due steps, its first priority with due steps, and its concurrency as last read
@@ -76,28 +49,10 @@ typedef struct DueQueue
 static int
 due_queues(TimestampTz now, DueQueue **out)
 {
-	Oid			types[1] = {TIMESTAMPTZOID};
-	Datum		args[1];
-	int			rc;
 	int			n;
 	bool		isnull;
 
-	args[0] = TimestampTzGetDatum(now);
-	rc = SPI_execute_plan(ds_prepare_kept(&queues_plan,
-										  WAITING_GROUPS
-										  "SELECT DISTINCT ON (g.queue) g.queue, q.concurrency, g.priority FROM g"
-										  " LEFT JOIN durable_steps.queues q ON q.name = g.queue"
-										  " WHERE EXISTS (SELECT FROM durable_steps.steps s"
-										  "  WHERE s.queue = g.queue AND s.priority = g.priority"
-										  "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
-										  "   AND s.next_attempt_at <= $1 AND s.kind = 'sql'"
-										  "   AND durable_steps.ds_partition_owned(s.run_id))"
-										  " ORDER BY g.queue, g.priority",
-										  1, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "due queue query failed: %s", SPI_result_code_string(rc));
-	n = (int) SPI_processed;
+	n = (int) ds_store_due_queues(now);
 	*out = palloc(sizeof(DueQueue) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
@@ -127,51 +82,33 @@ typedef struct QueueHolders
  * they are. The queue's row stays locked
  * until the claim commits, so executors claiming from the same queue take turns and each counts
  * the claims committed before it; an executor that finds the row locked passes the queue by (0)
- * and serves another. Runs under READ COMMITTED (see worker.c): the count's snapshot is taken
+ * and serves another. Runs under READ COMMITTED (see executor.c): the count's snapshot is taken
  * after the row lock.
  */
 static int
 queue_capacity(const char *queue, int limit, QueueHolders *holders)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1];
-	int			rc;
 	bool		isnull;
-	Datum		d;
+	uint64		n_owners;
 	int64		running = 0;
 	int			concurrency;
 
 	holders->n = 0;
 	holders->concurrency = -1;
-	args[0] = CStringGetTextDatum(queue);
-	rc = SPI_execute_plan(ds_prepare_kept(&queue_lock_plan,
-										  "SELECT concurrency FROM durable_steps.queues"
-										  " WHERE name = $1 FOR UPDATE SKIP LOCKED", 1, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "queue lock failed: %s", SPI_result_code_string(rc));
 
 	/*
 	 * another executor is claiming from it (or the row went away): serve
 	 * another queue
 	 */
-	if (SPI_processed != 1)
+	if (!ds_store_lock_queue_row(queue, &concurrency, &isnull))
 		return 0;
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	if (isnull)
 		return limit;
-	concurrency = DatumGetInt32(d);
 	holders->concurrency = concurrency;
 	if (concurrency <= 0)
 		return 0;
-	rc = SPI_execute_plan(ds_prepare_kept(&running_count_plan,
-										  "SELECT owner::pg_catalog.oid, pg_catalog.count(*)"
-										  " FROM durable_steps.steps"
-										  " WHERE running_queue = $1 GROUP BY 1", 1, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "running step count failed: %s", SPI_result_code_string(rc));
-	for (uint64 i = 0; i < SPI_processed; i++)
+	n_owners = ds_store_running_by_owner(queue);
+	for (uint64 i = 0; i < n_owners; i++)
 	{
 		HeapTuple	t = SPI_tuptable->vals[i];
 		int64		n = DatumGetInt64(SPI_getbinval(t, SPI_tuptable->tupdesc, 2, &isnull));
@@ -236,10 +173,7 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 			   int share, char **run_ids, char **step_ids, ItemPointerData *tids, int *n,
 			   int *skipped)
 {
-	Oid			level_types[2] = {TEXTOID, INT4OID};
-	Oid			due_types[8] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID, INT4OID,
-	INT4OID, OIDARRAYOID};
-	Datum		args[8];
+	ArrayType  *owners_array = NULL;
 	Oid			batch_owner = InvalidOid;
 	int32		from = PG_INT32_MIN;
 	int			taken = 0;
@@ -253,51 +187,24 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 	ItemPointerData *passed_tids = palloc(sizeof(ItemPointerData) * limit * CLAIM_READS_PER_PRIORITY);
 	int			n_passed = 0;
 
-	args[0] = CStringGetTextDatum(queue->name);
 	if (holders != NULL)
 	{
 		Datum	   *owners = palloc(sizeof(Datum) * Max(n_passed_owners, 1));
 
 		for (int i = 0; i < n_passed_owners; i++)
 			owners[i] = ObjectIdGetDatum(passed_owners[i]);
-		args[6] = Int32GetDatum(DS_SHARE_WINDOW);
-		args[7] = PointerGetDatum(construct_array(owners, n_passed_owners, OIDOID, sizeof(Oid),
-												  true, TYPALIGN_INT));
+		owners_array = construct_array(owners, n_passed_owners, OIDOID, sizeof(Oid), true,
+									   TYPALIGN_INT);
 	}
 	while (taken < limit)
 	{
-		int			rc;
 		int32		priority;
-		Datum		d;
+		int			first_offset;
 
 		if (from == PG_INT32_MIN)
 			priority = queue->first_priority;	/* due_queues() found it */
-		else
-		{
-			args[1] = Int32GetDatum(from);
-			rc = SPI_execute_plan(ds_prepare_kept(&level_plan,
-												  "SELECT priority FROM durable_steps.steps"
-												  " WHERE queue = $1 AND next_attempt_at IS NOT NULL"
-												  " AND status IN ('pending', 'retrying')"
-												  " AND priority >= $2 AND kind = 'sql'"
-												  " AND durable_steps.ds_partition_owned(run_id)"
-												  " ORDER BY priority LIMIT 1",
-												  2, level_types),
-								  args, NULL, false, 0);
-			if (rc != SPI_OK_SELECT)
-				elog(ERROR, "priority query failed: %s", SPI_result_code_string(rc));
-			if (SPI_processed == 0)
-				break;
-			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-			priority = DatumGetInt32(d);
-		}
-		args[1] = Int32GetDatum(priority);
-
-		/*
-		 * a parameter, not clock_timestamp(): the bound of the index range,
-		 * not a filter
-		 */
-		args[3] = TimestampTzGetDatum(now);
+		else if (!ds_store_next_due_priority(queue->name, from, &priority))
+			break;
 		/* rows passed over in another priority's range are not in this one */
 		n_passed = 0;
 
@@ -305,55 +212,29 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 		 * the steps other executors are claiming now are the first of the
 		 * first range
 		 */
-		args[5] = Int32GetDatum(from == PG_INT32_MIN ? offset : 0);
+		first_offset = from == PG_INT32_MIN ? offset : 0;
 		for (int read = 0; read < CLAIM_READS_PER_PRIORITY && taken < limit; read++)
 		{
 			int			lost = 0;
 			int			others = 0;
+			int			read_limit = limit - taken;
+			ArrayType  *passed_array;
 			uint64		n_read;
 
-			args[2] = Int32GetDatum(limit - taken);
-			args[4] = PointerGetDatum(construct_array(passed, n_passed, TIDOID,
-													  sizeof(ItemPointerData), false,
-													  TYPALIGN_SHORT));
-			if (holders == NULL)
-				rc = SPI_execute_plan(ds_prepare_kept(&due_plan,
-													  "SELECT run_id, step_id, ctid, owner::pg_catalog.oid"
-													  " FROM durable_steps.steps"
-													  " WHERE queue = $1 AND priority = $2"
-													  " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-													  " AND next_attempt_at <= $4 AND kind = 'sql'"
-													  " AND durable_steps.ds_partition_owned(run_id)"
-													  " AND ctid <> ALL ($5)"
-													  " ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
-													  6, due_types),
-									  args, NULL, false, 0);
-			else
+			passed_array = construct_array(passed, n_passed, TIDOID, sizeof(ItemPointerData),
+										   false, TYPALIGN_SHORT);
 
-				/*
-				 * A limited queue's share: the passed owners' rows may be
-				 * many before another owner's, so they are passed in the
-				 * statement, over a window of the range read in index order
-				 * (the inner LIMIT keeps the planner's estimate, and so the
-				 * ordered index scan, of the statement above).
-				 */
-				rc = SPI_execute_plan(ds_prepare_kept(&due_share_plan,
-													  "SELECT run_id, step_id, ctid, owner FROM"
-													  " (SELECT run_id, step_id, ctid, owner::pg_catalog.oid AS owner,"
-													  "   next_attempt_at FROM durable_steps.steps"
-													  "  WHERE queue = $1 AND priority = $2"
-													  "  AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-													  "  AND next_attempt_at <= $4 AND kind = 'sql'"
-													  "  AND durable_steps.ds_partition_owned(run_id)"
-													  "  AND ctid <> ALL ($5)"
-													  "  ORDER BY next_attempt_at LIMIT $7) w"
-													  " WHERE owner <> ALL ($8)"
-													  " ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
-													  8, due_types),
-									  args, NULL, false, 0);
-			if (rc != SPI_OK_SELECT)
-				elog(ERROR, "due step query failed: %s", SPI_result_code_string(rc));
-			n_read = SPI_processed;
+			/*
+			 * `now`, not clock_timestamp(): the bound of the index range, not
+			 * a filter
+			 */
+			if (holders == NULL)
+				n_read = ds_store_read_due_steps(queue->name, priority, read_limit, now,
+												 passed_array, first_offset);
+			else
+				n_read = ds_store_read_due_steps_share(queue->name, priority, read_limit, now,
+													   passed_array, first_offset,
+													   DS_SHARE_WINDOW, owners_array);
 
 			/*
 			 * a limited queue's share may have lowered the limit after the
@@ -418,7 +299,7 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 			 * the range is read to its end, or nobody else nor another owner
 			 * was in it
 			 */
-			if ((lost == 0 && others == 0) || n_read < (uint64) DatumGetInt32(args[2]))
+			if ((lost == 0 && others == 0) || n_read < (uint64) read_limit)
 				break;
 		}
 		if (priority == PG_INT32_MAX)
@@ -509,7 +390,7 @@ wait_for_claim_turn(const char *queue)
 
 /*
  * Claims in the order executors run them: those whose last attempt was lost after all others
- * (each then runs alone: worker.c), then priority, then owner (one transaction each), then due
+ * (each then runs alone: executor.c), then priority, then owner (one transaction each), then due
  * time.
  */
 static int
@@ -532,62 +413,28 @@ compare_step_claims(const void *a, const void *b)
 }
 
 int
-ds_mark_steps_running(Datum *tids, int n, bool limited, SPIPlanPtr *plan, MemoryContext cxt,
-					  ClaimedStep **claims, int (*order) (const void *, const void *))
+ds_mark_steps_running(Datum *tids, int n, bool limited, MemoryContext cxt, ClaimedStep **claims,
+					  int (*order) (const void *, const void *))
 {
-	Oid			types[6] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, BOOLOID};
-	Datum		args[6];
-	int			rc;
 	int			n_claimed;
 
-	args[0] = PointerGetDatum(construct_array(tids, n, TIDOID, sizeof(ItemPointerData), false,
-											  TYPALIGN_SHORT));
-	args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	args[2] = Int32GetDatum(MyProcPid);
+	n_claimed = (int) ds_store_mark_steps_running(construct_array(tids, n, TIDOID,
+																  sizeof(ItemPointerData), false,
+																  TYPALIGN_SHORT),
+												  GetCurrentTimestamp(), MyProcPid,
 
 	/*
 	 * no worker attempt runs longer than the ceiling, whatever its own
 	 * timeout
 	 */
-	args[3] = IntervalPGetDatum(ds_usecs_to_interval(ds_max_worker_attempt_usecs()));
+												  ds_usecs_to_interval(ds_max_worker_attempt_usecs()),
 
 	/*
 	 * and a step without a timeout of its own has
 	 * durable_steps.default_timeout
 	 */
-	args[4] = IntervalPGetDatum(ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)));
-	args[5] = BoolGetDatum(limited);
-	/* claims never touch a succeeded row: no backend need forget its replays */
-	ds_replay_cache_internal_update(true);
-	if (*plan == NULL)
-		(void) ds_prepare_kept(plan,
-
-		/*
-		 * No column of an index changes (next_attempt_at stays; see
-		 * steps_due_idx), but running_queue for a limited queue: a HOT
-		 * update, which writes no index entry and stays on its page.
-		 */
-							   psprintf("UPDATE durable_steps.steps s SET status = 'running',"
-										"  attempts = s.attempts + 1, updated_at = $2,"
-										"  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
-										"  claimed_by = $3,"
-										"  running_queue = CASE WHEN $6 THEN s.queue END"
-										" WHERE s.ctid = ANY ($1) AND s.next_attempt_at IS NOT NULL"
-										"  AND s.status IN ('pending', 'retrying')"
-
-		/*
-		 * read without a row lock: a row changed since then (a re-arm with a
-		 * later run_at) is checked again here
-		 */
-										"  AND s.next_attempt_at <= $2"
-										" RETURNING %s, s.ctid",
-										ds_step_column_list()),
-							   6, types);
-	rc = SPI_execute_plan(*plan, args, NULL, false, 0);
-	ds_replay_cache_internal_update(false);
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "claiming steps failed: %s", SPI_result_code_string(rc));
-	n_claimed = (int) SPI_processed;
+												  ds_usecs_to_interval(ds_worker_attempt_limit_usecs(0)),
+												  limited);
 	*claims = MemoryContextAlloc(cxt, sizeof(ClaimedStep) * Max(n_claimed, 1));
 	for (int i = 0; i < n_claimed; i++)
 	{
@@ -713,8 +560,8 @@ ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *after_queue,
 		 * the steps are ours (their step locks); their rows are where they
 		 * were read, or moved
 		 */
-		n_claimed = ds_mark_steps_running(tids, n_locked, served->limited, &mark_running_plan,
-										  cxt, claims, compare_step_claims);
+		n_claimed = ds_mark_steps_running(tids, n_locked, served->limited, cxt, claims,
+										  compare_step_claims);
 		if (n_claimed < n_locked)
 		{
 			/*
@@ -757,7 +604,6 @@ int
 ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 {
 	int			n = 0;
-	int			rc;
 	uint64		n_running;
 	StoreSpi	spi;
 	char	  **run_ids;
@@ -769,24 +615,9 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 	/*
 	 * Every running step, not the first `limit` of them: those of live
 	 * executors, which may be many, would otherwise hide the lost ones behind
-	 * them. No row lock: the step lock tells which are lost, and
-	 * ds_store_lock_step locks the row of each before it is recorded.
+	 * them.
 	 */
-	rc = SPI_execute_plan(ds_prepare_kept(&running_plan,
-										  "SELECT run_id, step_id FROM durable_steps.steps"
-										  " WHERE next_attempt_at IS NOT NULL AND status = 'running'"
-	/* an outcome kept for an executor is not lost (worker.c) */
-										  " AND kept_outcome IS NULL"
-
-	/*
-	 * only the owner records a lost attempt: a fenced partition's are its
-	 * next owner's, after the move (docs/partitions.md)
-	 */
-										  " AND durable_steps.ds_partition_owned(run_id)",
-										  0, NULL),
-						  NULL, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "running step query failed: %s", SPI_result_code_string(rc));
+	(void) ds_store_read_running_steps();
 	n_running = copy_identities(cxt, &run_ids, &step_ids);
 	ds_store_spi_end(&spi);
 
@@ -821,21 +652,11 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 int
 ds_find_kept_outcomes(int limit, MemoryContext cxt, char ***run_ids, char ***step_ids)
 {
-	Oid			types[1] = {INT4OID};
-	Datum		args[1];
-	int			rc;
 	int			n;
 	StoreSpi	spi;
 
 	ds_store_spi_begin(&spi);
-	args[0] = Int32GetDatum(limit);
-	rc = SPI_execute_plan(ds_prepare_kept(&kept_outcomes_plan,
-										  "SELECT run_id, step_id FROM durable_steps.steps"
-										  " WHERE kept_outcome IS NOT NULL AND status = 'running'"
-										  " ORDER BY updated_at LIMIT $1", 1, types),
-						  args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "kept outcome query failed: %s", SPI_result_code_string(rc));
+	(void) ds_store_read_kept_outcomes(limit);
 	n = (int) copy_identities(cxt, run_ids, step_ids);
 	ds_store_spi_end(&spi);
 	return n;
@@ -844,18 +665,5 @@ ds_find_kept_outcomes(int limit, MemoryContext cxt, char ***run_ids, char ***ste
 TimestampTz
 ds_next_due_time(void)
 {
-	return ds_store_query_time(&next_due_plan,
-							   WAITING_GROUPS
-							   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
-							   "  FROM durable_steps.steps s"
-							   "  WHERE s.queue = g.queue AND s.priority = g.priority"
-							   "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
-							   "   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
-							   "  ORDER BY s.next_attempt_at LIMIT 1))"
-							   " FROM g LEFT JOIN durable_steps.queues q ON q.name = g.queue"
-	/* a full or paused queue has nothing for an idle executor */
-							   " WHERE q.concurrency IS NULL OR q.concurrency >"
-							   "  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
-							   "    WHERE r.running_queue = g.queue)",
-							   "next due step");
+	return ds_store_next_due_step_time();
 }

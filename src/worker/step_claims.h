@@ -5,7 +5,7 @@
 #define DS_STEP_CLAIMS_H
 
 #include "base/compat.h"
-#include "ipc/claim_size.h"
+#include "ipc/executor_slot.h"
 #include "executor/spi.h"
 #include "utils/timestamp.h"
 
@@ -57,11 +57,10 @@ extern int	ds_claim_due_steps(const ClaimSizer *sizer, int limit, const char *af
  * it. A row that is no longer there, waiting and due is left alone (the executors read the rows
  * without row locks). The attempt is durable as started once the transaction commits.
  * Returns how many were claimed, and the claims, allocated in cxt and sorted by `order`, in
- * *claims. *plan keeps the statement.
+ * *claims.
  */
-extern int	ds_mark_steps_running(Datum *tids, int n, bool limited, SPIPlanPtr *plan,
-								  MemoryContext cxt, ClaimedStep **claims,
-								  int (*order) (const void *, const void *));
+extern int	ds_mark_steps_running(Datum *tids, int n, bool limited, MemoryContext cxt,
+								  ClaimedStep **claims, int (*order) (const void *, const void *));
 
 /*
  * In the current transaction, find steps left running by an executor that is gone (their

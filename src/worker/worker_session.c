@@ -25,7 +25,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "ipc/fence_applied.h"
+#include "ipc/executor_slot.h"
 #include "store/store_relations.h"
 #include "worker/worker_session.h"
 

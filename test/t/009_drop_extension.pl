@@ -42,7 +42,7 @@ ok(poll_until($node, 'postgres', "SELECT status FROM ds_steps WHERE run_id = 'se
 
 	$off = log_offset($node);
 	$node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
-	$node->wait_for_log(qr/durable_steps: extension found; running steps/, $off);
+	$node->wait_for_log(qr/durable_steps: extension found at version [0-9.]+; running steps/, $off);
 	is( $node->safe_psql(
 			'postgres',
 			q{SELECT status || '|' || attempt FROM ds_run_step('ext', 's1',

@@ -69,6 +69,10 @@ my %calls = (
 	'ds_retry_step' => q{SET ROLE bob; SELECT ds_retry_step('up', 'fixed', '{"ok": true}')},
 	'ds_cancel_step' => q{SET ROLE bob; SELECT ds_cancel_step('up', 'later')},
 	'ds_wait_step' => q{SET ROLE alice; SELECT ds_wait_step('up', 'paid', '0 s')},
+	'ds_emit_event' => q{SET ROLE bob; SELECT ds_emit_event('shipped:ship-run', '{"early": true}')},
+	'ds_idempotent, a replay' => q{SET ROLE alice; } . DurableSteps::Upgrade::idempotent_sql(),
+	'ds_idempotent_begin' =>
+	  q{SET ROLE bob; SELECT ds_idempotent_begin('checkout', 'key-new', '{"amount": 1}')},
 	$up->{cron} ? ('ds_schedule_fire' => q{SET ROLE alice; SELECT ds_schedule_fire('yearly-report')}) : (),);
 for my $call (sort keys %calls)
 {

@@ -1,5 +1,6 @@
 /*
- * worker_wakeup.c -- the executors' shared state and the commit-time wake-up.
+ * worker_shmem.c -- the workers' shared memory: its layout set up at start, the executors' and
+ * HTTP workers' slots, cancel requests, and the commit-time wake-up.
  *
  * A transaction that leaves a step pending or retrying sets a flag; a resource-release callback
  * that runs after the transaction's locks are released sets an executor's latch. Waking only
@@ -19,7 +20,7 @@
 #include "utils/resowner.h"
 
 #include "ipc/served_databases.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 static WorkerShared *shared = NULL;
 static bool preloaded = false;
@@ -157,7 +158,7 @@ wake_one_executor(void)
 	now = GetCurrentTimestamp();
 
 	/*
-	 * one that is not busy in a long attempt first (executor_load.h), else
+	 * one that is not busy in a long attempt first (executor_slot.h), else
 	 * any
 	 */
 	for (int pass = 0; pass < 2; pass++)

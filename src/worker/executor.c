@@ -1,5 +1,5 @@
 /*
- * worker.c -- an executor: claims due steps and runs their attempts (docs/worker.md).
+ * executor.c -- an executor: claims due steps and runs their attempts (docs/worker.md).
  *
  * One pass of the loop:
  *   1. find attempts whose executor is gone and record them as lost (invocation_lost);
@@ -43,10 +43,8 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "ipc/claim_size.h"
 #include "store/direct_write.h"
-#include "ipc/executor_load.h"
-#include "ipc/fence_applied.h"
+#include "ipc/executor_slot.h"
 #include "store/step_store.h"
 #include "store/retention.h"
 #include "steps/run_context.h"
@@ -59,15 +57,14 @@
 #include "store/step_lock.h"
 #include "store/store_relations.h"
 #include "ipc/served_databases.h"
-#include "ipc/unstarted_claims.h"
-#include "worker/worker.h"
+#include "worker/executor.h"
 #include "worker/worker_session.h"
-#include "ipc/worker_wakeup.h"
+#include "ipc/worker_shmem.h"
 
 static int	poll_interval_ms = 1000;
 static int	batch_size = 1000;
 
-/* the recent pace of this executor's claims of steps, and of run turns (claim_size.c) */
+/* the recent pace of this executor's claims of steps, and of run turns (executor_slot.c) */
 static ClaimSizer step_claims;
 static ClaimSizer turn_claims;
 
@@ -323,7 +320,7 @@ run_claimed_attempt(ClaimedStep *claim)
  * objects, transaction locks -- is then seen by no other role's body. A step whose last attempt
  * was lost runs alone, after the others (claims come sorted so): should it end the executor
  * again, no other step's outcome goes with it, and the claims not reached get their attempt
- * back (unstarted_claims.c). Each claim's lock is let go once its outcome committed; so are the
+ * back (executor_slot.c). Each claim's lock is let go once its outcome committed; so are the
  * session-level advisory locks bodies took.
  */
 static void
@@ -367,9 +364,10 @@ run_claimed(ClaimedStep *claims, int n, bool limited_queue)
 								   psprintf("durable_steps: running %s/%s attempt %d",
 											claims[done].run_id, claims[done].step_id,
 											claims[done].attempt));
-			ds_claim_starting(ds_attempt_cancel_key(claims[done].run_id, claims[done].step_id,
-													claims[done].attempt));
-			ds_attempt_began(claims[done].rec.owner);
+			ds_slot_attempt_starting(ds_attempt_cancel_key(claims[done].run_id,
+														   claims[done].step_id,
+														   claims[done].attempt),
+									 claims[done].rec.owner);
 			run_claimed_attempt(&claims[done]);
 			done++;
 		} while (done < n && claims[done].rec.owner == claims[first].rec.owner &&
@@ -398,7 +396,7 @@ run_claimed(ClaimedStep *claims, int n, bool limited_queue)
 		ds_worker_commit();
 		ds_claims_settled();
 	}
-	ds_attempt_ended();
+	ds_slot_idle();
 	ds_poll_cancel_requests(false);
 }
 
@@ -708,7 +706,7 @@ run_turns_round(ClaimedRun *runs, int n, bool may_continue)
 			pgstat_report_activity(STATE_RUNNING,
 								   psprintf("durable_steps: run %s turn %d", runs[done].run_id,
 											runs[done].turn));
-			ds_attempt_began(runs[done].owner);
+			ds_slot_turn_starting(runs[done].owner);
 			goes_on[done] = ds_run_turn(&runs[done], may_continue, &wait_for);
 			if (wait_for != NULL)
 				awaited[done] = MemoryContextStrdup(pass_cxt, wait_for);
@@ -729,9 +727,8 @@ run_turns_round(ClaimedRun *runs, int n, bool may_continue)
 				!ds_step_lock_try_session(runs[i].run_id, DS_TURN_STEP_ID))
 				elog(ERROR, "could not keep the lock of claimed run %s", runs[i].run_id);
 		ds_worker_commit();
-		ds_claims_settled();
 		ds_turn_release();
-		ds_attempt_ended();
+		ds_slot_idle();
 
 		/*
 		 * an event emitted while a turn ran found its run not yet waiting:

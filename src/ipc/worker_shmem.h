@@ -1,8 +1,9 @@
 /*
- * worker_wakeup.h -- shared state of the background workers, and waking them at commit.
+ * worker_shmem.h -- the background workers' shared memory: its whole layout (WorkerShared, the
+ * executors' and HTTP workers' slots), and waking the workers at commit.
  */
-#ifndef DS_WORKER_WAKEUP_H
-#define DS_WORKER_WAKEUP_H
+#ifndef DS_WORKER_SHMEM_H
+#define DS_WORKER_SHMEM_H
 
 #include "base/compat.h"
 #include "base/step_kind.h"
@@ -17,12 +18,12 @@
 /* databases that may ask the launcher at once to be served */
 #define DS_SERVE_REQUESTS 16
 
-/* most attempts one transaction of an executor starts (unstarted_claims.c) */
+/* most attempts one transaction of an executor starts (executor_slot.c) */
 #define DS_STARTED_CLAIMS_MAX 256
 
 /*
  * The attempts an executor that ended had started in its last, uncommitted transaction
- * (unstarted_claims.c): its other claims never started. Written once as it exits, read by
+ * (executor_slot.c): its other claims never started. Written once as it exits, read by
  * whoever records its lost claims; pid is 0 while it is written.
  */
 typedef struct EndedExecutor
@@ -31,9 +32,9 @@ typedef struct EndedExecutor
 	TimestampTz started_at;		/* the process's start, and its end: no other
 								 * process with */
 	TimestampTz ended_at;		/* the pid claimed in between */
-	int			end_cause;		/* ExecutorEndCause (unstarted_claims.h): what
-								 * of the last attempt ignored its
-								 * cancellation, if anything did */
+	int			end_cause;		/* ExecutorEndCause (executor_slot.h): what of
+								 * the last attempt ignored its cancellation,
+								 * if anything did */
 	int			n_started;
 	uint64		started[DS_STARTED_CLAIMS_MAX]; /* ds_attempt_cancel_key of
 												 * each */
@@ -67,24 +68,24 @@ typedef struct ExecutorSlot
 	pg_atomic_uint64 cancel_request;
 
 	/*
-	 * The claim it is taking now (claim_size.c): the key of its database and
-	 * queue in the high 32 bits, the number of steps it takes in the low
+	 * The claim it is taking now (executor_slot.c): the key of its database
+	 * and queue in the high 32 bits, the number of steps it takes in the low
 	 * ones; 0 when it is not claiming
 	 */
 	pg_atomic_uint64 claiming;
 
 	/*
 	 * The owner of the attempt (or workflow turn) it runs now, and since when
-	 * (executor_load.c); InvalidOid and 0 between claims
+	 * (executor_slot.c); InvalidOid and 0 between claims
 	 */
 	pg_atomic_uint32 attempt_owner;
 	pg_atomic_uint64 attempt_since;
-	/* the slot's last executor that ended (unstarted_claims.c) */
+	/* the slot's last executor that ended (executor_slot.c) */
 	EndedExecutor ended;
 
 	/*
 	 * the partitions its executor serves, as it last took them
-	 * (fence_applied.c)
+	 * (executor_slot.c)
 	 */
 	pg_atomic_uint64 partitions_applied;
 } ExecutorSlot;
@@ -96,7 +97,7 @@ typedef struct HttpWorkerSlot
 								 * free */
 	Latch	   *latch;
 	pg_atomic_uint32 pid;		/* its process */
-	/* the partitions it serves, as it last took them (fence_applied.c) */
+	/* the partitions it serves, as it last took them (executor_slot.c) */
 	pg_atomic_uint64 partitions_applied;
 } HttpWorkerSlot;
 
@@ -136,7 +137,7 @@ typedef struct WorkerShared
 	pg_atomic_uint64 kept_outcomes;
 } WorkerShared;
 
-/* how long an attempt runs before its executor counts as busy (executor_load.h) */
+/* how long an attempt runs before its executor counts as busy (executor_slot.h) */
 #define DS_BUSY_ATTEMPT_MS 1000
 
 /*
@@ -172,7 +173,7 @@ extern bool ds_request_cancel(int pid, uint64 key);
 /*
  * An attempt may have been left running by a process that cannot finish it (it is ending, or
  * failed to record the outcome and let go of the step's lock): bump the epoch of lost attempts
- * and wake every executor, which then looks for them (worker.c).
+ * and wake every executor, which then looks for them (executor.c).
  */
 extern void ds_attempts_may_be_lost(void);
 
@@ -214,7 +215,7 @@ extern void ds_worker_wake_at_commit(void);
  */
 extern void ds_worker_kept_outcome_at_commit(void);
 
-/* Moves after each such commit; executors look for kept outcomes when it moved (worker.c). */
+/* Moves after each such commit; executors look for kept outcomes when it moved (executor.c). */
 extern uint64 ds_kept_outcomes_generation(void);
 
 /* The same, without the warnings: the install script's call (CREATE EXTENSION). */
@@ -232,4 +233,4 @@ extern void ds_worker_wake_kind_at_commit(StepKind kind);
  */
 extern bool ds_http_worker_take_slot(void);
 
-#endif							/* DS_WORKER_WAKEUP_H */
+#endif							/* DS_WORKER_SHMEM_H */

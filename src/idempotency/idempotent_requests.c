@@ -1,5 +1,5 @@
 /*
- * idempotent.c -- idempotent requests: the server side of an Idempotency-Key header
+ * idempotent_requests.c -- idempotent requests: the server side of an Idempotency-Key header
  * (docs/idempotent-requests.md).
  *
  * An entry of durable_steps.idempotency_keys is one (owning role, scope, key): the request it was
@@ -36,7 +36,8 @@
 #include "base/partition.h"
 #include "base/size_limits.h"
 #include "base/sql_text.h"
-#include "requests/idempotent.h"
+#include "idempotency/idempotent_requests.h"
+#include "store/idempotency_store.h"
 #include "store/step_store.h"
 
 /* 'DI' in the objsubid column of pg_locks */
@@ -244,31 +245,11 @@ lock_key(const IdempotencyKey *k, int64 wait_ms)
 static void
 read_entry(const IdempotencyKey *k, IdempotencyEntry *e)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			types[3] = {OIDOID, TEXTOID, TEXTOID};
-	Datum		args[3];
 	StoreSpi	spi;
-	int			rc;
 
 	memset(e, 0, sizeof(*e));
-	args[0] = ObjectIdGetDatum(k->owner);
-	args[1] = CStringGetTextDatum(k->scope);
-	args[2] = CStringGetTextDatum(k->key);
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&plan,
-										  "SELECT state OPERATOR(pg_catalog.=) 'done', request, status, body, token,"
-										  " lease_expires_at,"
-										  " expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
-										  " AND (state OPERATOR(pg_catalog.=) 'done'"
-										  "  OR lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())"
-										  " FROM durable_steps.idempotency_keys"
-										  " WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
-										  " AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3"
-										  " FOR UPDATE", 3, types),
-						  args, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading an idempotency key failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 1)
+	if (ds_store_lock_idempotency_entry(k->owner, k->scope, k->key) == 1)
 	{
 		HeapTuple	row = SPI_tuptable->vals[0];
 		TupleDesc	td = SPI_tuptable->tupdesc;
@@ -304,54 +285,11 @@ static void
 write_entry(const IdempotencyKey *k, Jsonb *request, bool done, int32 status, Jsonb *body,
 			TimestampTz lease_expires_at, TimestampTz expires_at, pg_uuid_t *token)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			types[9] = {OIDOID, TEXTOID, TEXTOID, JSONBOID, BOOLOID, INT4OID, JSONBOID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		args[9];
-	char		nulls[9] = "         ";
 	StoreSpi	spi;
-	int			rc;
 
-	args[0] = ObjectIdGetDatum(k->owner);
-	args[1] = CStringGetTextDatum(k->scope);
-	args[2] = CStringGetTextDatum(k->key);
-	args[3] = JsonbPGetDatum(request);
-	args[4] = BoolGetDatum(done);
-	args[5] = Int32GetDatum(status);
-	nulls[5] = done ? ' ' : 'n';
-	args[6] = body ? JsonbPGetDatum(body) : (Datum) 0;
-	nulls[6] = body ? ' ' : 'n';
-	args[7] = TimestampTzGetDatum(lease_expires_at);
-	nulls[7] = done ? 'n' : ' ';
-	args[8] = TimestampTzGetDatum(expires_at);
 	ds_store_spi_begin(&spi);
-	rc = SPI_execute_plan(ds_prepare_kept(&plan,
-										  "INSERT INTO durable_steps.idempotency_keys AS i"
-										  " (owner, scope, key, request, state, status, body, token,"
-										  "  lease_expires_at, expires_at, created_at, finished_at)"
-										  " SELECT $1::pg_catalog.regrole, $2, $3, $4,"
-										  "  CASE WHEN $5 THEN 'done' ELSE 'held' END, $6, $7,"
-										  "  CASE WHEN $5 THEN NULL ELSE pg_catalog.gen_random_uuid() END,"
-										  "  $8, $9, pg_catalog.clock_timestamp(),"
-										  "  CASE WHEN $5 THEN pg_catalog.clock_timestamp() END"
-										  " ON CONFLICT (owner, scope, key) DO UPDATE SET"
-										  "  request = excluded.request, state = excluded.state,"
-										  "  status = excluded.status, body = excluded.body, token = excluded.token,"
-										  "  lease_expires_at = excluded.lease_expires_at,"
-										  "  expires_at = excluded.expires_at, created_at = excluded.created_at,"
-										  "  finished_at = excluded.finished_at"
-										  " RETURNING token", 9, types),
-						  args, nulls, false, 1);
-	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
-		elog(ERROR, "writing an idempotency key failed: %s", SPI_result_code_string(rc));
-	if (token != NULL)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		if (!isnull)
-			memcpy(token, DatumGetUUIDP(d), sizeof(pg_uuid_t));
-	}
+	ds_store_write_idempotency_entry(k->owner, k->scope, k->key, request, done, status, body,
+									 lease_expires_at, expires_at, token);
 	ds_store_spi_end(&spi);
 }
 
@@ -359,39 +297,13 @@ write_entry(const IdempotencyKey *k, Jsonb *request, bool done, int32 status, Js
 static void
 settle_entry(const IdempotencyKey *k, int32 status, Jsonb *body)
 {
-	static SPIPlanPtr finish_plan = NULL;
-	static SPIPlanPtr abandon_plan = NULL;
-	Oid			types[5] = {OIDOID, TEXTOID, TEXTOID, INT4OID, JSONBOID};
-	Datum		args[5];
-	char		nulls[5] = "     ";
 	StoreSpi	spi;
-	int			rc;
 
-	args[0] = ObjectIdGetDatum(k->owner);
-	args[1] = CStringGetTextDatum(k->scope);
-	args[2] = CStringGetTextDatum(k->key);
-	args[3] = Int32GetDatum(status);
-	args[4] = body ? JsonbPGetDatum(body) : (Datum) 0;
-	nulls[4] = body ? ' ' : 'n';
 	ds_store_spi_begin(&spi);
 	if (status >= 0)
-		rc = SPI_execute_plan(ds_prepare_kept(&finish_plan,
-											  "UPDATE durable_steps.idempotency_keys SET state = 'done',"
-											  " status = $4, body = $5, token = NULL, lease_expires_at = NULL,"
-											  " finished_at = pg_catalog.clock_timestamp()"
-											  " WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
-											  " AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3",
-											  5, types),
-							  args, nulls, false, 0);
+		ds_store_finish_idempotency_entry(k->owner, k->scope, k->key, status, body);
 	else
-		rc = SPI_execute_plan(ds_prepare_kept(&abandon_plan,
-											  "DELETE FROM durable_steps.idempotency_keys"
-											  " WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
-											  " AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3",
-											  3, types),
-							  args, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE && rc != SPI_OK_DELETE)
-		elog(ERROR, "writing an idempotency key failed: %s", SPI_result_code_string(rc));
+		ds_store_delete_idempotency_entry(k->owner, k->scope, k->key);
 	ds_store_spi_end(&spi);
 }
 

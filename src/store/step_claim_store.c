@@ -1,0 +1,328 @@
+/*
+ * step_claim_store.c -- the statements of the claims of steps (step_claim_store.h).
+ *
+ * The worker runs as a superuser with search_path pinned to pg_catalog (see worker.c); the
+ * statements here still name the extension's schema explicitly. Executors claim and count SQL
+ * steps only (kind 'sql'): HTTP steps are the HTTP worker's.
+ */
+#include "base/compat.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+#include "http/http_request.h"
+#include "store/replay_cache.h"
+#include "store/step_claim_store.h"
+#include "store/step_store.h"
+
+static SPIPlanPtr queues_plan = NULL;
+static SPIPlanPtr queue_lock_plan = NULL;
+static SPIPlanPtr running_count_plan = NULL;
+static SPIPlanPtr level_plan = NULL;
+static SPIPlanPtr due_plan = NULL;
+static SPIPlanPtr due_share_plan = NULL;
+static SPIPlanPtr mark_running_plan = NULL;
+static SPIPlanPtr running_plan = NULL;
+static SPIPlanPtr next_due_plan = NULL;
+static SPIPlanPtr kept_outcomes_plan = NULL;
+static SPIPlanPtr http_due_plan = NULL;
+static SPIPlanPtr next_http_due_plan = NULL;
+
+/*
+ * The (queue, priority) groups of waiting steps, walked through steps_due_idx one group at a
+ * time: each row of the recursion is one index descent to the next group, however many steps a
+ * group holds. PostgreSQL 15 has no skip scan; this is the "loose index scan" written out.
+ */
+#define WAITING_GROUPS \
+	"WITH RECURSIVE g(queue, priority) AS (" \
+	" (SELECT queue, priority FROM durable_steps.steps" \
+	"   WHERE next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')" \
+	"   ORDER BY queue, priority LIMIT 1)" \
+	" UNION ALL" \
+	" SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL" \
+	"  (SELECT s.queue, s.priority FROM durable_steps.steps s" \
+	"    WHERE s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')" \
+	"      AND (s.queue, s.priority) > (g.queue, g.priority)" \
+	"    ORDER BY s.queue, s.priority LIMIT 1) n) "
+
+uint64
+ds_store_due_queues(TimestampTz now)
+{
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		args[1];
+
+	args[0] = TimestampTzGetDatum(now);
+	return ds_store_execute(&queues_plan,
+							WAITING_GROUPS
+							"SELECT DISTINCT ON (g.queue) g.queue, q.concurrency, g.priority FROM g"
+							" LEFT JOIN durable_steps.queues q ON q.name = g.queue"
+							" WHERE EXISTS (SELECT FROM durable_steps.steps s"
+							"  WHERE s.queue = g.queue AND s.priority = g.priority"
+							"   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
+							"   AND s.next_attempt_at <= $1 AND s.kind = 'sql'"
+							"   AND durable_steps.ds_partition_owned(s.run_id))"
+							" ORDER BY g.queue, g.priority",
+							1, types, args, NULL, false, 0, SPI_OK_SELECT, "due queue query");
+}
+
+bool
+ds_store_lock_queue_row(const char *queue, int *concurrency, bool *unlimited)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1];
+	Datum		d;
+
+	*concurrency = 0;
+	args[0] = CStringGetTextDatum(queue);
+	if (ds_store_execute(&queue_lock_plan,
+						 "SELECT concurrency FROM durable_steps.queues"
+						 " WHERE name = $1 FOR UPDATE SKIP LOCKED", 1, types,
+						 args, NULL, false, 0, SPI_OK_SELECT, "queue lock") != 1)
+		return false;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, unlimited);
+	if (!*unlimited)
+		*concurrency = DatumGetInt32(d);
+	return true;
+}
+
+uint64
+ds_store_running_by_owner(const char *queue)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1];
+
+	args[0] = CStringGetTextDatum(queue);
+	return ds_store_execute(&running_count_plan,
+							"SELECT owner::pg_catalog.oid, pg_catalog.count(*)"
+							" FROM durable_steps.steps"
+							" WHERE running_queue = $1 GROUP BY 1", 1, types,
+							args, NULL, false, 0, SPI_OK_SELECT, "running step count");
+}
+
+bool
+ds_store_next_due_priority(const char *queue, int32 from, int32 *priority)
+{
+	Oid			level_types[2] = {TEXTOID, INT4OID};
+	Datum		args[2];
+	bool		isnull;
+
+	args[0] = CStringGetTextDatum(queue);
+	args[1] = Int32GetDatum(from);
+	if (ds_store_execute(&level_plan,
+						 "SELECT priority FROM durable_steps.steps"
+						 " WHERE queue = $1 AND next_attempt_at IS NOT NULL"
+						 " AND status IN ('pending', 'retrying')"
+						 " AND priority >= $2 AND kind = 'sql'"
+						 " AND durable_steps.ds_partition_owned(run_id)"
+						 " ORDER BY priority LIMIT 1",
+						 2, level_types, args, NULL, false, 0, SPI_OK_SELECT,
+						 "priority query") == 0)
+		return false;
+	*priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+											&isnull));
+	return true;
+}
+
+uint64
+ds_store_read_due_steps(const char *queue, int32 priority, int limit, TimestampTz now,
+						ArrayType *passed_tids, int offset)
+{
+	Oid			due_types[6] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID, INT4OID};
+	Datum		args[6];
+
+	args[0] = CStringGetTextDatum(queue);
+	args[1] = Int32GetDatum(priority);
+	args[2] = Int32GetDatum(limit);
+	args[3] = TimestampTzGetDatum(now);
+	args[4] = PointerGetDatum(passed_tids);
+	args[5] = Int32GetDatum(offset);
+	return ds_store_execute(&due_plan,
+							"SELECT run_id, step_id, ctid, owner::pg_catalog.oid"
+							" FROM durable_steps.steps"
+							" WHERE queue = $1 AND priority = $2"
+							" AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							" AND next_attempt_at <= $4 AND kind = 'sql'"
+							" AND durable_steps.ds_partition_owned(run_id)"
+							" AND ctid <> ALL ($5)"
+							" ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
+							6, due_types, args, NULL, false, 0, SPI_OK_SELECT,
+							"due step query");
+}
+
+uint64
+ds_store_read_due_steps_share(const char *queue, int32 priority, int limit, TimestampTz now,
+							  ArrayType *passed_tids, int offset, int window,
+							  ArrayType *passed_owners)
+{
+	Oid			due_types[8] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID, INT4OID,
+	INT4OID, OIDARRAYOID};
+	Datum		args[8];
+
+	args[0] = CStringGetTextDatum(queue);
+	args[1] = Int32GetDatum(priority);
+	args[2] = Int32GetDatum(limit);
+	args[3] = TimestampTzGetDatum(now);
+	args[4] = PointerGetDatum(passed_tids);
+	args[5] = Int32GetDatum(offset);
+	args[6] = Int32GetDatum(window);
+	args[7] = PointerGetDatum(passed_owners);
+
+	/*
+	 * A limited queue's share: the passed owners' rows may be many before
+	 * another owner's, so they are passed in the statement, over a window of
+	 * the range read in index order (the inner LIMIT keeps the planner's
+	 * estimate, and so the ordered index scan, of ds_store_read_due_steps's
+	 * statement).
+	 */
+	return ds_store_execute(&due_share_plan,
+							"SELECT run_id, step_id, ctid, owner FROM"
+							" (SELECT run_id, step_id, ctid, owner::pg_catalog.oid AS owner,"
+							"   next_attempt_at FROM durable_steps.steps"
+							"  WHERE queue = $1 AND priority = $2"
+							"  AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							"  AND next_attempt_at <= $4 AND kind = 'sql'"
+							"  AND durable_steps.ds_partition_owned(run_id)"
+							"  AND ctid <> ALL ($5)"
+							"  ORDER BY next_attempt_at LIMIT $7) w"
+							" WHERE owner <> ALL ($8)"
+							" ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
+							8, due_types, args, NULL, false, 0, SPI_OK_SELECT,
+							"due step query");
+}
+
+uint64
+ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval *ceiling,
+							Interval *default_timeout, bool limited)
+{
+	Oid			types[6] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, BOOLOID};
+	Datum		args[6];
+	uint64		n;
+
+	args[0] = PointerGetDatum(tids);
+	args[1] = TimestampTzGetDatum(now);
+	args[2] = Int32GetDatum(pid);
+	args[3] = IntervalPGetDatum(ceiling);
+	args[4] = IntervalPGetDatum(default_timeout);
+	args[5] = BoolGetDatum(limited);
+	/* claims never touch a succeeded row: no backend need forget its replays */
+	ds_replay_cache_internal_update(true);
+	n = ds_store_execute(&mark_running_plan,
+						 mark_running_plan ? NULL :
+
+	/*
+	 * No column of an index changes (next_attempt_at stays; see
+	 * steps_due_idx), but running_queue for a limited queue: a HOT update,
+	 * which writes no index entry and stays on its page.
+	 */
+						 psprintf("UPDATE durable_steps.steps s SET status = 'running',"
+								  "  attempts = s.attempts + 1, updated_at = $2,"
+								  "  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
+								  "  claimed_by = $3,"
+								  "  running_queue = CASE WHEN $6 THEN s.queue END"
+								  " WHERE s.ctid = ANY ($1) AND s.next_attempt_at IS NOT NULL"
+								  "  AND s.status IN ('pending', 'retrying')"
+
+	/*
+	 * read without a row lock: a row changed since then (a re-arm with a
+	 * later run_at) is checked again here
+	 */
+								  "  AND s.next_attempt_at <= $2"
+								  " RETURNING %s, s.ctid",
+								  ds_step_column_list()),
+						 6, types, args, NULL, false, 0, SPI_OK_UPDATE_RETURNING,
+						 "claiming steps");
+	ds_replay_cache_internal_update(false);
+	return n;
+}
+
+uint64
+ds_store_read_running_steps(void)
+{
+	/*
+	 * No row lock: the step lock tells which are lost, and ds_store_lock_step
+	 * locks the row of each before it is recorded.
+	 */
+	return ds_store_execute(&running_plan,
+							"SELECT run_id, step_id FROM durable_steps.steps"
+							" WHERE next_attempt_at IS NOT NULL AND status = 'running'"
+	/* an outcome kept for an executor is not lost (worker.c) */
+							" AND kept_outcome IS NULL"
+
+	/*
+	 * only the owner records a lost attempt: a fenced partition's are its
+	 * next owner's, after the move (docs/partitions.md)
+	 */
+							" AND durable_steps.ds_partition_owned(run_id)",
+							0, NULL, NULL, NULL, false, 0, SPI_OK_SELECT,
+							"running step query");
+}
+
+uint64
+ds_store_read_kept_outcomes(int limit)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		args[1];
+
+	args[0] = Int32GetDatum(limit);
+	return ds_store_execute(&kept_outcomes_plan,
+							"SELECT run_id, step_id FROM durable_steps.steps"
+							" WHERE kept_outcome IS NOT NULL AND status = 'running'"
+							" ORDER BY updated_at LIMIT $1", 1, types,
+							args, NULL, false, 0, SPI_OK_SELECT, "kept outcome query");
+}
+
+TimestampTz
+ds_store_next_due_step_time(void)
+{
+	return ds_store_query_time(&next_due_plan,
+							   WAITING_GROUPS
+							   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
+							   "  FROM durable_steps.steps s"
+							   "  WHERE s.queue = g.queue AND s.priority = g.priority"
+							   "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
+							   "   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
+							   "  ORDER BY s.next_attempt_at LIMIT 1))"
+							   " FROM g LEFT JOIN durable_steps.queues q ON q.name = g.queue"
+	/* a full or paused queue has nothing for an idle executor */
+							   " WHERE q.concurrency IS NULL OR q.concurrency >"
+							   "  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
+							   "    WHERE r.running_queue = g.queue)",
+							   "next due step");
+}
+
+uint64
+ds_store_lock_due_http_steps(int limit, TimestampTz now, ArrayType *capped)
+{
+	Oid			due_types[3] = {INT4OID, TIMESTAMPTZOID, OIDARRAYOID};
+	Datum		args[3];
+
+	args[0] = Int32GetDatum(limit);
+
+	/*
+	 * a parameter, not clock_timestamp(): the bound of the index range, not a
+	 * filter
+	 */
+	args[1] = TimestampTzGetDatum(now);
+	args[2] = PointerGetDatum(capped);
+	return ds_store_execute(&http_due_plan,
+							"SELECT run_id, step_id, ctid, owner::pg_catalog.oid FROM durable_steps.steps"
+							" WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
+							" AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							" AND next_attempt_at <= $2 AND kind = 'http'"
+							" AND owner::pg_catalog.oid OPERATOR(pg_catalog.<>) ALL ($3)"
+							" AND durable_steps.ds_partition_owned(run_id)"
+							" ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+							3, due_types, args, NULL, false, 0, SPI_OK_SELECT,
+							"due HTTP step query");
+}
+
+TimestampTz
+ds_store_next_due_http_time(void)
+{
+	return ds_store_query_time(&next_http_due_plan,
+							   "SELECT min(next_attempt_at) FROM durable_steps.steps"
+							   " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
+							   " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							   " AND kind = 'http' AND durable_steps.ds_partition_owned(run_id)",
+							   "next due HTTP step");
+}

@@ -1,0 +1,85 @@
+/*
+ * step_claim_store.h -- the statements of the claims of steps (step_claim_store.c): the SQL
+ * executors' (worker/step_claims.c) and the HTTP worker's (worker/http_claims.c). The policy --
+ * which queue, how many, for whom -- is the callers'; these read and mark the rows.
+ *
+ * Each runs inside the caller's SPI connection (ds_store_spi_begin), as the tables' owner, and
+ * leaves the rows it read in SPI_tuptable, their columns as each says, until ds_store_spi_end.
+ */
+#ifndef DS_STEP_CLAIM_STORE_H
+#define DS_STEP_CLAIM_STORE_H
+
+#include "base/compat.h"
+#include "utils/array.h"
+#include "utils/timestamp.h"
+
+/*
+ * The queues with due SQL steps whose runs' partition this server owns, in name order (C
+ * collation): rows (queue text, concurrency int4 or NULL when the queue has no row, the first
+ * priority with due steps int4). `now` bounds the due times.
+ */
+extern uint64 ds_store_due_queues(TimestampTz now);
+
+/*
+ * Lock queue `queue`'s row (FOR UPDATE SKIP LOCKED). False when another transaction holds it or
+ * it is gone; else its concurrency in *concurrency, or *unlimited when it is NULL.
+ */
+extern bool ds_store_lock_queue_row(const char *queue, int *concurrency, bool *unlimited);
+
+/* The steps counted against queue `queue` (running_queue): rows (owner oid, count int8). */
+extern uint64 ds_store_running_by_owner(const char *queue);
+
+/*
+ * The first priority from `from` on with a due-or-waiting SQL step of queue `queue` in a
+ * partition owned here, in *priority; false when there is none.
+ */
+extern bool ds_store_next_due_priority(const char *queue, int32 from, int32 *priority);
+
+/*
+ * Up to `limit` SQL steps of `queue` at `priority` due at `now`, earliest due first, passing
+ * the first `offset` and the rows at passed_tids (tid[]), without row locks: rows (run_id text,
+ * step_id text, ctid tid, owner oid). With passed_owners (oid[]), a limited queue's share: the
+ * rows of those owners are passed too, over a window of the first `window` rows of the range.
+ */
+extern uint64 ds_store_read_due_steps(const char *queue, int32 priority, int limit,
+									  TimestampTz now, ArrayType *passed_tids, int offset);
+extern uint64 ds_store_read_due_steps_share(const char *queue, int32 priority, int limit,
+											TimestampTz now, ArrayType *passed_tids, int offset,
+											int window, ArrayType *passed_owners);
+
+/*
+ * Mark the rows at `tids` (tid[]) that are still waiting and due at `now` running, claimed by
+ * process `pid`: attempt counted, lease from `now` for the step's timeout or `default_timeout`,
+ * at most `ceiling`; counted against their queue when `limited`. Rows: every step column (of
+ * ds_step_column_list()) and the ctid, for ds_store_record_from_tuple(..., 0, ...).
+ */
+extern uint64 ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid,
+										  Interval *ceiling, Interval *default_timeout,
+										  bool limited);
+
+/*
+ * Every running step whose outcome was not kept for an executor, in a partition owned here:
+ * rows (run_id text, step_id text).
+ */
+extern uint64 ds_store_read_running_steps(void);
+
+/* Up to `limit` running steps with a kept outcome, oldest first: rows (run_id, step_id). */
+extern uint64 ds_store_read_kept_outcomes(int limit);
+
+/*
+ * The earliest next_attempt_at of a due-or-waiting SQL step of a queue with room under its limit
+ * (a partition owned here); 0 when there is none.
+ */
+extern TimestampTz ds_store_next_due_step_time(void);
+
+/*
+ * Up to `limit` HTTP steps due at `now`, earliest due first, of owners not in `capped` (oid[]),
+ * in a partition owned here, their rows locked (FOR UPDATE SKIP LOCKED): rows (run_id text,
+ * step_id text, ctid tid, owner oid).
+ */
+extern uint64 ds_store_lock_due_http_steps(int limit, TimestampTz now, ArrayType *capped);
+
+/* The earliest next_attempt_at of a due-or-waiting HTTP step owned here; 0 when none. */
+extern TimestampTz ds_store_next_due_http_time(void);
+
+#endif							/* DS_STEP_CLAIM_STORE_H */
