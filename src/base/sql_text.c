@@ -6,6 +6,7 @@
  */
 #include "base/compat.h"
 
+#include "nodes/parsenodes.h"
 #include "nodes/pg_list.h"
 #include "parser/parser.h"
 
@@ -47,4 +48,15 @@ ds_check_one_statement(const char *name, const char *sql)
 				(errcode(ERRCODE_SYNTAX_ERROR),
 				 errmsg("%s must be exactly one SQL statement", name),
 				 errdetail("It has %d.", list_length(parsed))));
+
+	/*
+	 * it runs inside the caller's transaction, through SPI, which refuses
+	 * these
+	 */
+	if (IsA(linitial_node(RawStmt, parsed)->stmt, TransactionStmt))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_TERMINATION),
+				 errmsg("%s must not be a transaction statement (BEGIN, COMMIT, ROLLBACK, SAVEPOINT ...)",
+						name),
+				 errdetail("It runs inside the caller's transaction, which commits or rolls it back.")));
 }

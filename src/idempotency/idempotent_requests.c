@@ -50,6 +50,7 @@ PG_FUNCTION_INFO_V1(ds_idempotent);
 PG_FUNCTION_INFO_V1(ds_idempotent_begin);
 PG_FUNCTION_INFO_V1(ds_idempotent_finish);
 PG_FUNCTION_INFO_V1(ds_idempotent_abandon);
+PG_FUNCTION_INFO_V1(ds_idempotent_renew);
 
 /* One key of the calling role. */
 typedef struct IdempotencyKey
@@ -133,6 +134,8 @@ jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 	return j;
 }
 
+static TimestampTz after(TimestampTz now, Interval *i, const char *name);
+
 /* An interval argument that must be given: positive (or, `may_be_zero`, not negative). */
 static Interval *
 interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool may_be_zero)
@@ -152,16 +155,41 @@ interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool may_be_z
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be %s", name, may_be_zero ? "zero or positive" : "positive")));
+	(void) after(GetCurrentTimestamp(), i, name);
 	return i;
 }
 
-/* now + interval */
+/*
+ * now + interval, for argument `name`: past the last timestamp is the caller's mistake (22023,
+ * naming the argument), found before anything is locked, run or written.
+ */
 static TimestampTz
-after(TimestampTz now, Interval *i)
+after(TimestampTz now, Interval *i, const char *name)
 {
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(now),
-												   IntervalPGetDatum(i)));
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile TimestampTz t = 0;
+
+	PG_TRY();
+	{
+		t = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													TimestampTzGetDatum(now),
+													IntervalPGetDatum(i)));
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_DATETIME_VALUE_OUT_OF_RANGE)
+			PG_RE_THROW();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is too long: it would end past the last timestamp", name)));
+	}
+	PG_END_TRY();
+	return t;
 }
 
 /* An HTTP status: 100 to 599. */
@@ -293,6 +321,17 @@ write_entry(const IdempotencyKey *k, Jsonb *request, bool done, int32 status, Js
 	ds_store_spi_end(&spi);
 }
 
+/* The key's held entry held until `lease_expires_at`. */
+static void
+renew_entry(const IdempotencyKey *k, TimestampTz lease_expires_at)
+{
+	StoreSpi	spi;
+
+	ds_store_spi_begin(&spi);
+	ds_store_renew_idempotency_entry(k->owner, k->scope, k->key, lease_expires_at);
+	ds_store_spi_end(&spi);
+}
+
 /* Finish (the response) or abandon (`status` < 0: delete) the key's held entry. */
 static void
 settle_entry(const IdempotencyKey *k, int32 status, Jsonb *body)
@@ -421,7 +460,7 @@ ds_idempotent(PG_FUNCTION_ARGS)
 	{
 		Interval   *wait = interval_arg(fcinfo, 5, "wait", true);
 
-		wait_ms = (after(0, wait) + 999) / 1000;
+		wait_ms = (after(0, wait, "wait") + 999) / 1000;
 	}
 
 	for (KeyInFlight *f = keys_in_flight; f != NULL; f = f->next)
@@ -454,7 +493,8 @@ ds_idempotent(PG_FUNCTION_ARGS)
 	}
 	PG_END_TRY();
 
-	write_entry(&k, request, true, status, body, 0, after(GetCurrentTimestamp(), ttl), NULL);
+	write_entry(&k, request, true, status, body, 0, after(GetCurrentTimestamp(), ttl, "ttl"),
+				NULL);
 	PG_RETURN_DATUM(response_tuple(fcinfo, status, body, false));
 }
 
@@ -498,8 +538,8 @@ ds_idempotent_begin(PG_FUNCTION_ARGS)
 	now = GetCurrentTimestamp();
 	token = palloc(sizeof(pg_uuid_t));
 	/* never purged while it is held */
-	write_entry(&k, request, false, 0, NULL, after(now, lease),
-				Max(after(now, ttl), after(now, lease)), token);
+	write_entry(&k, request, false, 0, NULL, after(now, lease, "lease"),
+				Max(after(now, ttl, "ttl"), after(now, lease, "lease")), token);
 	values[0] = CStringGetTextDatum("new");
 	values[3] = UUIDPGetDatum(token);
 	nulls[3] = false;
@@ -570,4 +610,31 @@ ds_idempotent_abandon(PG_FUNCTION_ARGS)
 	check_holder(&k, &e, PG_GETARG_UUID_P(2));
 	settle_entry(&k, -1, NULL);
 	PG_RETURN_VOID();
+}
+
+/*
+ * ds_idempotent_renew(scope, key, token, lease) -> timestamptz: the held key's lease runs for
+ * `lease` from now, the time it runs out is returned. A holder whose work may outlast its lease
+ * renews it while it works, so that a client's retry meanwhile is answered DS409 (or waits)
+ * instead of beginning the work a second time; a holder whose token is refused (DS409, DS404)
+ * has lost the key and learns it before it finishes (docs/idempotent-requests.md).
+ */
+Datum
+ds_idempotent_renew(PG_FUNCTION_ARGS)
+{
+	IdempotencyKey k = key_args(fcinfo);
+	Interval   *lease = interval_arg(fcinfo, 3, "lease", false);
+	IdempotencyEntry e;
+	TimestampTz lease_expires_at;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("token must not be null")));
+	lease_expires_at = after(GetCurrentTimestamp(), lease, "lease");
+	lock_key(&k, INT_MAX);
+	read_entry(&k, &e);
+	check_holder(&k, &e, PG_GETARG_UUID_P(2));
+	renew_entry(&k, lease_expires_at);
+	PG_RETURN_TIMESTAMPTZ(lease_expires_at);
 }

@@ -22,6 +22,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
@@ -33,6 +34,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "base/cron_schedule.h"
@@ -211,6 +213,22 @@ cron_job_of_caller(const char *cron_nsp, const char *job_name)
 	return jobid;
 }
 
+static bool before_first_timestamp(TimestampTz t, Interval *i);
+
+/* Has role `roleid` the LOGIN attribute? */
+static bool
+role_can_login(Oid roleid)
+{
+	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(roleid));
+	bool		can;
+
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	can = ((Form_pg_authid) GETSTRUCT(tuple))->rolcanlogin;
+	ReleaseSysCache(tuple);
+	return can;
+}
+
 /*
  * ds_schedule(job_name, schedule, workflow, input, sql, backfill) -> bigint, the pg_cron job id.
  * Scheduling a name of the caller's again replaces its schedule: it counts as created now.
@@ -276,6 +294,22 @@ ds_schedule(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("backfill must be zero or positive")));
+	if (before_first_timestamp(GetCurrentTimestamp(), backfill))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("backfill is too long: it reaches before the first timestamp"),
+				 errhint("No slot before the schedule was created is ever started: a backfill longer than the longest outage to cover starts nothing more.")));
+
+	/*
+	 * pg_cron runs the job as the caller: a role that cannot log in never
+	 * runs it
+	 */
+	if (!role_can_login(caller))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("role \"%s\" cannot log in, and pg_cron runs a schedule's job as the role that made it",
+						GetUserNameFromId(caller, false)),
+				 errhint("Schedule as a role with LOGIN, or ALTER ROLE ... LOGIN.")));
 	PreventCommandIfReadOnly("ds_schedule()");
 	PreventCommandIfParallelMode("ds_schedule()");
 
@@ -372,6 +406,35 @@ minus_interval(TimestampTz t, Interval *i)
 	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
 												   TimestampTzGetDatum(t),
 												   IntervalPGetDatum(i)));
+}
+
+/*
+ * Is t - i before the first timestamp? A backfill that long would make every firing fail
+ * (22008): ds_schedule refuses it instead.
+ */
+static bool
+before_first_timestamp(TimestampTz t, Interval *i)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool out_of_range = false;
+
+	PG_TRY();
+	{
+		(void) minus_interval(t, i);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_DATETIME_VALUE_OUT_OF_RANGE)
+			PG_RE_THROW();
+		FlushErrorState();
+		out_of_range = true;
+	}
+	PG_END_TRY();
+	return out_of_range;
 }
 
 /*

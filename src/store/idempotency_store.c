@@ -14,6 +14,7 @@ static SPIPlanPtr read_plan = NULL;
 static SPIPlanPtr write_plan = NULL;
 static SPIPlanPtr finish_plan = NULL;
 static SPIPlanPtr abandon_plan = NULL;
+static SPIPlanPtr renew_plan = NULL;
 
 uint64
 ds_store_lock_idempotency_entry(Oid owner, const char *scope, const char *key)
@@ -111,6 +112,26 @@ ds_store_finish_idempotency_entry(Oid owner, const char *scope, const char *key,
 							" WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
 							" AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3",
 							5, types, args, nulls, false, 0, SPI_OK_UPDATE,
+							"writing an idempotency key");
+}
+
+void
+ds_store_renew_idempotency_entry(Oid owner, const char *scope, const char *key,
+								 TimestampTz lease_expires_at)
+{
+	Oid			types[4] = {OIDOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		args[4];
+
+	args[0] = ObjectIdGetDatum(owner);
+	args[1] = CStringGetTextDatum(scope);
+	args[2] = CStringGetTextDatum(key);
+	args[3] = TimestampTzGetDatum(lease_expires_at);
+	(void) ds_store_execute(&renew_plan,
+							"UPDATE durable_steps.idempotency_keys SET lease_expires_at = $4,"
+							" expires_at = GREATEST(expires_at, $4)"
+							" WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
+							" AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3",
+							4, types, args, NULL, false, 0, SPI_OK_UPDATE,
 							"writing an idempotency key");
 }
 

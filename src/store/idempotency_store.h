@@ -33,6 +33,13 @@ extern void ds_store_write_idempotency_entry(Oid owner, const char *scope, const
 extern void ds_store_finish_idempotency_entry(Oid owner, const char *scope, const char *key,
 											  int32 status, Jsonb *body);
 
+/*
+ * The held entry of (owner, scope, key) held until `lease_expires_at`, and kept at least as long
+ * (expires_at).
+ */
+extern void ds_store_renew_idempotency_entry(Oid owner, const char *scope, const char *key,
+											 TimestampTz lease_expires_at);
+
 /* The held entry of (owner, scope, key) removed. */
 extern void ds_store_delete_idempotency_entry(Oid owner, const char *scope, const char *key);
 
