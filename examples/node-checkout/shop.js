@@ -22,7 +22,7 @@
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
-import { DurableStepsError, expressIdempotency } from 'durable-steps';
+import { DurableStepsError, expressIdempotency, keepRawBody } from 'durable-steps';
 import express from 'express';
 
 import { openDrizzleStore } from './store-drizzle.js';
@@ -51,7 +51,8 @@ const DECLINED = new Set(['failed', 'blocked', 'uncertain', 'cancelled']);
  */
 export function makeApp(store) {
     const app = express();
-    app.use(express.json());
+    // keepRawBody: the middleware compares a repeat with the first request by its body's bytes
+    app.use(express.json({ verify: keepRawBody }));
     const ds = store.durableSteps;
 
     app.post('/checkout', (req, res, next) => {

@@ -472,6 +472,21 @@ export class DurableSteps {
         await this.rows('ds_idempotent_finish', call, '1');
     }
 
+    /**
+     * ds_idempotent_renew: the lease of a key held with `token` runs `lease` ('5 minutes' by
+     * default) from now, while the work goes on; when it runs out. InProgressError (DS409) once
+     * the token no longer holds the key, StepNotFoundError (DS404) when the key does not exist.
+     */
+    async idempotentRenew(scope: string, key: string, token: string, lease?: Interval): Promise<Date> {
+        const call = new Call()
+            .arg('scope', scope, 'text')
+            .arg('key', key, 'text')
+            .arg('token', token, 'uuid')
+            .arg('lease', lease, 'interval');
+        const row = await this.one('ds_idempotent_renew', call, 'ds_idempotent_renew AS until');
+        return row.until;
+    }
+
     /** ds_idempotent_abandon: frees a key held with `token`, so that a retry starts afresh. */
     async idempotentAbandon(scope: string, key: string, token: string): Promise<void> {
         const call = new Call().arg('scope', scope, 'text').arg('key', key, 'text').arg('token', token, 'uuid');

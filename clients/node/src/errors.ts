@@ -162,6 +162,16 @@ export class WrongPartitionError extends DurableStepsError {
     static override readonly httpStatus = 503;
 }
 
+/**
+ * DS426 version_mismatch: the extension installed in the database is of another version than
+ * the library the server loaded: `ALTER EXTENSION durable_steps UPDATE` has not run yet
+ * (docs/operations.md, "Upgrades").
+ */
+export class VersionMismatchError extends DurableStepsError {
+    static override readonly sqlstate = 'DS426';
+    static override readonly httpStatus = 503;
+}
+
 /** DS404 step_not_found: no such step, run or idempotency key (or the caller may not see it). */
 export class StepNotFoundError extends DurableStepsError {
     static override readonly sqlstate = 'DS404';
@@ -270,7 +280,7 @@ export const ERRORS_BY_SQLSTATE: ReadonlyMap<string, typeof DurableStepsError> =
         TooManyRowsError, InvocationLostError, HttpStatusError, HttpNotSentError, HttpUncertainError,
         HttpBadResponseError, ResolvedFailedError, NoStepContextError, StepNotSucceededError,
         InvalidStepStateError, StepRecursionError, NoRunContextError, RunSuspendedError,
-        WrongPartitionError, StepNotFoundError, EventTimeoutError, InProgressError, StepConflictError,
+        WrongPartitionError, VersionMismatchError, StepNotFoundError, EventTimeoutError, InProgressError, StepConflictError,
         CardinalityViolationError, NullValueNotAllowedError, InvalidParameterValueError,
         ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
         SqlSyntaxError, DuplicateObjectError, DatatypeMismatchError, WrongObjectTypeError,

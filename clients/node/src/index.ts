@@ -70,6 +70,11 @@ export function idempotentFinish(db: Queryable, scope: string, key: string, toke
     return new DurableSteps(db).idempotentFinish(scope, key, token, status, body);
 }
 
+export function idempotentRenew(db: Queryable, scope: string, key: string, token: string,
+    lease?: Interval): Promise<Date> {
+    return new DurableSteps(db).idempotentRenew(scope, key, token, lease);
+}
+
 export function idempotentAbandon(db: Queryable, scope: string, key: string, token: string): Promise<void> {
     return new DurableSteps(db).idempotentAbandon(scope, key, token);
 }

@@ -245,6 +245,22 @@ describe('idempotent requests', () => {
         await rejectsWith(ds.idempotentAbandon(pool, 'orders', env.unique('nokey'), held.token),
             ds.StepNotFoundError, 'DS404');
     });
+
+    test('renew', async () => {
+        const key = env.unique('renew');
+        const begun = await client.idempotentBegin('orders', key, { amount: 7 }, { lease: 1000 });
+        const until = await client.idempotentRenew('orders', key, begun.token, '1 hour');
+        assert.ok(until instanceof Date);
+        assert.ok(until.getTime() > Date.now() + 59 * 60_000);
+        await env.sleep(1200);  // past the first lease: still held, by the renewal
+        await rejectsWith(client.idempotentBegin('orders', key, { amount: 7 }), ds.InProgressError, 'DS409');
+        assert.ok((await ds.idempotentRenew(pool, 'orders', key, begun.token)) instanceof Date);
+        await rejectsWith(client.idempotentRenew('orders', key, '00000000-0000-4000-8000-000000000000'),
+            ds.InProgressError, 'DS409');
+        await rejectsWith(client.idempotentRenew('orders', env.unique('nokey'), begun.token),
+            ds.StepNotFoundError, 'DS404');
+        await client.idempotentAbandon('orders', key, begun.token);
+    });
 });
 
 describe('errors of SQLSTATEs raised for real', () => {
@@ -326,7 +342,7 @@ describe('errors of SQLSTATEs raised for real', () => {
 
     test('every documented SQLSTATE has its class', () => {
         for (const code of ['DS001', 'DS002', 'DS003', 'DS004', 'DS005', 'DS006', 'DS007', 'DS010', 'DS011',
-            'DS012', 'DS013', 'DS014', 'DS101', 'DS102', 'DS103', 'DS104', 'DS105', 'DS106', 'DS404', 'DS408',
+            'DS012', 'DS013', 'DS014', 'DS101', 'DS102', 'DS103', 'DS104', 'DS105', 'DS106', 'DS201', 'DS404', 'DS408', 'DS426',
             'DS409', 'DS422', '21000', '22004', '22023', '25006', '2D000', '42501', '42601', '42710', '42804',
             '42809', '42883', '54000', '55000', '57014']) {
             const cls = ds.ERRORS_BY_SQLSTATE.get(code);

@@ -2,11 +2,12 @@
 // endpoint whose handler creates the charge as an HTTP step, answered from the stored response.
 
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 
 import express from 'express';
 
-import { DurableSteps, expressIdempotency } from 'durable-steps';
+import { DurableSteps, expressIdempotency, keepRawBody, userScope } from 'durable-steps';
 
 import env from './env.cjs';
 
@@ -15,20 +16,39 @@ const client = new DurableSteps(pool);
 let server;
 let base;
 
+// a new order per run of the handler: a replay answers the first one's
+const NEW_ORDER = `SELECT 201, jsonb_build_object('order', gen_random_uuid(), 'user', $1->'user',
+                                                   'body', $1->'body')`;
+
 before(async () => {
     const app = express();
-    app.use(express.json());
-    app.post('/checkout', expressIdempotency({
+    const json = express.json({ verify: keepRawBody });
+    // Passport's way: the authenticated user as req.user (here: whoever X-User names)
+    app.use((req, _res, next) => {
+        if (req.get('X-User')) {
+            req.user = { id: req.get('X-User'), displayName: 'someone' };
+        }
+        next();
+    });
+    app.post('/checkout', json, expressIdempotency({
         client: pool, scope: 'node-client-express', handler: env.CHECKOUT_HANDLER, request: env.checkoutRequest,
     }));
     // respond: false -- the route answers, with the stored response in res.locals.idempotent
-    app.post('/orders', expressIdempotency({
+    app.post('/orders', json, expressIdempotency({
         client, scope: 'node-client-express-orders', respond: false,
         handler: `SELECT 201, jsonb_build_object('amount', ($1->'body'->>'amount')::int)`,
     }), (req, res) => {
         const { status, body, replayed, key } = res.locals.idempotent;
         res.status(status).json({ ...body, key, replayed });
     });
+    app.post('/new-order', json, expressIdempotency({ client, scope: 'node-client-express-new', handler: NEW_ORDER }));
+    app.post('/new-order-by-header', json, expressIdempotency({
+        client, scope: 'node-client-express-new', handler: NEW_ORDER, user: (req) => req.get('X-Tenant') ?? null,
+    }));
+    // a JSON parser that does not keep the bytes: the middleware cannot fingerprint the body
+    app.post('/no-bytes', express.json(), expressIdempotency({ client, scope: 'node-client-express-new', handler: NEW_ORDER }));
+    // no parser at all: the middleware reads the body itself
+    app.post('/raw', expressIdempotency({ client, scope: 'node-client-express-raw', handler: NEW_ORDER, limit: 64 }));
     await new Promise((resolve) => {
         server = app.listen(0, '127.0.0.1', resolve);
     });
@@ -39,6 +59,22 @@ after(async () => {
     await new Promise((resolve) => server.close(resolve));
     await pool.end();
 });
+
+/** A request of raw bytes: {status, body, replayed}. */
+async function send(path, { key, body, type = 'application/json', headers = {} }) {
+    const r = await fetch(`${base}${path}`, {
+        method: 'POST', body, signal: AbortSignal.timeout(90_000),
+        headers: { 'Content-Type': type, ...(key === undefined ? {} : { 'Idempotency-Key': key }), ...headers },
+    });
+    const text = await r.text();
+    let answer;
+    try {
+        answer = JSON.parse(text);
+    } catch {
+        answer = text;
+    }
+    return { status: r.status, body: answer, replayed: r.headers.get('Idempotent-Replayed') };
+}
 
 async function post(path, key, body) {
     const headers = { 'Content-Type': 'application/json' };
@@ -92,4 +128,97 @@ test('respond: false hands the stored response to the route', async () => {
     assert.deepEqual(first, { status: 201, body: { amount: 70, key, replayed: false }, replayed: null });
     const again = await post('/orders', key, { amount: 70 });
     assert.deepEqual(again, { status: 201, body: { amount: 70, key, replayed: true }, replayed: 'true' });
+});
+
+test('two end users under one key: each gets his own order (req.user, Passport)', async () => {
+    const key = env.unique('express-users');
+    const body = '{"item":"book","amount":1999}';
+    const alice = await send('/new-order', { key, body, headers: { 'X-User': 'alice' } });
+    assert.equal(alice.status, 201);
+    assert.equal(alice.body.user, 'alice');
+    const bob = await send('/new-order', { key, body, headers: { 'X-User': 'bob' } });
+    assert.equal(bob.status, 201);
+    assert.equal(bob.replayed, null, 'bob got alice\'s stored response');
+    assert.equal(bob.body.user, 'bob');
+    assert.notEqual(bob.body.order, alice.body.order);
+    // each one's retry replays his own; an anonymous request has the key space of the scope alone
+    assert.deepEqual(await send('/new-order', { key, body, headers: { 'X-User': 'alice' } }),
+        { ...alice, replayed: 'true' });
+    assert.deepEqual(await send('/new-order', { key, body, headers: { 'X-User': 'bob' } }),
+        { ...bob, replayed: 'true' });
+    const nobody = await send('/new-order', { key, body });
+    assert.equal(nobody.replayed, null);
+    assert.equal(nobody.body.user, null);
+    // the entries, as the role sees them: the user is in the scope
+    const { rows } = await pool.query(
+        'SELECT scope FROM ds_idempotency_keys WHERE key = $1 ORDER BY scope', [key]);
+    assert.deepEqual(rows.map((r) => r.scope), ['node-client-express-new', 'node-client-express-new:user:alice',
+        'node-client-express-new:user:bob']);
+});
+
+test('the option user names the end user; a long or odd identity is encoded or hashed', async () => {
+    const key = env.unique('express-tenant');
+    const body = '{"item":"pen"}';
+    const odd = 'acme:user:x/ü';
+    const a = await send('/new-order-by-header', { key, body, headers: { 'X-Tenant': encodeURIComponent(odd) } });
+    const b = await send('/new-order-by-header', { key, body, headers: { 'X-Tenant': 'b'.repeat(250) } });
+    assert.equal(a.status, 201);
+    assert.equal(b.status, 201);
+    assert.equal(b.replayed, null);
+    assert.equal((await send('/new-order-by-header', { key, body, headers: { 'X-Tenant': 'b'.repeat(250) } })).replayed, 'true');
+    const { rows } = await pool.query('SELECT scope FROM ds_idempotency_keys WHERE key = $1 ORDER BY scope', [key]);
+    assert.deepEqual(rows.map((r) => r.scope).sort(), [
+        userScope('node-client-express-new', 'b'.repeat(250)),
+        userScope('node-client-express-new', encodeURIComponent(odd)),
+    ].sort());
+    // the encoding: unambiguous, within PostgreSQL's 255 characters
+    assert.equal(userScope('s', 'a:b'), 's:user:a%3Ab');
+    assert.equal(userScope('s', null), 's');
+    assert.match(userScope('s', 'x'.repeat(300)), /^s:user:sha256=[0-9a-f]{64}$/);
+    assert.notEqual(userScope('s', '\ud800'), userScope('s', '\ud801'));
+    assert.throws(() => expressIdempotency({ client, scope: 'a:user:b', handler: NEW_ORDER }), /:user:/);
+    assert.throws(() => expressIdempotency({ client, scope: 's'.repeat(179), handler: NEW_ORDER }), /178/);
+});
+
+test('bodies are compared by their bytes: different bytes under one key are 422', async () => {
+    const key = env.unique('express-bytes');
+    const first = await send('/new-order', { key, body: '{"a":1,"a":2}' });
+    assert.equal(first.status, 201);
+    assert.deepEqual(first.body.body, { a: 2 });
+    // the same JSON once parsed, other bytes: another request
+    const other = await send('/new-order', { key, body: '{"a":2}' });
+    assert.equal(other.status, 422);
+    assert.equal(other.body.sqlstate, 'DS422');
+    assert.equal((await send('/new-order', { key, body: '{"a":1,"a":2}' })).replayed, 'true');
+
+    // bodies no JSON parser takes (stored as null): their bytes tell them apart
+    const raw = env.unique('express-bytes-text');
+    const text = await send('/new-order', { key: raw, body: 'pay 10', type: 'text/plain' });
+    assert.equal(text.status, 201);
+    assert.equal(text.body.body, null);
+    assert.equal((await send('/new-order', { key: raw, body: 'pay 10000', type: 'text/plain' })).status, 422);
+    assert.equal((await send('/new-order', { key: raw, body: 'pay 10', type: 'text/plain' })).replayed, 'true');
+    const { rows } = await pool.query('SELECT request FROM ds_idempotency_keys WHERE key = $1', [raw]);
+    assert.equal(rows[0].request.body_sha256, createHash('sha256').update('pay 10').digest('hex'));
+});
+
+test('a body no parser read is read by the middleware; one read without its bytes is a 500', async () => {
+    const key = env.unique('express-raw');
+    const first = await send('/raw', { key, body: '\x00\x01 bytes', type: 'application/octet-stream' });
+    assert.equal(first.status, 201);
+    assert.equal((await send('/raw', { key, body: '\x00\x02 bytes', type: 'application/octet-stream' })).status, 422);
+    assert.equal((await send('/raw', { key: env.unique('express-raw-big'), body: 'x'.repeat(65) })).status, 413);
+    const lost = await send('/no-bytes', { key: env.unique('express-no-bytes'), body: '{"a":1}' });
+    assert.equal(lost.status, 500);
+});
+
+test('a body with U+0000 is the client\'s 400, not a 500', async () => {
+    const key = env.unique('express-nul');
+    const nul = await send('/new-order', { key, body: '{"item":"a\\u0000b"}' });
+    assert.equal(nul.status, 400);
+    assert.match(nul.body.error, /U\+0000/);
+    // a backslash and "u0000" are characters like others
+    const escaped = await send('/new-order', { key, body: '{"item":"a\\\\u0000b"}' });
+    assert.equal(escaped.status, 201);
+    assert.equal(escaped.body.body.item, 'a\\u0000b');
 });

@@ -4,6 +4,7 @@
 'use strict';
 
 const assert = require('node:assert/strict');
+const { createHash } = require('node:crypto');
 const { after, before, test } = require('node:test');
 
 const Fastify = require('fastify');
@@ -16,14 +17,24 @@ const client = new ds.DurableSteps(pool);
 let app;
 let base;
 
+// a new order per run of the handler: a replay answers the first one's
+const NEW_ORDER = `SELECT 201, jsonb_build_object('order', gen_random_uuid(), 'user', $1->'user',
+                                                   'body', $1->'body')`;
+
 before(async () => {
     app = Fastify();
-    app.post('/checkout', {
-        preHandler: ds.fastifyIdempotency({
-            client, scope: 'node-client-fastify', handler: env.CHECKOUT_HANDLER, request: env.checkoutRequest,
-            respond: false,
-        }),
-    }, async (request, reply) => {
+    // @fastify/jwt's way: the authenticated user as request.user (here: whoever X-User names)
+    app.decorateRequest('user', null);
+    app.addHook('onRequest', async (request) => {
+        if (request.headers['x-user']) {
+            request.user = { sub: request.headers['x-user'], scope: 'orders' };
+        }
+    });
+    const checkout = ds.fastifyIdempotency({
+        client, scope: 'node-client-fastify', handler: env.CHECKOUT_HANDLER, request: env.checkoutRequest,
+        respond: false,
+    });
+    app.post('/checkout', { preParsing: checkout.preParsing, preHandler: checkout.preHandler }, async (request, reply) => {
         const { body } = request.idempotent;
         const charge = await client.waitStep(body.order, 'charge', '60 s');
         if (charge.status !== 'succeeded') {
@@ -31,12 +42,19 @@ before(async () => {
         }
         return reply.code(201).send({ order: body.order, charged: JSON.parse(charge.result.body) });
     });
-    app.post('/orders', {
-        preHandler: ds.fastifyIdempotency({
-            client: pool, scope: 'node-client-fastify-orders', wait: '1 s',
-            handler: `SELECT 201, jsonb_build_object('amount', ($1->'body'->>'amount')::int)`,
-        }),
-    }, async () => {
+    const orders = ds.fastifyIdempotency({
+        client: pool, scope: 'node-client-fastify-orders', wait: '1 s',
+        handler: `SELECT 201, jsonb_build_object('amount', ($1->'body'->>'amount')::int)`,
+    });
+    app.post('/orders', { preParsing: orders.preParsing, preHandler: orders }, async () => {
+        throw new Error('not reached: the hook answers');
+    });
+    const newOrder = ds.fastifyIdempotency({ client, scope: 'node-client-fastify-new', handler: NEW_ORDER });
+    app.post('/new-order', { ...newOrder }, async () => {
+        throw new Error('not reached: the hook answers');
+    });
+    // without its preParsing part the hook cannot fingerprint a body
+    app.post('/no-bytes', { preHandler: newOrder }, async () => {
         throw new Error('not reached: the hook answers');
     });
     base = await app.listen({ port: 0, host: '127.0.0.1' });
@@ -46,6 +64,15 @@ after(async () => {
     await app.close();
     await pool.end();
 });
+
+/** A request of raw bytes: {status, body, replayed}. */
+async function send(path, { key, body, type = 'application/json', headers = {} }) {
+    const r = await fetch(`${base}${path}`, {
+        method: 'POST', body, signal: AbortSignal.timeout(90_000),
+        headers: { 'Content-Type': type, ...(key === undefined ? {} : { 'Idempotency-Key': key }), ...headers },
+    });
+    return { status: r.status, body: await r.json(), replayed: r.headers.get('Idempotent-Replayed') };
+}
 
 async function post(path, key, body) {
     const r = await fetch(`${base}${path}`, {
@@ -92,8 +119,10 @@ test('the hook answers the stored response itself by default', async () => {
 test('a key in flight past the wait is answered 409 with Retry-After', async () => {
     // the key held by application code (ds_idempotent_begin): ds_idempotent cannot take it
     const key = env.unique('fastify-held');
-    const held = await client.idempotentBegin('node-client-fastify-orders', key,
-        { method: 'POST', path: '/orders', idempotency_key: key, body: { amount: 3 } });
+    const held = await client.idempotentBegin('node-client-fastify-orders', key, {
+        method: 'POST', path: '/orders', query: '', idempotency_key: key, user: null,
+        body_sha256: createHash('sha256').update('{"amount":3}').digest('hex'), body: { amount: 3 },
+    });
     assert.equal(held.state, 'new');
     const r = await fetch(`${base}/orders`, {
         method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
@@ -103,4 +132,41 @@ test('a key in flight past the wait is answered 409 with Retry-After', async () 
     assert.equal(r.headers.get('Retry-After'), '1');
     assert.equal((await r.json()).sqlstate, 'DS409');
     await client.idempotentAbandon('node-client-fastify-orders', key, held.token);
+});
+
+test('two end users under one key: each gets his own order (request.user, @fastify/jwt)', async () => {
+    const key = env.unique('fastify-users');
+    const body = '{"item":"lamp"}';
+    const alice = await send('/new-order', { key, body, headers: { 'X-User': 'alice' } });
+    const bob = await send('/new-order', { key, body, headers: { 'X-User': 'bob' } });
+    assert.equal(alice.status, 201);
+    assert.equal(bob.status, 201);
+    assert.equal(bob.replayed, null, 'bob got alice\'s stored response');
+    assert.deepEqual([alice.body.user, bob.body.user], ['alice', 'bob']);
+    assert.notEqual(bob.body.order, alice.body.order);
+    assert.deepEqual(await send('/new-order', { key, body, headers: { 'X-User': 'bob' } }), { ...bob, replayed: 'true' });
+    const nobody = await send('/new-order', { key, body });
+    assert.equal(nobody.replayed, null);
+    assert.equal(nobody.body.user, null);
+});
+
+test('bodies are compared by their bytes: different bytes under one key are 422', async () => {
+    const key = env.unique('fastify-bytes');
+    const first = await send('/new-order', { key, body: '{"a":1,"a":2}' });
+    assert.equal(first.status, 201);
+    assert.deepEqual(first.body.body, { a: 2 });
+    const other = await send('/new-order', { key, body: '{"a":2}' });
+    assert.equal(other.status, 422);
+    assert.equal(other.body.sqlstate, 'DS422');
+    assert.equal((await send('/new-order', { key, body: '{"a":1,"a":2}' })).replayed, 'true');
+    const { rows } = await pool.query('SELECT request FROM ds_idempotency_keys WHERE key = $1', [key]);
+    assert.equal(rows[0].request.body_sha256, createHash('sha256').update('{"a":1,"a":2}').digest('hex'));
+    // the hook without its preParsing part: a 500, never a guess
+    assert.equal((await send('/no-bytes', { key: env.unique('fastify-no-bytes'), body: '{"a":1}' })).status, 500);
+});
+
+test('a body with U+0000 is the client\'s 400, not a 500', async () => {
+    const nul = await send('/new-order', { key: env.unique('fastify-nul'), body: '{"item":"a\\u0000b"}' });
+    assert.equal(nul.status, 400);
+    assert.match(nul.body.error, /U\+0000/);
 });

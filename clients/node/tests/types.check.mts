@@ -12,6 +12,8 @@ import {
     StepConflictError,
     expressIdempotency,
     fastifyIdempotency,
+    keepRawBody,
+    userScope,
     runStep,
     type HttpResponse,
     type IdempotentResult,
@@ -53,7 +55,15 @@ export async function typed(): Promise<void> {
 }
 
 const app = express();
-app.post('/orders', express.json(), expressIdempotency({ client: pool, scope: 'orders', handler: 'SELECT 201, $1' }));
+app.post('/orders', express.json({ verify: keepRawBody }),
+    expressIdempotency({ client: pool, scope: 'orders', handler: 'SELECT 201, $1' }));
+// the end user, from Express's own request type
+app.post('/tenant', expressIdempotency({
+    client: pool, scope: 'tenant', handler: 'SELECT 201, $1', limit: 1 << 20,
+    user: (req: express.Request) => req.get('X-Tenant') ?? null,
+}));
+const scoped: string = userScope('orders', 'alice');
+void scoped;
 app.post('/later', expressIdempotency({ client: ds, scope: 'later', handler: 'SELECT 201, $1', respond: false }),
     (_req, res) => {
         const answer = res.locals.idempotent as IdempotentResult;
@@ -61,6 +71,9 @@ app.post('/later', expressIdempotency({ client: ds, scope: 'later', handler: 'SE
     });
 
 const fastify = Fastify();
-fastify.post('/orders', { preHandler: fastifyIdempotency({ client: ds, scope: 'orders', handler: 'SELECT 201, $1' }) },
-    async () => 'not reached');
-fastify.addHook('preHandler', fastifyIdempotency({ client: pool, scope: 'all', handler: 'SELECT 201, $1', required: false }));
+const hooks = fastifyIdempotency({ client: ds, scope: 'orders', handler: 'SELECT 201, $1' });
+fastify.post('/orders', { preParsing: hooks.preParsing, preHandler: hooks.preHandler }, async () => 'not reached');
+fastify.post('/spread', { ...hooks }, async () => 'not reached');
+const all = fastifyIdempotency({ client: pool, scope: 'all', handler: 'SELECT 201, $1', required: false });
+fastify.addHook('preParsing', all.preParsing);
+fastify.addHook('preHandler', all);

@@ -3,8 +3,8 @@ exception class per documented SQLSTATE, and (durable_steps.flask) a decorator f
 requests. See clients/python/README.md."""
 from .calls import (EventEmitted, IdempotentBegin, IdempotentResponse, RunResult, RunStart,
                     StepResult, cancel_step, emit_event, http_step, idempotent, idempotent_abandon,
-                    idempotent_begin, idempotent_finish, retry_step, run_step, start_run,
-                    wait_run, wait_step)
+                    idempotent_begin, idempotent_finish, idempotent_renew, retry_step, run_step,
+                    start_run, wait_run, wait_step)
 from .errors import *  # noqa: F401,F403 -- every exception class
 from .errors import BY_SQLSTATE, DurableStepsError, from_exception
 

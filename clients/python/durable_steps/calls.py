@@ -282,3 +282,14 @@ def idempotent_abandon(conn, scope: str, key: str, token: Union[uuid.UUID, str])
     """ds_idempotent_abandon: frees a held key, so that the client's retry starts afresh."""
     _call(conn, "ds_idempotent_abandon", [
         ("scope", "text", scope, True), ("key", "text", key, True), ("token", "uuid", token, True)])
+
+
+def idempotent_renew(conn, scope: str, key: str, token: Union[uuid.UUID, str], *,
+                     lease: Optional[Interval] = None) -> datetime.datetime:
+    """ds_idempotent_renew: extends the lease of a key held with ``token`` (by ``lease``, 5
+    minutes by default) while its work goes on; the lease's new end. InProgress (DS409) when
+    the token no longer holds the key, StepNotFound (DS404) when the key does not exist."""
+    rows = _call(conn, "ds_idempotent_renew", [
+        ("scope", "text", scope, True), ("key", "text", key, True), ("token", "uuid", token, True),
+        ("lease", "interval", lease, False)])
+    return next(iter(rows[0].values()))

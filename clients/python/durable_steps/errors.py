@@ -127,6 +127,13 @@ class WrongPartition(DurableStepsError):
     sqlstate, http_status = "DS201", 503
 
 
+class VersionMismatch(DurableStepsError):
+    """DS426: the extension installed in the database is of another version than the library
+    the server loaded: ``ALTER EXTENSION durable_steps UPDATE`` has not run yet
+    (docs/operations.md, "Upgrades")."""
+    sqlstate, http_status = "DS426", 503
+
+
 class EventTimeout(DurableStepsError):
     """DS408: ds_await_event's timeout passed before the event was emitted."""
     sqlstate, http_status = "DS408", 504

@@ -42,3 +42,17 @@ def provider_counts() -> dict:
 
 def charge_url(tag: str, query: str = "") -> str:
     return "%s/charge/%s%s" % (PROVIDER, tag, ("?" + query) if query else "")
+
+
+def has_renew() -> bool:
+    """Whether the cluster's durable_steps has ds_idempotent_renew (0.2.0)."""
+    conn = connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT EXISTS (SELECT FROM pg_proc WHERE proname = 'ds_idempotent_renew')")
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+NEEDS_RENEW = "needs ds_idempotent_renew in the extension (durable_steps 0.2.0)"

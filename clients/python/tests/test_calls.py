@@ -8,7 +8,7 @@ import uuid
 import durable_steps as ds
 from durable_steps import calls
 
-from .support import charge_url, connect, provider_counts, uid
+from .support import NEEDS_RENEW, charge_url, connect, has_renew, provider_counts, uid
 
 WORKFLOW = """
 CREATE OR REPLACE FUNCTION pyclient_workflow(run_id text, input jsonb) RETURNS jsonb
@@ -161,6 +161,26 @@ class Calls(unittest.TestCase):
         with self.assertRaises(ds.StepNotFound) as caught:
             ds.idempotent_abandon(self.conn, "pyclient", uid("nothing"), uuid.uuid4())
         self.assertEqual((caught.exception.sqlstate, caught.exception.http_status), ("DS404", 404))
+
+
+    @unittest.skipUnless(has_renew(), NEEDS_RENEW)
+    def test_idempotent_renew(self):
+        key = uid("renew")
+        began = ds.idempotent_begin(self.conn, "pyclient", key, {"a": 1}, lease=1)
+        until = ds.idempotent_renew(self.conn, "pyclient", key, began.token, lease="1 hour")
+        self.assertIsInstance(until, datetime.datetime)
+        self.assertIsNotNone(until.tzinfo)
+        self.assertGreater(until, datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=59))
+        time.sleep(1.2)     # past the first lease: still held, by the renewal
+        with self.assertRaises(ds.InProgress):
+            ds.idempotent_begin(self.conn, "pyclient", key, {"a": 1})
+        self.assertIsInstance(ds.idempotent_renew(self.conn, "pyclient", key, str(began.token)),
+                              datetime.datetime)
+        with self.assertRaises(ds.InProgress):      # DS409: not held with this token
+            ds.idempotent_renew(self.conn, "pyclient", key, uuid.uuid4())
+        with self.assertRaises(ds.StepNotFound):    # DS404: no such key
+            ds.idempotent_renew(self.conn, "pyclient", uid("nothing"), uuid.uuid4())
+        ds.idempotent_abandon(self.conn, "pyclient", key, began.token)
 
 
 class Errors(unittest.TestCase):
