@@ -231,9 +231,9 @@ raise_in_progress(const IdempotencyKey *k)
 
 /*
  * Take the key's lock to the end of the transaction: at once, or waiting up to `wait_ms` (0: not
- * at all) for the transaction that holds it; DS409 when it is still held.
+ * at all) for the transaction that holds it; DS409 when it is still held. True when it waited.
  */
-static void
+static bool
 lock_key(const IdempotencyKey *k, int64 wait_ms)
 {
 	LOCKTAG		tag;
@@ -242,7 +242,7 @@ lock_key(const IdempotencyKey *k, int64 wait_ms)
 
 	key_locktag(&tag, k);
 	if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
-		return;
+		return false;
 	if (wait_ms <= 0)
 		raise_in_progress(k);
 
@@ -267,17 +267,23 @@ lock_key(const IdempotencyKey *k, int64 wait_ms)
 	}
 	PG_END_TRY();
 	AtEOXact_GUC(true, guc_level);
+	return true;
 }
 
-/* Read the key's entry, locked for update, as the tables' owner. */
+/*
+ * Read the key's entry as the tables' owner: locked for update, in the transaction's snapshot;
+ * or (`latest`) as the latest snapshot shows it, without a row lock (the key's lock, which every
+ * writer of the entry takes first, is held).
+ */
 static void
-read_entry(const IdempotencyKey *k, IdempotencyEntry *e)
+read_entry_as(const IdempotencyKey *k, IdempotencyEntry *e, bool latest)
 {
 	StoreSpi	spi;
 
 	memset(e, 0, sizeof(*e));
 	ds_store_spi_begin(&spi);
-	if (ds_store_lock_idempotency_entry(k->owner, k->scope, k->key) == 1)
+	if ((latest ? ds_store_read_idempotency_entry_latest(k->owner, k->scope, k->key) :
+		 ds_store_lock_idempotency_entry(k->owner, k->scope, k->key)) == 1)
 	{
 		HeapTuple	row = SPI_tuptable->vals[0];
 		TupleDesc	td = SPI_tuptable->tupdesc;
@@ -303,6 +309,12 @@ read_entry(const IdempotencyKey *k, IdempotencyEntry *e)
 		MemoryContextSwitchTo(spi_cxt);
 	}
 	ds_store_spi_end(&spi);
+}
+
+static void
+read_entry(const IdempotencyKey *k, IdempotencyEntry *e)
+{
+	read_entry_as(k, e, false);
 }
 
 /*
@@ -470,7 +482,25 @@ ds_idempotent(PG_FUNCTION_ARGS)
 					 errmsg("idempotency key %s/%s is in progress: its handler uses it again", k.scope,
 							k.key)));
 
-	lock_key(&k, wait_ms);
+	/*
+	 * A repeat that waited for the first request's transaction: under
+	 * REPEATABLE READ or SERIALIZABLE its snapshot, taken before the wait,
+	 * cannot see the entry that transaction committed, and writing over it
+	 * would fail to serialize (40001). The entry is read as committed now,
+	 * and a stored response replayed, as in READ COMMITTED
+	 * (docs/idempotent-requests.md).
+	 */
+	if (lock_key(&k, wait_ms) && IsolationUsesXactSnapshot())
+	{
+		read_entry_as(&k, &e, true);
+		if (e.live)
+		{
+			check_same_request(&k, &e, request);
+			if (!e.done)
+				raise_in_progress(&k);
+			PG_RETURN_DATUM(response_tuple(fcinfo, e.status, e.body, true));
+		}
+	}
 	read_entry(&k, &e);
 	if (e.live)
 	{
@@ -517,7 +547,7 @@ ds_idempotent_begin(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	lock_key(&k, 0);
+	(void) lock_key(&k, 0);
 	read_entry(&k, &e);
 	if (e.live)
 	{
@@ -585,7 +615,7 @@ ds_idempotent_finish(PG_FUNCTION_ARGS)
 		body = PG_GETARG_JSONB_P(4);
 		ds_check_size(DS_LIMIT_INPUT, "body", VARSIZE(body));
 	}
-	lock_key(&k, INT_MAX);
+	(void) lock_key(&k, INT_MAX);
 	read_entry(&k, &e);
 	check_holder(&k, &e, PG_GETARG_UUID_P(2));
 	settle_entry(&k, status, body);
@@ -605,7 +635,7 @@ ds_idempotent_abandon(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("token must not be null")));
-	lock_key(&k, INT_MAX);
+	(void) lock_key(&k, INT_MAX);
 	read_entry(&k, &e);
 	check_holder(&k, &e, PG_GETARG_UUID_P(2));
 	settle_entry(&k, -1, NULL);
@@ -632,7 +662,7 @@ ds_idempotent_renew(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("token must not be null")));
 	lease_expires_at = after(GetCurrentTimestamp(), lease, "lease");
-	lock_key(&k, INT_MAX);
+	(void) lock_key(&k, INT_MAX);
 	read_entry(&k, &e);
 	check_holder(&k, &e, PG_GETARG_UUID_P(2));
 	renew_entry(&k, lease_expires_at);

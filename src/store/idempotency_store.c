@@ -6,8 +6,10 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/snapmgr.h"
 
 #include "store/idempotency_store.h"
+#include "store/store_relations.h"
 #include "store/step_store.h"
 
 static SPIPlanPtr read_plan = NULL;
@@ -15,6 +17,7 @@ static SPIPlanPtr write_plan = NULL;
 static SPIPlanPtr finish_plan = NULL;
 static SPIPlanPtr abandon_plan = NULL;
 static SPIPlanPtr renew_plan = NULL;
+static SPIPlanPtr latest_plan = NULL;
 
 uint64
 ds_store_lock_idempotency_entry(Oid owner, const char *scope, const char *key)
@@ -36,6 +39,33 @@ ds_store_lock_idempotency_entry(Oid owner, const char *scope, const char *key)
 							" AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3"
 							" FOR UPDATE", 3, types,
 							args, NULL, false, 1, SPI_OK_SELECT, "reading an idempotency key");
+}
+
+uint64
+ds_store_read_idempotency_entry_latest(Oid owner, const char *scope, const char *key)
+{
+	Oid			types[3] = {OIDOID, TEXTOID, TEXTOID};
+	Datum		args[3];
+	int			rc;
+
+	args[0] = ObjectIdGetDatum(owner);
+	args[1] = CStringGetTextDatum(scope);
+	args[2] = CStringGetTextDatum(key);
+	(void) ds_store_relations();
+	rc = SPI_execute_snapshot(ds_prepare_kept(&latest_plan,
+											  "SELECT state OPERATOR(pg_catalog.=) 'done', request, status, body, token,"
+											  " lease_expires_at,"
+											  " expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
+											  " AND (state OPERATOR(pg_catalog.=) 'done'"
+											  "  OR lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())"
+											  " FROM durable_steps.idempotency_keys"
+											  " WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
+											  " AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3",
+											  3, types),
+							  args, NULL, GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading an idempotency key failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
 }
 
 void

@@ -20,6 +20,13 @@
 extern uint64 ds_store_lock_idempotency_entry(Oid owner, const char *scope, const char *key);
 
 /*
+ * The same row as the latest snapshot shows it, without a row lock: what another transaction
+ * committed after this one's snapshot, for a REPEATABLE READ caller that waited for it.
+ */
+extern uint64 ds_store_read_idempotency_entry_latest(Oid owner, const char *scope,
+													 const char *key);
+
+/*
  * Write the entry of (owner, scope, key), over the one there: `done` with the response
  * (`status`, `body`, NULL: null), else held with a new token until `lease_expires_at`; kept until
  * `expires_at`. The token written (when held) in *token, unless token is NULL.

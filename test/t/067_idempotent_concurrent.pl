@@ -82,6 +82,36 @@ is("$out|$err", '201 false|', "$t: the first rolled back, so the duplicate ran t
 $first->quit;
 $second->quit;
 
+# a duplicate in REPEATABLE READ (or SERIALIZABLE) waits as one in READ COMMITTED, and replays:
+# its snapshot, taken before the wait, cannot see what the first committed, so the entry is read
+# as committed now rather than written over (40001)
+for my $level ('REPEATABLE READ', 'SERIALIZABLE')
+{
+	$t = "a duplicate in $level";
+	(my $key = lc $level) =~ s/ /-/g;
+	$first = DurableSteps::Session->new($node, 'first');
+	$second = DurableSteps::Session->new($node, 'second');
+	$first->query_ok(q{BEGIN;});
+	my $charged = $first->query_ok(
+		qq{SELECT body->>'charge' FROM ds_idempotent('checkout', '$key', '{"amount": 6}', \$h\$$handler\$h\$);});
+	$second->query_ok(qq{BEGIN ISOLATION LEVEL $level;});
+	$second->query_ok(q{SELECT count(*) FROM charges;});
+	$ticket = $second->send(
+		qq{SELECT status || ' ' || (body->>'charge') || ' ' || replayed FROM ds_idempotent('checkout', '$key', '{"amount": 6}', \$h\$$handler\$h\$, wait => '30 s');});
+	ok( poll_until($node, 'postgres',
+			q{SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 17481 AND NOT granted},
+			'1'),
+		"$t: the duplicate waits for the first's transaction");
+	$first->query_ok(q{COMMIT;});
+	($out, $err) = $second->wait($ticket);
+	is("$out|$err", "201 $charged true|", "$t: it replays the response the first committed");
+	$second->query_ok(q{COMMIT;});
+	is($node->safe_psql('postgres', qq{SELECT count(*) FROM charges WHERE id >= $charged}), '1',
+		"$t: one charge");
+	$first->quit;
+	$second->quit;
+}
+
 # the worker purges what expired, and nothing live
 $t = 'purge';
 $node->safe_psql(
