@@ -56,7 +56,18 @@ static void body_deadline_passed(void);
 static DeadlineTimer body_deadline_timer = DEADLINE_TIMER_INIT(body_deadline_passed);
 
 /* The deadline body_deadline_timer is armed at; 0 = none. */
+typedef enum DeadlineSource
+{
+	DEADLINE_STEP,				/* the step's own timeout */
+	DEADLINE_DEFAULT,			/* durable_steps.default_timeout (worker, no
+								 * timeout of its own) */
+	DEADLINE_CEILING			/* durable_steps.max_worker_attempt_time */
+} DeadlineSource;
+
 static TimestampTz armed_body_deadline = 0;
+
+/* what set it: the log line of an executor a body made end names it */
+static DeadlineSource armed_source = DEADLINE_STEP;
 
 /* The running worker attempt's key for ds_cancel_step() (0 = none), and whether it was asked. */
 static TimeoutId cancel_poll_id = MAX_TIMEOUTS;
@@ -111,7 +122,10 @@ log_ignored_cancel(int code, Datum arg)
 {
 	if (body_deadline_timer.ended_process)
 		ereport(LOG,
-				(errmsg("durable_steps: a step body ignored its cancellation past durable_steps.max_worker_attempt_time; ending the executor"),
+				(errmsg("durable_steps: a step body ignored its cancellation at %s; ending the executor",
+						armed_source == DEADLINE_CEILING ? "durable_steps.max_worker_attempt_time" :
+						armed_source == DEADLINE_DEFAULT ? "its deadline, durable_steps.default_timeout" :
+						"its own timeout"),
 				 errdetail("The attempt is recorded as lost and retried by its policy.")));
 }
 
@@ -297,14 +311,6 @@ run_body(const StepBody *body, int result_limit, MemoryContext result_cxt)
 }
 
 /* What set an attempt's deadline, for its timeout message. */
-typedef enum DeadlineSource
-{
-	DEADLINE_STEP,				/* the step's own timeout */
-	DEADLINE_DEFAULT,			/* durable_steps.default_timeout (worker, no
-								 * timeout of its own) */
-	DEADLINE_CEILING			/* durable_steps.max_worker_attempt_time */
-} DeadlineSource;
-
 /*
  * The attempt's deadline, 0 = none: its own timeout; in the worker, durable_steps.default_timeout
  * when it has none, and never past durable_steps.max_worker_attempt_time.
@@ -351,6 +357,7 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 {
 	MemoryContext caller_cxt = CurrentMemoryContext;
 	TimestampTz outer_deadline = armed_body_deadline;
+	DeadlineSource outer_source = armed_source;
 	volatile TimestampTz my_deadline = 0;
 	DeadlineSource deadline_source;
 	bool		isolated = OidIsValid(body->isolate_as);
@@ -369,6 +376,7 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	if (my_deadline != 0 && (outer_deadline == 0 || my_deadline < outer_deadline))
 	{
 		armed_body_deadline = my_deadline;
+		armed_source = deadline_source;
 		body_deadline_timer.fired = false;
 		ds_deadline_timer_arm(&body_deadline_timer, my_deadline);
 	}
@@ -459,6 +467,7 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 			 * not ours to record
 			 */
 			armed_body_deadline = outer_deadline;
+			armed_source = outer_source;
 			ds_deadline_timer_arm(&body_deadline_timer, outer_deadline);
 			ds_step_context_pop();
 			ReThrowError(edata);
@@ -499,6 +508,7 @@ ds_execute_step_attempt(const StepBody *body, int attempt, int max_attempts,
 	if (armed_body_deadline != outer_deadline)
 	{
 		armed_body_deadline = outer_deadline;
+		armed_source = outer_source;
 		ds_deadline_timer_arm(&body_deadline_timer, outer_deadline);
 
 		/*

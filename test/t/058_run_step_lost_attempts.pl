@@ -104,7 +104,7 @@ sub runs_told
 	my $pid = executor_pid($node);
 	$node->safe_psql('postgres',
 		qq{SELECT ds_start_run('wf', '{"body": "stubborn", "timeout": "1 s"}', '$run')});
-	ok(poll_log($node, $off, qr/ignored its cancellation past durable_steps\.max_worker_attempt_time; ending the executor/),
+	ok(poll_log($node, $off, qr/ignored its cancellation at its own timeout; ending the executor/),
 		"$t: the executor ends");
 	ok(poll_until($node, 'postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}, 'succeeded'),
 		"$t: the run succeeds afterwards");
@@ -301,7 +301,7 @@ SELECT ds_start_run('wf', '{"body": "effect"}', '$r-bystander-' || i) FROM gener
 SELECT ds_start_run('wf', '{"body": "stubborn", "timeout": "1 s"}', '$r-culprit');
 COMMIT;
 });
-		ok(poll_log($node, $off, qr/ignored its cancellation past durable_steps\.max_worker_attempt_time; ending the executor/),
+		ok(poll_log($node, $off, qr/ignored its cancellation at its own timeout; ending the executor/),
 			"$t, $r: the culprit's body ends the executor");
 		ok( poll_until($node, 'postgres',
 				qq{SELECT string_agg(run_id || ':' || status, ',' ORDER BY run_id) FROM ds_runs

@@ -72,7 +72,7 @@ is_deeply(
 		q{, policy => ds_retry_policy(max_attempts => 2, initial_delay => '0 s')}),
 	{ status => 'failed', result => '', error_code => 'DS007' },
 	'never-stop: the executor ended and the attempt was recorded as lost');
-ok($node->log_contains('a step body ignored its cancellation past durable_steps.max_worker_attempt_time'),
+ok($node->log_contains('a step body ignored its cancellation at durable_steps.max_worker_attempt_time; ending the executor'),
 	'never-stop: the log says why the executor ended');
 is_deeply(worker_attempt($node, 'alice', 'after-stubborn', 'SELECT 7'),
 	{ status => 'succeeded', result => '7', error_code => '' },
