@@ -33,6 +33,7 @@
 #include "utils/uuid.h"
 
 #include "base/ds_errcodes.h"
+#include "base/interval_bounds.h"
 #include "base/partition.h"
 #include "base/size_limits.h"
 #include "base/sql_text.h"
@@ -166,29 +167,12 @@ interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool may_be_z
 static TimestampTz
 after(TimestampTz now, Interval *i, const char *name)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile TimestampTz t = 0;
+	TimestampTz t;
 
-	PG_TRY();
-	{
-		t = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-													TimestampTzGetDatum(now),
-													IntervalPGetDatum(i)));
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_DATETIME_VALUE_OUT_OF_RANGE)
-			PG_RE_THROW();
-		FlushErrorState();
+	if (!ds_timestamptz_shift(now, i, 1, &t))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s is too long: it would end past the last timestamp", name)));
-	}
-	PG_END_TRY();
 	return t;
 }
 

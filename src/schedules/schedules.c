@@ -39,6 +39,7 @@
 
 #include "base/cron_schedule.h"
 #include "base/ds_errcodes.h"
+#include "base/interval_bounds.h"
 #include "base/partition.h"
 #include "base/size_limits.h"
 #include "base/sql_text.h"
@@ -415,26 +416,9 @@ minus_interval(TimestampTz t, Interval *i)
 static bool
 before_first_timestamp(TimestampTz t, Interval *i)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool out_of_range = false;
+	TimestampTz ignored;
 
-	PG_TRY();
-	{
-		(void) minus_interval(t, i);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_DATETIME_VALUE_OUT_OF_RANGE)
-			PG_RE_THROW();
-		FlushErrorState();
-		out_of_range = true;
-	}
-	PG_END_TRY();
-	return out_of_range;
+	return !ds_timestamptz_shift(t, i, -1, &ignored);
 }
 
 /*

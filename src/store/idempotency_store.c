@@ -12,6 +12,19 @@
 #include "store/store_relations.h"
 #include "store/step_store.h"
 
+/*
+ * An entry by (owner, scope, key): done, request, status, body, token, lease_expires_at, and
+ * whether it is live (not expired, and done or within its lease).
+ */
+#define ENTRY_QUERY \
+	"SELECT state OPERATOR(pg_catalog.=) 'done', request, status, body, token, lease_expires_at," \
+	" expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()" \
+	" AND (state OPERATOR(pg_catalog.=) 'done'" \
+	"  OR lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())" \
+	" FROM durable_steps.idempotency_keys" \
+	" WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole" \
+	" AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3"
+
 static SPIPlanPtr read_plan = NULL;
 static SPIPlanPtr write_plan = NULL;
 static SPIPlanPtr finish_plan = NULL;
@@ -29,15 +42,7 @@ ds_store_lock_idempotency_entry(Oid owner, const char *scope, const char *key)
 	args[1] = CStringGetTextDatum(scope);
 	args[2] = CStringGetTextDatum(key);
 	return ds_store_execute(&read_plan,
-							"SELECT state OPERATOR(pg_catalog.=) 'done', request, status, body, token,"
-							" lease_expires_at,"
-							" expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
-							" AND (state OPERATOR(pg_catalog.=) 'done'"
-							"  OR lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())"
-							" FROM durable_steps.idempotency_keys"
-							" WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
-							" AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3"
-							" FOR UPDATE", 3, types,
+							ENTRY_QUERY " FOR UPDATE", 3, types,
 							args, NULL, false, 1, SPI_OK_SELECT, "reading an idempotency key");
 }
 
@@ -52,16 +57,7 @@ ds_store_read_idempotency_entry_latest(Oid owner, const char *scope, const char 
 	args[1] = CStringGetTextDatum(scope);
 	args[2] = CStringGetTextDatum(key);
 	(void) ds_store_relations();
-	rc = SPI_execute_snapshot(ds_prepare_kept(&latest_plan,
-											  "SELECT state OPERATOR(pg_catalog.=) 'done', request, status, body, token,"
-											  " lease_expires_at,"
-											  " expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
-											  " AND (state OPERATOR(pg_catalog.=) 'done'"
-											  "  OR lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())"
-											  " FROM durable_steps.idempotency_keys"
-											  " WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.regrole"
-											  " AND scope OPERATOR(pg_catalog.=) $2 AND key OPERATOR(pg_catalog.=) $3",
-											  3, types),
+	rc = SPI_execute_snapshot(ds_prepare_kept(&latest_plan, ENTRY_QUERY, 3, types),
 							  args, NULL, GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "reading an idempotency key failed: %s", SPI_result_code_string(rc));
