@@ -38,6 +38,7 @@ INSERT INTO routes VALUES
     ('ds_start_run', 'run_key', NULL),
     ('ds_idempotent', 'key', NULL), ('ds_idempotent_begin', 'key', NULL),
     ('ds_idempotent_finish', 'key', NULL), ('ds_idempotent_abandon', 'key', NULL),
+    ('ds_idempotent_renew', 'key', NULL),
     ('ds_retry_policy', 'any', NULL), ('ds_backoff_delay', 'any', NULL),
     ('ds_cron_slots', 'any', NULL), ('ds_unwrap', 'any', NULL),
     -- an event is every server's: each records it, the first emit wins on each (true: this call
