@@ -108,7 +108,8 @@ ds_wait_step(PG_FUNCTION_ARGS)
 	w.step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	timeout_ms = timeout_arg(fcinfo, 2);
 	ensure_waits_available();
-	(void) ds_outcome_wait(w.run_id, timeout_ms, step_done, &w);
+	(void) ds_outcome_wait(w.run_id, timeout_ms, ds_outcome_wait_may_release_xmin(fcinfo),
+						   step_done, &w);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &w.rec, true));
 }
 
@@ -176,7 +177,8 @@ ds_wait_run(PG_FUNCTION_ARGS)
 	w.run_id = ds_run_id_arg(fcinfo, 0);
 	timeout_ms = timeout_arg(fcinfo, 1);
 	ensure_waits_available();
-	(void) ds_outcome_wait(w.run_id, timeout_ms, run_done, &w);
+	(void) ds_outcome_wait(w.run_id, timeout_ms, ds_outcome_wait_may_release_xmin(fcinfo),
+						   run_done, &w);
 	if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	values[0] = CStringGetTextDatum(ds_run_status_name(w.status));
