@@ -225,7 +225,8 @@ plan_is_the_wait(PlannedStmt *stmt, WholeStatement *ws)
  * - the statement's snapshot is the portal's alone, registered by its query and its executor
  *   (two registrations), active once, at the top of a stack of active snapshots that holds nothing
  *   else: no statement or function around the call, no trigger;
- * - no other snapshot is registered (the catalog's dropped first), and no other cursor is open.
+ * - no other snapshot is registered (the catalog's dropped first): an open cursor, or a portal
+ *   of the extended protocol left suspended, holds one of its own.
  *
  * Anything else waits holding its snapshot, as any long statement does.
  */
@@ -250,7 +251,7 @@ ds_outcome_wait_may_release_xmin(FunctionCallInfo fcinfo)
 		return false;
 	snap = qd->snapshot;
 	if (snap == NULL || !ActiveSnapshotSet() || GetActiveSnapshot() != snap ||
-		snap->regd_count != 2 || snap->active_count != 1 || !ThereAreNoReadyPortals())
+		snap->regd_count != 2 || snap->active_count != 1)
 		return false;
 	InvalidateCatalogSnapshot();
 	if (!ThereAreNoPriorRegisteredSnapshots())
