@@ -140,7 +140,7 @@ ds_outcome_wake_at_commit(const char *run_id)
 typedef struct WholeStatement
 {
 	Oid			fn_oid;			/* the waiting function */
-	Node	   *call;			/* the call of it being evaluated (its fn_expr) */
+	Node	   *call;			/* the call being evaluated (fn_expr) */
 	bool		found;			/* the plan holds that call */
 } WholeStatement;
 

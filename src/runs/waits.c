@@ -6,7 +6,9 @@
  * LISTEN does not. The wait sleeps on the condition variable of the run (ipc/outcome_waits.c),
  * woken by the commit that stops one of its steps or writes the run; each wake-up reads the
  * state again with the latest snapshot (so that a wait in a REPEATABLE READ transaction sees the
- * outcome too). A wait changes nothing: one that times out, or is cancelled, leaves no trace.
+ * outcome too). A wait that is its whole statement publishes no xmin while it sleeps, so that
+ * VACUUM goes on (ds_outcome_wait_may_release_xmin says when). A wait changes nothing: one that
+ * times out, or is cancelled, leaves no trace.
  */
 #include "base/compat.h"
 
