@@ -15,6 +15,7 @@ use DurableSteps::Test;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 # no worker: the steps and runs waited for stop only when a session of the test stops them
 my $node = worker_node('wait_vacuum_horizon', "durable_steps.max_workers = 0\n");
