@@ -6,7 +6,9 @@
  * LISTEN does not. The wait sleeps on the condition variable of the run (ipc/outcome_waits.c),
  * woken by the commit that stops one of its steps or writes the run; each wake-up reads the
  * state again with the latest snapshot (so that a wait in a REPEATABLE READ transaction sees the
- * outcome too). A wait changes nothing: one that times out, or is cancelled, leaves no trace.
+ * outcome too). A wait that is its whole statement publishes no xmin while it sleeps, so that
+ * VACUUM goes on (ds_outcome_wait_may_release_xmin says when). A wait changes nothing: one that
+ * times out, or is cancelled, leaves no trace.
  */
 #include "base/compat.h"
 
@@ -108,7 +110,8 @@ ds_wait_step(PG_FUNCTION_ARGS)
 	w.step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	timeout_ms = timeout_arg(fcinfo, 2);
 	ensure_waits_available();
-	(void) ds_outcome_wait(w.run_id, timeout_ms, step_done, &w);
+	(void) ds_outcome_wait(w.run_id, timeout_ms, ds_outcome_wait_may_release_xmin(fcinfo),
+						   step_done, &w);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &w.rec, true));
 }
 
@@ -176,7 +179,8 @@ ds_wait_run(PG_FUNCTION_ARGS)
 	w.run_id = ds_run_id_arg(fcinfo, 0);
 	timeout_ms = timeout_arg(fcinfo, 1);
 	ensure_waits_available();
-	(void) ds_outcome_wait(w.run_id, timeout_ms, run_done, &w);
+	(void) ds_outcome_wait(w.run_id, timeout_ms, ds_outcome_wait_may_release_xmin(fcinfo),
+						   run_done, &w);
 	if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	values[0] = CStringGetTextDatum(ds_run_status_name(w.status));
