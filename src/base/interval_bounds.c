@@ -41,5 +41,10 @@ ds_timestamptz_shift(TimestampTz t, const Interval *i, int sign, TimestampTz *ou
 		in_range = false;
 	}
 	PG_END_TRY();
-	return in_range;
+
+	/*
+	 * an infinite interval (PostgreSQL 17 and later) reaches past every
+	 * timestamp too
+	 */
+	return in_range && !TIMESTAMP_NOT_FINITE(*out);
 }

@@ -10,8 +10,8 @@
 #include "datatype/timestamp.h"
 
 /*
- * t + i (`sign` 1) or t - i (`sign` -1) into *out; false, *out untouched, when the result would
- * be out of the range of timestamptz.
+ * t + i (`sign` 1) or t - i (`sign` -1) into *out; false when the result would be out of the
+ * range of timestamptz or infinite (an infinite interval, from PostgreSQL 17).
  */
 extern bool ds_timestamptz_shift(TimestampTz t, const Interval *i, int sign, TimestampTz *out);
 

@@ -26,6 +26,7 @@
 #include "steps/run_context.h"
 #include "steps/step_call.h"
 #include "steps/step_context.h"
+#include "store/run_control_store.h"
 #include "store/schedule_store.h"
 #include "store/step_lock.h"
 #include "base/partition.h"
@@ -91,6 +92,7 @@ ds_check_slot_run_id(const char *run_id)
 	StringInfoData job;
 	const char *p;
 	Oid			owner;
+	bool		in_use;
 	StoreSpi	spi;
 
 	if (strncmp(run_id, "schedule:", 9) != 0)
@@ -105,9 +107,19 @@ ds_check_slot_run_id(const char *run_id)
 	if (*p != ':' || job.len == 0)
 		return;					/* not a slot's key: no slot follows a job
 								 * name */
+
+	/*
+	 * Only a new run id is reserved: one with a run or a step under it
+	 * already (a firing's run going on after its schedule was dropped, a step
+	 * of that run's own turn, a replay) is judged by the rules of runs and
+	 * steps that every call has.
+	 */
 	ds_store_spi_begin(&spi);
-	owner = ds_store_schedule_owner(job.data);
+	in_use = ds_store_run_id_in_use(run_id);
+	owner = in_use ? InvalidOid : ds_store_schedule_owner(job.data);
 	ds_store_spi_end(&spi);
+	if (in_use)
+		return;
 	if (!OidIsValid(owner) || !has_privs_of_role(GetUserId(), owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

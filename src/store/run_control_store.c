@@ -13,6 +13,7 @@
 #include "store/step_store.h"
 #include "store/store_relations.h"
 
+static SPIPlanPtr in_use_plan = NULL;
 static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr existing_plan = NULL;
 static SPIPlanPtr foreign_steps_plan = NULL;
@@ -70,6 +71,23 @@ ds_store_run_has_foreign_steps(const char *run_id, Oid role)
 		elog(ERROR, "looking for steps of run %s failed: %s", run_id,
 			 SPI_result_code_string(rc));
 	return SPI_processed > 0;
+}
+
+bool
+ds_store_run_id_in_use(const char *run_id)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(run_id)};
+	bool		isnull;
+
+	(void) ds_store_execute(&in_use_plan,
+							"SELECT EXISTS (SELECT FROM durable_steps.runs"
+							"  WHERE run_id OPERATOR(pg_catalog.=) $1)"
+							" OR EXISTS (SELECT FROM durable_steps.steps"
+							"  WHERE run_id OPERATOR(pg_catalog.=) $1)",
+							1, types, args, NULL, true, 1, SPI_OK_SELECT,
+							"looking for run %s", run_id);
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 uint64

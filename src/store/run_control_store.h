@@ -35,6 +35,9 @@ extern bool ds_store_run_has_foreign_steps(const char *run_id, Oid role);
  */
 extern uint64 ds_store_read_run_definition(const char *run_id);
 
+/* Does a run, or any step, exist under `run_id` (in this transaction's snapshot)? */
+extern bool ds_store_run_id_in_use(const char *run_id);
+
 /*
  * Run `run_id`, its row locked (FOR UPDATE) when `lock`: rows (status, owner oid, claimed_by,
  * turns), one at most. In the caller's SPI connection.

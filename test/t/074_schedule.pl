@@ -115,6 +115,41 @@ is(psql_as_ok($node, 'alice', qq{SELECT ds_schedule_fire('late', '$m'::timestamp
 is($node->safe_psql('postgres', qq{SELECT string_agg(owner::text || ' ' || (input ? 'by')::text, ',' ORDER BY run_id) FROM ds_runs WHERE run_id LIKE 'schedule:late:%' AND run_id < ds_key('schedule', 'late', '$m'::timestamptz)}),
 	'alice false,alice true,alice false,alice false', 'the runs of the slots: all alice\'s, the hand-started one kept');
 
+# the reservation is of new run ids only: a firing's run goes on after its schedule is dropped,
+# and a step its turn makes through another role's SECURITY DEFINER function (as any run's may:
+# docs/security.md) is made
+$node->safe_psql('postgres', q{
+CREATE FUNCTION public.napper(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM ds_step('one', 'SELECT 1');
+    PERFORM ds_sleep('nap', '2 s');
+    RETURN ds_step('two', 'SELECT 2');
+END $$;
+GRANT EXECUTE ON FUNCTION public.napper(text, jsonb) TO alice;
+CREATE FUNCTION public.via_bob(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql
+  AS $$ BEGIN RETURN public.bob_helper(); END $$;
+GRANT EXECUTE ON FUNCTION public.via_bob(text, jsonb) TO alice;
+});
+psql_as_ok($node, 'bob', q{CREATE FUNCTION public.bob_helper() RETURNS jsonb LANGUAGE sql SECURITY DEFINER
+  AS $$ SELECT ds_step('bobstep', 'SELECT 42') $$;
+GRANT EXECUTE ON FUNCTION public.bob_helper() TO alice;});
+for my $job (qw(napjob viabob))
+{
+	my $wf = $job eq 'napjob' ? 'napper' : 'via_bob';
+	psql_as_ok($node, 'alice', qq{SELECT ds_schedule('$job', '*/10 * * * *', '$wf')});
+	$node->safe_psql('postgres', qq{UPDATE durable_steps.schedules SET created_at = '$m'::timestamptz - interval '3 hours' WHERE job_name = '$job'});
+	is(psql_as_ok($node, 'alice', qq{SELECT ds_schedule_fire('$job', '$m'::timestamptz - interval '33 min')}),
+		'1', "$job: a firing starts its slot");
+}
+ok(poll_until($node, 'postgres', q{SELECT status || ' ' || current_step FROM ds_runs WHERE run_id LIKE 'schedule:napjob:%'}, 'waiting nap'),
+	'napjob: its run sleeps');
+is(psql_as_ok($node, 'alice', q{SELECT ds_unschedule('napjob')}), 't', 'napjob: unscheduled while its run sleeps');
+ok(poll_until($node, 'postgres', q{SELECT status || ' ' || output FROM ds_runs WHERE run_id LIKE 'schedule:napjob:%'}, 'succeeded 2'),
+	'napjob: the run goes on and succeeds after its schedule is gone');
+ok(poll_until($node, 'postgres', q{SELECT status || ' ' || output FROM ds_runs WHERE run_id LIKE 'schedule:viabob:%'}, 'succeeded 42'),
+	'viabob: the step its turn makes through bob\'s SECURITY DEFINER function is made, and the run succeeds');
+psql_as_ok($node, 'alice', q{SELECT ds_unschedule('viabob')});
+
 # another role: sees nothing, cannot fire, take over or unschedule alice's schedules
 is(psql_as_ok($node, 'bob', q{SELECT count(*) FROM ds_schedules}), '0', 'bob sees none of alice\'s schedules');
 is(psql_as_ok($node, 'alice', q{SELECT count(*) FROM ds_schedules}), '3', 'alice sees her three');
