@@ -135,6 +135,13 @@ BEGIN
     -- The fence in force for every process from now on: a transaction that begins after this
     -- is refused the partition (DS201) whatever settings its session began with -- a procedure
     -- that commits in a loop included. One open since before may still store a step of it.
+    -- the backends' transactions are seen through pg_stat_activity: not without it
+    IF NOT pg_catalog.current_setting('track_activities')::boolean THEN
+        RAISE EXCEPTION 'ds_partition_export needs track_activities'
+            USING ERRCODE = '55000',
+                  DETAIL = 'Without it no backend shows when its transaction began, and one that may still write the partition would go unseen.',
+                  HINT = 'Turn track_activities on (the default) and reload.';
+    END IF;
     v_fenced_at := durable_steps.ds_partitions_in_force_publish();
     SELECT pg_catalog.string_agg(a.pid::text, ', ') INTO v_busy
       FROM pg_catalog.pg_stat_activity a

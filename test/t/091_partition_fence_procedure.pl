@@ -68,6 +68,10 @@ ok(wait_for_steps($writer, $call, 5), 'the procedure stores steps of partition 1
 $node->safe_psql('postgres', q{ALTER SYSTEM SET durable_steps.partitions = '0'});
 $node->reload;
 
+# without track_activities no backend shows when its transaction began: the export refuses
+my ($rc0, $out0, $err0) = $node->psql('postgres', q{SET track_activities = off; SELECT count(*) FROM ds_partition_export(1)});
+like($err0, qr/ds_partition_export needs track_activities/, 'the export refuses without track_activities');
+
 # The export refuses while a transaction open since the fence may still write the partition; it
 # succeeds once none can, and then nothing more of partition 1 commits.
 my ($exported, $refusals, $err) = (undef, 0, '');
