@@ -16,6 +16,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -86,6 +87,16 @@ owned_in_force(int p, int count)
 	bool		owned;
 
 	if (in_force == NULL)
+		return true;
+
+	/*
+	 * The worker's own processes take a reload only between claims, and an
+	 * export waits until every one has (ds_partition_workers_behind) and for
+	 * the attempts and turns they claimed before (docs/partitions.md): what
+	 * they run was claimed under the settings it finishes with. A turn
+	 * claimed before the fence must finish, not fail its run with DS201.
+	 */
+	if (MyBgworkerEntry != NULL && strcmp(MyBgworkerEntry->bgw_library_name, "durable_steps") == 0)
 		return true;
 	ds_partitions_in_force_publish();
 	SpinLockAcquire(&in_force->mutex);
