@@ -131,8 +131,8 @@ $cfg{clients} = 2 if $cfg{clients} < 2;
 $cfg{fence_hold} = $opt{short} ? [ 0.5, 1 ] : [ 0.5, 2 ];
 # the procedure's client (proc_main): how many steps its CALLs store, and the pause after each
 # (ms), so that a CALL spans most of the fault window and the fences in it
-$cfg{proc_steps} = $opt{short} ? 12 : 30;
-$cfg{proc_pause} = [ 100, 400 ];
+$cfg{proc_steps} = $opt{short} ? 30 : 80;
+$cfg{proc_pause} = [ 30, 150 ];
 $cfg{hog} = defined $opt{hog} ? $opt{hog} : 1;
 # Which trials run with a synchronous standby and fail over to it: --standby every one,
 # --no-standby none, else trial 2 of --short (the one after it then runs on the promoted server).
