@@ -20,8 +20,29 @@
 # refusals. The fencing session polls ds_partition_workers_behind() every 20 ms: from its first
 # empty answer to the reopen's ALTER SYSTEM (server clock_timestamp()s) every worker process had
 # taken the fence, and no worker attempt of p may have been claimed then (fenced run; a batch
-# claimed before the fence finishes after it, its claimed_at before the window). Every partition
-# is opened again at a trial's start, after a failover and before the trial settles.
+# claimed before the fence finishes after it, its claimed_at before the window). Each poll first
+# puts the session's partitions in force for every process (ds_partitions_in_force_publish(), as
+# ds_partition_export does), so that from the window's start every transaction that begins is
+# refused p, whatever settings its session began with. Every partition is opened again at a
+# trial's start, after a failover and before the trial settles.
+#
+# The procedure (proc_main): one more session, of one role, stores --short 48 (else 120) plain SQL
+# steps, scripted like the others, through CALL fh_proc(steps), a procedure that loops: ds_run_step
+# (attempt 1 runs there as the caller and writes its ledger row, unless deferred) and a row in
+# fh_proc_log with the answer, now() (the transaction's start) and the step's created_at; COMMIT;
+# a pause of 30-150 ms in a transaction of its own; COMMIT. The steps' runs alternate between the
+# two partitions. A backend reads the configuration file only between client statements, so a
+# CALL keeps the partitions its session began with across every fence meanwhile: its next step of
+# the fenced partition must be refused (DS201), which ends the CALL. The session counts those
+# among the fenced refusals, pauses, and CALLs again with the steps fh_proc_log does not show
+# committed (the procedure passes over those that are), as it does after a lost connection (kill
+# -9, stops, restarts, the failover). The steps get every check of the plain steps, and: no step
+# of a fenced partition was created by a caller in a fence window (fenced write) -- exact, by the
+# transaction's start: ds_run_step checks the partition before it makes the step, whose
+# created_at is the clock then (not the transaction's start); a transaction begun at or after
+# the window's start (fh_proc_log.xact_at, or for any caller's step whose attempt 1 committed its
+# ledger row, fh_ledger.xact_at) that created the step before the window's end was checked in the
+# window. One begun before may pass the check before the window and commit inside it.
 #
 # A share of each trial's steps are HTTP steps (ds_http_step, sent by the HTTP worker) against
 # test/fake_provider.py, started here on 127.0.0.1 (a free port) and stopped at the end: a POST
@@ -131,7 +152,7 @@ $cfg{clients} = 2 if $cfg{clients} < 2;
 $cfg{fence_hold} = $opt{short} ? [ 0.5, 1 ] : [ 0.5, 2 ];
 # the procedure's client (proc_main): how many steps its CALLs store, and the pause after each
 # (ms), so that a CALL spans most of the fault window and the fences in it
-$cfg{proc_steps} = $opt{short} ? 30 : 80;
+$cfg{proc_steps} = $opt{short} ? 48 : 120;
 $cfg{proc_pause} = [ 30, 150 ];
 $cfg{hog} = defined $opt{hog} ? $opt{hog} : 1;
 # Which trials run with a synchronous standby and fail over to it: --standby every one,
