@@ -20,8 +20,29 @@
 # refusals. The fencing session polls ds_partition_workers_behind() every 20 ms: from its first
 # empty answer to the reopen's ALTER SYSTEM (server clock_timestamp()s) every worker process had
 # taken the fence, and no worker attempt of p may have been claimed then (fenced run; a batch
-# claimed before the fence finishes after it, its claimed_at before the window). Every partition
-# is opened again at a trial's start, after a failover and before the trial settles.
+# claimed before the fence finishes after it, its claimed_at before the window). Each poll first
+# puts the session's partitions in force for every process (ds_partitions_in_force_publish(), as
+# ds_partition_export does), so that from the window's start every transaction that begins is
+# refused p, whatever settings its session began with. Every partition is opened again at a
+# trial's start, after a failover and before the trial settles.
+#
+# The procedure (proc_main): one more session, of one role, stores --short 48 (else 120) plain SQL
+# steps, scripted like the others, through CALL fh_proc(steps), a procedure that loops: ds_run_step
+# (attempt 1 runs there as the caller and writes its ledger row, unless deferred) and a row in
+# fh_proc_log with the answer, now() (the transaction's start) and the step's created_at; COMMIT;
+# a pause of 30-150 ms in a transaction of its own; COMMIT. The steps' runs alternate between the
+# two partitions. A backend reads the configuration file only between client statements, so a
+# CALL keeps the partitions its session began with across every fence meanwhile: its next step of
+# the fenced partition must be refused (DS201), which ends the CALL. The session counts those
+# among the fenced refusals, pauses, and CALLs again with the steps fh_proc_log does not show
+# committed (the procedure passes over those that are), as it does after a lost connection (kill
+# -9, stops, restarts, the failover). The steps get every check of the plain steps, and: no step
+# of a fenced partition was created by a caller in a fence window (fenced write) -- exact, by the
+# transaction's start: ds_run_step checks the partition before it makes the step, whose
+# created_at is the clock then (not the transaction's start); a transaction begun at or after
+# the window's start (fh_proc_log.xact_at, or for any caller's step whose attempt 1 committed its
+# ledger row, fh_ledger.xact_at) that created the step before the window's end was checked in the
+# window. One begun before may pass the check before the window and commit inside it.
 #
 # A share of each trial's steps are HTTP steps (ds_http_step, sent by the HTTP worker) against
 # test/fake_provider.py, started here on 127.0.0.1 (a free port) and stopped at the end: a POST
@@ -129,6 +150,10 @@ $cfg{clients} = 2 if $cfg{clients} < 2;
 	: (hog_sql => 4, hog_http => 5, hog_sleep => [ 1000, 2500 ], hog_hang => [ 2, 4 ]));
 # how long the fault `fence` keeps its partition fenced, in seconds
 $cfg{fence_hold} = $opt{short} ? [ 0.5, 1 ] : [ 0.5, 2 ];
+# the procedure's client (proc_main): how many steps its CALLs store, and the pause after each
+# (ms), so that a CALL spans most of the fault window and the fences in it
+$cfg{proc_steps} = $opt{short} ? 48 : 120;
+$cfg{proc_pause} = [ 30, 150 ];
 $cfg{hog} = defined $opt{hog} ? $opt{hog} : 1;
 # Which trials run with a synchronous standby and fail over to it: --standby every one,
 # --no-standby none, else trial 2 of --short (the one after it then runs on the promoted server).
@@ -168,6 +193,10 @@ delete @ENV{qw(PGHOST PGPORT PGUSER PGDATABASE PGOPTIONS PGSERVICE)};
 chdir $WORK or die "cannot chdir to $WORK: $!\n";
 
 my $json = JSON::PP->new->canonical;
+# whether the library publishes the partitions in force for every process
+# (durable_steps.ds_partitions_in_force_publish(), as ds_partition_export calls it): set up by
+# setup_database, used by fence
+my $HAVE_IN_FORCE = 0;
 my $parent_pid = $$;
 my $PROVIDER = "$FindBin::RealBin/../test/fake_provider.py";
 my ($provider_pid, $provider_port);
@@ -617,10 +646,66 @@ CREATE TABLE fh_ledger (
     kind     text NOT NULL,
     who      text NOT NULL DEFAULT current_user,
     pid      integer NOT NULL DEFAULT pg_backend_pid(),
-    at       timestamptz NOT NULL DEFAULT clock_timestamp()
+    at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- the start of the writing transaction: a caller's, for an attempt in ds_run_step (the
+    -- check 'fenced write')
+    xact_at  timestamptz NOT NULL DEFAULT now()
 );
 GRANT SELECT, INSERT ON fh_ledger TO PUBLIC;
 GRANT USAGE ON SEQUENCE fh_ledger_id_seq TO PUBLIC;
+
+-- What the procedure fh_proc stored (proc_main): one row per step it called, written in the
+-- transaction that called it, so that it commits exactly when the call did. xact_at is that
+-- transaction's start (now(): in a procedure, each transaction after a COMMIT has its own),
+-- created_at the step's as ds_steps shows it then (the step was created by this transaction
+-- when it is not before xact_at).
+CREATE TABLE fh_proc_log (
+    id         bigserial PRIMARY KEY,
+    idx        integer NOT NULL,
+    run_id     text NOT NULL,
+    step_id    text NOT NULL,
+    status     text NOT NULL,
+    attempt    integer NOT NULL,
+    replayed   boolean NOT NULL,
+    xact_at    timestamptz NOT NULL DEFAULT now(),
+    created_at timestamptz NOT NULL,
+    who        text NOT NULL DEFAULT current_user,
+    pid        integer NOT NULL DEFAULT pg_backend_pid()
+);
+GRANT SELECT, INSERT ON fh_proc_log TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_proc_log_id_seq TO PUBLIC;
+
+-- A procedure that commits in a loop (proc_main): a backend reads the configuration file only
+-- between client statements, so a CALL keeps the partitions of the settings it began with for
+-- as long as it runs, across every fence meanwhile. steps lists its steps in order, each
+-- {idx, run, step, input, policy, defer, queue, timeout, on_success, on_failure, pause}; a step
+-- whose row in fh_proc_log committed (an earlier CALL's) is passed over, so that a CALL made
+-- again after a lost connection or a refusal (DS201) finishes the rest. Each step is stored by
+-- ds_run_step (its attempt 1 runs here, as the caller, unless it is deferred) with its log row,
+-- in a transaction that begins right before it; COMMIT; a pause of its own (pause ms, in a
+-- transaction of its own); COMMIT. An error ends the CALL.
+CREATE PROCEDURE fh_proc(steps jsonb) LANGUAGE plpgsql AS \$\$
+DECLARE
+    s jsonb;
+    r record;
+BEGIN
+    FOR i IN 0 .. jsonb_array_length(steps) - 1 LOOP
+        s := steps->i;
+        CONTINUE WHEN EXISTS (SELECT FROM fh_proc_log l WHERE l.run_id = s->>'run' AND l.step_id = s->>'step');
+        SELECT * INTO r
+          FROM ds_run_step(s->>'run', s->>'step', 'SELECT fh_body(\$1)', s->'input', s->'policy',
+                           defer => (s->>'defer')::boolean, on_success => s->>'on_success',
+                           on_failure => s->>'on_failure', queue => s->>'queue',
+                           timeout => (s->>'timeout')::interval);
+        INSERT INTO fh_proc_log (idx, run_id, step_id, status, attempt, replayed, created_at)
+        SELECT (s->>'idx')::integer, s->>'run', s->>'step', r.status, r.attempt, r.replayed, d.created_at
+          FROM ds_steps d WHERE d.run_id = s->>'run' AND d.step_id = s->>'step';
+        COMMIT;
+        PERFORM pg_sleep((s->>'pause')::integer / 1000.0);
+        COMMIT;
+    END LOOP;
+END
+\$\$;
 
 -- What every step's outcome hooks (on_success, on_failure) write, in the outcome's transaction:
 -- one row per outcome that ended the step, no unique constraint so that a duplicate shows.
@@ -757,6 +842,7 @@ END
 \$\$;
 EOF
 	die "setting up the database failed:\n$err\n" if $rc;
+	$HAVE_IN_FORCE = value("SELECT to_regprocedure('durable_steps.ds_partitions_in_force_publish()') IS NOT NULL") eq 't' ? 1 : 0;
 }
 
 # ---- step plans ---------------------------------------------------------------------------------
@@ -777,9 +863,11 @@ my %ACTION = (
 sub pick { return $_[ int rand @_ ] }
 
 # One step's script: its kind, plan (input), policy and whether it is re-armed once it stops.
+# $sql_only: never an HTTP step (the procedure's, proc_main).
 sub make_step
 {
-	return make_http_step() if rand() < $cfg{http_share};
+	my ($sql_only) = @_;
+	return make_http_step() if !$sql_only && rand() < $cfg{http_share};
 	my $r = rand();
 	my $fail = sub { return map { pick('ra', 'rx') } 1 .. $_[0] };
 	my ($kind, @p, $m);
@@ -1198,6 +1286,109 @@ sub client_main
 		}
 		usleep(100_000);
 	}
+	print $fh "stat\t$reconnects\t$fenced\n";
+	close $fh;
+	POSIX::_exit(0);
+}
+
+# The procedure's client: CALLs fh_proc (setup_database) as $role with its steps, a procedure
+# that stores each step with ds_run_step, COMMITs and pauses, in a loop: the session keeps the
+# settings it began with for the whole CALL, across the fences meanwhile. After each CALL (or its
+# end by an error, a lost connection) it reads fh_proc_log: the steps whose rows committed are
+# answered ("ack", as client_main writes it: the status and attempt ds_run_step returned in that
+# committed transaction). A CALL refused with DS201 (a step of a fenced partition) is counted as
+# a fenced refusal, and, after a pause, the procedure is CALLed again with the rest, as after a
+# lost connection (each step's identity is fixed: a step stored before is passed over, one whose
+# transaction did not commit is stored again); another SQL error is recorded against the step the
+# procedure was at (the first not logged) and that step dropped.
+# Writes "ack idx status attempt replayed", "err idx sqlstate message", "proc calls refused"
+# (CALLs made, and ended by DS201) and "stat reconnects fenced".
+sub proc_main
+{
+	my ($role, $calls, $outfile, $deadline, $start_delay) = @_;
+	usleep($start_delay * 1e6) if $start_delay;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	$fh->autoflush(1);
+	my @queue = @$calls;
+	my ($reconnects, $fenced, $ncalls, $unknown, $round) = (0, 0, 0, 0, 0);
+	my $spec = sub {
+		my ($c) = @_;
+		my $st = $c->{st};
+		return { idx => $c->{idx}, run => $st->{run}, step => $st->{step}, input => $json->decode($st->{input}),
+			policy => $json->decode($st->{policy}), defer => $st->{defer} ? JSON::PP::true : JSON::PP::false,
+			queue => $st->{queue}, timeout => $st->{timeout}, on_success => hook_sql('on_success', $st),
+			on_failure => hook_sql('on_failure', $st), pause => $st->{pause} };
+	};
+	while (@queue)
+	{
+		if (time() > $deadline)
+		{
+			print $fh "err\t$_->{idx}\tTIMEOUT\tnot answered before the clients' deadline\n" for @queue;
+			last;
+		}
+		my $left = $deadline - time();
+		$round++;
+		$ncalls++;
+		open my $sf, '>', "$outfile.$round.sql" or die "$outfile.$round.sql: $!";
+		print $sf "CALL fh_proc(" . lit($json->encode([ map { $spec->($_) } @queue ])) . "::jsonb);\n";
+		close $sf;
+		my ($rc, $out, $err) = run_cmd([ @{ psql_cmd($role) }, '-f', "$outfile.$round.sql" ],
+			timeout => $left < 5 ? 5 : $left);
+		unlink "$outfile.$round.sql";
+		# what committed: the log rows of its steps (read again while the server comes back)
+		my $list = join ', ', map { '(' . lit($_->{st}{run}) . ', ' . lit($_->{st}{step}) . ')' } @queue;
+		my %logged;
+		while (1)
+		{
+			my ($lrc, $lout, $lerr) = psql($role,
+				"SELECT 'log', idx, status, attempt, replayed FROM fh_proc_log WHERE (run_id, step_id) IN ($list);\n",
+				timeout => 30);
+			if ($lrc == 0)
+			{
+				for my $line (split /\n/, $lout)
+				{
+					my @f = split /$US/, $line, -1;
+					next unless @f >= 5 && $f[0] eq 'log';
+					$logged{ $f[1] } = 1;
+					print $fh join("\t", 'ack', @f[ 1 .. 4 ]), "\n";
+				}
+				last;
+			}
+			die "proc_main: reading fh_proc_log failed: $lerr\n" if $lerr !~ $transient_re || time() > $deadline + 30;
+			$reconnects++;
+			usleep(100_000);
+		}
+		@queue = grep { !$logged{ $_->{idx} } } @queue;
+		last unless @queue;
+		if ($err =~ $fenced_re)
+		{
+			$fenced++;
+			usleep(100_000 + int rand 200_000);
+			next;
+		}
+		if ($err =~ $transient_re)
+		{
+			$reconnects++;
+			usleep(50_000 + int rand 150_000);
+			next;
+		}
+		if ($err =~ /ERROR:\s+([0-9A-Z]{5}):\s*([^\n]*)/)
+		{
+			my $c = shift @queue;
+			print $fh "err\t$c->{idx}\t$1\t$2\n";
+			$unknown = 0;
+			next;
+		}
+		if (++$unknown > 20)
+		{
+			my $c = shift @queue;
+			(my $e = $err) =~ s/\s+/ /g;
+			print $fh "err\t$c->{idx}\tUNKNOWN\tpsql exit $rc: $e\n";
+			$unknown = 0;
+		}
+		usleep(100_000);
+	}
+	print $fh "proc\t$ncalls\t$fenced\n";
 	print $fh "stat\t$reconnects\t$fenced\n";
 	close $fh;
 	POSIX::_exit(0);
@@ -1731,9 +1922,14 @@ sub inject_one
 # fences polls ds_partition_workers_behind() every 20 ms through the hold; the first empty answer
 # from a session that has itself taken the reload (current_setting shows the fence: the function
 # compares the workers with the caller's settings) starts the window in which the fence is in force
-# everywhere, up to the reopen's ALTER SYSTEM. Both ends are the server's clock_timestamp(), so
-# that they compare with ds_attempts; [p, from, to] goes to @{$count->{fence_windows}} (no window
-# when the workers never all took the fence during the hold) for the check 'fenced run'.
+# everywhere, up to the reopen's ALTER SYSTEM. Each poll first publishes the session's partitions
+# in force for every process (durable_steps.ds_partitions_in_force_publish(), as
+# ds_partition_export does; when the library has it), so that from the window's start a caller's
+# transaction that begins is refused p whatever settings its session began with -- a procedure
+# that commits in a loop above all. Both ends are the server's clock_timestamp(), so that they
+# compare with ds_attempts, ds_steps and the transaction starts the clients record; [p, from, to]
+# goes to @{$count->{fence_windows}} (no window when the workers never all took the fence during
+# the hold) for the checks 'fenced run' and 'fenced write'.
 sub fence
 {
 	my ($count) = @_;
@@ -1744,8 +1940,13 @@ sub fence
 	# the hold ends at fh.until, on the server's clock; polls past it answer nothing and do not
 	# sleep (a loaded machine makes fewer polls than the script has)
 	my $until = "current_setting('fh.until')::timestamptz";
-	my $poll = "SELECT 'poll', current_setting('durable_steps.partitions'), cardinality(w.b), clock_timestamp() "
-	  . "FROM (SELECT durable_steps.ds_partition_workers_behind() AS b OFFSET 0) w WHERE clock_timestamp() < $until;\n"
+	# each poll also puts this session's settings in force for every process, as
+	# ds_partition_export does first (when the library has it): from then on a transaction that
+	# begins is refused p whatever settings its session began with (the check 'fenced write')
+	my $publish = $HAVE_IN_FORCE ? 'durable_steps.ds_partitions_in_force_publish()' : "'-infinity'::timestamptz";
+	my $poll = "SELECT 'poll', current_setting('durable_steps.partitions'), cardinality(w.b), greatest(w.pub, clock_timestamp()) "
+	  . "FROM (SELECT $publish AS pub, durable_steps.ds_partition_workers_behind() AS b OFFSET 0) w "
+	  . "WHERE clock_timestamp() < $until;\n"
 	  . "SELECT pg_sleep(greatest(0, least(0.02, extract(epoch FROM $until - clock_timestamp()))));\n";
 	my ($rc, $out, $err) = psql($SU,
 		"ALTER SYSTEM SET durable_steps.partitions = '$other';\nSELECT 'fenced';\nSELECT pg_reload_conf();\n"
@@ -2389,6 +2590,36 @@ sub run_trial
 		}
 		push @steps, @{ $run->{steps} };
 	}
+	# the procedure's steps (proc_main): plain SQL steps scripted like the others (no duplicate
+	# calls, no stubborn hook), each with a pause after it, stored by one CALL after another of
+	# fh_proc as one role; their runs alternate between the two partitions, so that whichever a
+	# fence takes, the CALL running meanwhile has steps of it left to store
+	my $proc_role = $ROLES[ $t % @ROLES ];
+	my @proc_runs;
+	{
+		my %by_p;
+		push @{ $by_p{ $_->[1] } }, "${prefix}c$_->[0]"
+		  for @{ rows("SELECT i, ds_partition_of('${prefix}c' || i) FROM generate_series(0, 63) i ORDER BY i") };
+		for my $k (0 .. 1)
+		{
+			push @proc_runs, grep { defined } ($by_p{0} || [])->[$k], ($by_p{1} || [])->[$k];
+		}
+	}
+	my @proc_calls;
+	for my $i (1 .. $cfg{proc_steps})
+	{
+		my $st = make_step(1);
+		$st->{run}  = $proc_runs[ ($i - 1) % @proc_runs ];
+		$st->{step} = "p$i";
+		$st->{tag_step} = "p$i";
+		$st->{role} = $proc_role;
+		$st->{proc} = 1;
+		$st->{pause} = $cfg{proc_pause}[0] + int rand($cfg{proc_pause}[1] - $cfg{proc_pause}[0]);
+		push @steps, $st;
+		my $call = { idx => scalar @calls, st => $st, nowait => 0, dup => 0, proc => 1 };
+		push @calls, $call;
+		push @proc_calls, $call;
+	}
 
 	note("  trial $t: stubborn $_->{stubborn}{hook} hook" . ($_->{stubborn}{at} ? " at attempt $_->{stubborn}{at}" : '')
 		  . " on " . ($_->{http} ? "HTTP step ($_->{kind})" : "step ($_->{kind}, max_attempts $_->{max})")
@@ -2433,6 +2664,12 @@ sub run_trial
 		my $delay = rand() < 0.5 ? 0 : rand(0.4);
 		my $pid = spawn(sub { client_main($client_role[$c], $calls_of[$c], "$dir/client$c", $deadline, $delay) });
 		$child{$pid} = "client$c";
+	}
+	if (@proc_calls)
+	{
+		my $delay = rand(0.4);
+		my $pid = spawn(sub { proc_main($proc_role, \@proc_calls, "$dir/proc", $deadline, $delay) });
+		$child{$pid} = 'proc';
 	}
 	my @rearm = grep { $_->{kind} eq 'rearm' } @steps;
 	if (@rearm)
@@ -2613,7 +2850,9 @@ sub run_trial
 	$reconnects = 0;
 	my $ds201 = 0;    # calls refused with DS201 while a partition was fenced (and made again)
 	$hog_stops = 0;
-	for my $f ((map { "$dir/client$_" } 0 .. $nc - 1), $cfg{hog} ? map { "$dir/hog_$_" } 'sql', 'http' : ())
+	my ($proc_calls_n, $proc_refused) = (0, 0);    # the procedure's CALLs, those ended by DS201
+	for my $f ((map { "$dir/client$_" } 0 .. $nc - 1), @proc_calls ? "$dir/proc" : (),
+		$cfg{hog} ? map { "$dir/hog_$_" } 'sql', 'http' : ())
 	{
 		open my $fh, '<', $f or die "$f: $!";
 		while (<$fh>)
@@ -2629,6 +2868,7 @@ sub run_trial
 			elsif ($f[0] eq 'err') { push @client_errs, [ $calls[ $f[1] ], $f[2], $f[3] ] }
 			elsif ($f[0] eq 'stat') { $reconnects += $f[1]; $ds201 += $f[2] || 0 }
 			elsif ($f[0] eq 'prio') { $hog_prio = $f[1] }
+			elsif ($f[0] eq 'proc') { ($proc_calls_n, $proc_refused) = @f[ 1, 2 ] }
 			elsif ($f[0] eq 'stop') { $hog_stops++ }
 		}
 		close $fh;
@@ -2786,6 +3026,43 @@ sub run_trial
 			  . "ORDER BY 1, 2");
 		$v->('fenced run', "step $_->[0] attempt $_->[1] ($_->[2], pid $_->[3]) of partition $p claimed at $_->[4], "
 			  . "started at $_->[5], while the partition was fenced everywhere from $from to $to")
+		  for @$r;
+	}
+
+	# fenced write: no step of a fenced partition was created by a caller inside a window of a
+	# fence -- whatever settings the caller's session began with: a procedure that commits in a
+	# loop (proc_main) keeps those of its CALL's start. ds_run_step checks the run's partition
+	# first, before it reads or writes anything, and then makes the step: the step's created_at
+	# is the clock as it did (GetCurrentTimestamp(), not the transaction's start), after the
+	# check, which in turn came after the transaction's start. A transaction that began before
+	# the window may have passed the check before it and create or commit the step inside it:
+	# no violation. One that began at or after the window's start and created the step before its
+	# end (the step's created_at) was checked inside the window, and must have been refused (DS201):
+	# exact, without a tolerance. The transaction's start is known for every step the procedure
+	# stored (fh_proc_log.xact_at, now() in the transaction that stored it; the step created by
+	# that transaction when its created_at is not before), and for every step whose attempt 1
+	# ran in the caller's ds_run_step and committed its ledger row (fh_ledger.xact_at; not a run's
+	# step, which a worker's turn makes: 'fenced run').
+	for my $w (@{ $fc{fence_windows} || [] })
+	{
+		my ($p, $from, $to) = @$w;
+		my ($f, $e) = (lit($from) . '::timestamptz', lit($to) . '::timestamptz');
+		my $r = rows("SELECT 'the procedure (pid ' || l.pid || ', as ' || l.who || ')', l.run_id || '/' || l.step_id, "
+			  . "l.xact_at, s.created_at FROM fh_proc_log l JOIN ds_steps s USING (run_id, step_id) "
+			  . "WHERE l.run_id LIKE '$prefix%' AND ds_partition_of(l.run_id) = $p "
+			  . "AND l.xact_at >= $f AND s.created_at >= l.xact_at AND s.created_at < $e "
+			  . "UNION ALL "
+			  . "SELECT 'a caller (pid ' || g.pid || ', as ' || g.who || ')', g.run_id || '/' || g.step_id, "
+			  . "g.xact_at, s.created_at FROM fh_ledger g JOIN ds_steps s USING (run_id, step_id) "
+			  . "JOIN ds_attempts a ON a.run_id = g.run_id AND a.step_id = g.step_id AND a.attempt = 1 "
+			  . "AND a.executor = 'caller' AND a.backend_pid = g.pid "
+			  . "WHERE (g.run_id LIKE '$prefix%' OR g.run_id LIKE '$hprefix%') AND g.attempt = 1 "
+			  . "AND NOT EXISTS (SELECT FROM ds_runs x WHERE x.run_id = g.run_id) "
+			  . "AND NOT EXISTS (SELECT FROM fh_proc_log l WHERE l.run_id = g.run_id AND l.step_id = g.step_id) "
+			  . "AND ds_partition_of(g.run_id) = $p "
+			  . "AND g.xact_at >= $f AND s.created_at >= g.xact_at AND s.created_at < $e ORDER BY 2");
+		$v->('fenced write', "step $_->[1] of partition $p was created by $_->[0] at $_->[3], in a transaction "
+			  . "begun at $_->[2], while the partition was fenced everywhere from $from to $to")
 		  for @$r;
 	}
 
@@ -3228,10 +3505,10 @@ sub run_trial
 	}
 
 	# a client that died, or left no closing line: its calls' fate is unknown to the harness
-	for my $c (0 .. $nc - 1)
+	for my $c ((map { "client$_" } 0 .. $nc - 1), @proc_calls ? 'proc' : ())
 	{
-		push @harness_errs, "client$c left no closing line in $dir/client$c"
-		  unless -s "$dir/client$c" && `tail -n 1 $dir/client$c` =~ /^stat\t/;
+		push @harness_errs, "$c left no closing line in $dir/$c"
+		  unless -s "$dir/$c" && `tail -n 1 $dir/$c` =~ /^stat\t/;
 	}
 	my $nviol = 0;
 	$nviol += @$_ for values %viol;
@@ -3262,14 +3539,15 @@ sub run_trial
 	my $http_inflight = 0;
 	$http_inflight += $fc{"${_}_http_inflight"} || 0 for qw(kill9 terminate cancel);
 	my $mid = ($fc{kill9_mid_attempt} || 0) + ($fc{terminate_mid_attempt} || 0) + ($fc{cancel_mid_attempt} || 0);
-	printf "trial %2d/%d seed %d: %d steps, %d runs, %d calls (%d dup), %d faults [%s; %d mid-attempt] | "
+	printf "trial %2d/%d seed %d: %d steps (%d by a procedure: %d CALLs, %d ended by DS201), %d runs, %d calls (%d dup), %d faults [%s; %d mid-attempt] | "
 	  . "succeeded %d failed %d blocked %d cancelled %d/%d (%d running) | attempts %d (caller %d, worker %d, lost %d) | "
 	  . "http %d: succeeded %d failed %d uncertain %d blocked %d, %d charges, %d lost; HTTP worker hit %d (%d in flight) | "
 	  . "stubborn hooks %d (sql %d, http %d): %d struck, %d executor(s) ended in a hook | "
 	  . "runs %d: succeeded %d failed %d cancelled %d/%d, %d turns, %d run steps (succeeded %d failed %d cancelled %d) | "
 	  . "idempotent %d keys x %d sessions: %d answers (%d replayed), %d effects | waits %d answers on %d steps | "
 	  . "%sreconnects %d, DS201 %d (fences %d; %d window(s) checked) | %s%.1fs (settle %.1fs) | %s\n",
-	  $t, $cfg{trials}, $tseed, $n_plain, scalar @runs, $calls_n, $dups, $nfaults, $fdesc, $mid,
+	  $t, $cfg{trials}, $tseed, $n_plain, scalar @proc_calls, $proc_calls_n, $proc_refused,
+	  scalar @runs, $calls_n, $dups, $nfaults, $fdesc, $mid,
 	  $status_n{succeeded} || 0, $status_n{failed} || 0, $status_n{blocked} || 0,
 	  $status_n{cancelled} || 0, scalar @to_cancel, $n_stopped,
 	  $n_att, $n_caller, $n_worker, $lost_n, $n_http, $http_status{succeeded} || 0, $http_status{failed} || 0,
@@ -3299,6 +3577,9 @@ sub run_trial
 	$tot->{violations} += $nviol;
 	$tot->{bad_trials}++ if $nviol;
 	$tot->{steps} += $n_plain;
+	$tot->{proc_steps} += @proc_calls;
+	$tot->{proc_calls} += $proc_calls_n;
+	$tot->{proc_refused} += $proc_refused;
 	$tot->{runs} += @runs;
 	$tot->{"runs_$_"} += $run_n{$_} || 0 for qw(succeeded failed cancelled);
 	$tot->{run_cancels} += @runs_to_cancel;
@@ -3389,7 +3670,7 @@ if (!$ok)
 	$rc = 2;
 }
 my $elapsed = time() - $start;
-printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d duplicate) | "
+printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps (%d by a procedure in %d CALLs, %d ended by DS201), %d calls (%d duplicate) | "
   . "%d faults (%s; mid-attempt: kill9 %d, terminate %d, cancel %d) | succeeded %d, failed %d, "
   . "blocked %d (%d re-armed), cancelled %d by ds_cancel_step (%d while running in the worker) | %d attempts (caller %d, of them %d retries run by a duplicate call; "
   . "worker %d), %d lost (DS007; %d logged by the worker) | "
@@ -3405,7 +3686,8 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps, %d calls (%d du
   . "%d trial(s) with a synchronous standby, %d failover(s) with %d HTTP requests claimed (%d without a key) | "
   . "%d invariant violation(s) in %d trial(s)"
   . ($tot{harness_errors} ? ", $tot{harness_errors} HARNESS ERROR(S)" : '') . "\n",
-  $tot{trials} || 0, $seed, $elapsed, $tot{steps} || 0, $tot{calls} || 0, $tot{dups} || 0,
+  $tot{trials} || 0, $seed, $elapsed, $tot{steps} || 0, $tot{proc_steps} || 0, $tot{proc_calls} || 0,
+  $tot{proc_refused} || 0, $tot{calls} || 0, $tot{dups} || 0,
   $tot{faults} || 0, join(' ', map { "$_ " . ($tot{fault}{$_} || 0) } @KINDS),
   map({ $tot{"${_}_mid"} || 0 } qw(kill9 terminate cancel)),
   $tot{succeeded} || 0, $tot{failed} || 0, $tot{blocked} || 0, $tot{rearmed} || 0, $tot{cancelled} || 0, $tot{stopped} || 0,
