@@ -303,6 +303,14 @@ ds_count_workers(Oid dbid, int *executors, int *executors_busy, int *http_worker
 static uint64 started[DS_STARTED_CLAIMS_MAX];
 static int	n_started = 0;
 
+/*
+ * Where the claims the next record speaks for begin: at the process's start (0), or, for an
+ * executor that published a record and went on (executor.c, after a write refused by a server
+ * turned read-only), just after that record's end. A record never speaks for the claims of an
+ * earlier one it overwrote: those are charged.
+ */
+static TimestampTz record_from = 0;
+
 void
 ds_claim_starting(uint64 key)
 {
@@ -354,8 +362,9 @@ ds_publish_started_claims(ExecutorEndCause cause)
 	e = &shared->executor[ds_executor_slot].ended;
 	pg_atomic_write_u32(&e->pid, 0);
 	pg_write_barrier();
-	e->started_at = MyStartTimestamp;
+	e->started_at = record_from != 0 ? record_from : MyStartTimestamp;
 	e->ended_at = GetCurrentTimestamp();
+	record_from = e->ended_at + 1;
 	e->end_cause = n_started > 0 ? (int) cause : (int) EXECUTOR_END_OTHER;
 	e->n_started = n_started;
 	memcpy(e->started, started, sizeof(uint64) * n_started);

@@ -175,7 +175,9 @@ extern void ds_slot_idle(void);
 /*
  * In an exiting executor: publish the attempts of the open transaction, for the processes that
  * record this executor's lost claims, and why it ends: `cause` names what of the last one
- * ignored its cancellation, if anything did.
+ * ignored its cancellation, if anything did. Also in an executor that lets go of its claims and
+ * goes on (a write refused by a server turned read-only): the record speaks for the claims it
+ * took since its last record, or since it started.
  */
 extern void ds_publish_started_claims(ExecutorEndCause cause);
 

@@ -76,6 +76,18 @@ static ClaimSizer turn_claims;
 
 static int	my_slot = -1;
 
+/*
+ * What the loop keeps from one pass to the next (ds_executor_main): when it last looked for lost
+ * attempts and turns, and the epoch of lost attempts it last saw (recover_if_due; at least 1: an
+ * executor that starts looks at once); the generation of kept HTTP outcomes and the epoch last
+ * looked at for them (kept_outcomes_due).
+ */
+static TimestampTz last_recovery = 0;
+static TimestampTz last_turn_recovery = 0;
+static uint64 seen_epoch = 0;
+static uint64 seen_kept = 0;
+static uint64 seen_kept_epoch = 0;
+
 /* an extra executor (launcher.c): runs only steps of roles not busy, leaves once one is free */
 static bool my_extra = false;
 
@@ -402,12 +414,25 @@ run_claimed(ClaimedStep *claims, int n, bool limited_queue)
 
 /*
  * Apply a reload of the configuration file, if one was asked for; a changed retention applies
- * at once, not at the next purge pass.
+ * at once, not at the next purge pass. Returns whether it did.
  */
-static void
+static bool
 reload_settings_if_asked(void)
 {
-	ds_worker_reload_settings_if_asked(ds_retention_purge_done_reset);
+	return ds_worker_reload_settings_if_asked(ds_retention_purge_done_reset);
+}
+
+/*
+ * In the middle of a pass, before its next claim: apply a reload asked for meanwhile (a partition
+ * fenced is no longer claimed: docs/partitions.md), and say whether the worker must wait now. The
+ * pass looked whether to wait at the top of the loop; a reload since may have made the server
+ * read-only (default_transaction_read_only), which refuses the writes of every transaction that
+ * begins after it (25006): the executor waits there instead.
+ */
+static bool
+reload_and_must_wait(void)
+{
+	return reload_settings_if_asked() && ds_worker_must_wait();
 }
 
 /*
@@ -912,105 +937,143 @@ start_executor(void)
 							 my_database)));
 }
 
+/* What a pass returns besides a time to sleep (ms): go round again at once; leave. */
+#define PASS_AGAIN (-1)
+#define PASS_LEAVE (-2)
+
 /*
  * One pass of an extra executor: it records lost attempts and turns when a worker process ended
  * (the database's own executors are busy), and runs the due steps of roles that are not busy;
- * nothing else (no workflow turns, no kept HTTP outcomes, no purge). Returns
- * false when it is to leave: it found nothing to run and an executor of its database is free
- * again (or the worker waits, or the extension is gone).
+ * nothing else (no workflow turns, no kept HTTP outcomes, no purge). Returns PASS_LEAVE when it
+ * is to leave: it found nothing to run and an executor of its database is free again (or the
+ * worker waits, or the extension is gone).
  */
-static bool
-extra_pass(TimestampTz *last_recovery, TimestampTz *last_turn_recovery, uint64 *seen_epoch)
+static long
+extra_pass(void)
 {
 	int			skipped = 0;
-	long		sleep_ms;
 
 	reload_settings_if_asked();
 	if (ds_worker_must_wait() || !extension_ready())
-		return false;
+		return PASS_LEAVE;
 
 	/*
 	 * the database's own executors are busy: a process that ends must not
 	 * wait for them
 	 */
-	recover_if_due(last_recovery, last_turn_recovery, seen_epoch);
+	recover_if_due(&last_recovery, &last_turn_recovery, &seen_epoch);
 	if (claim_and_run_batch(&skipped))
-		return true;
+		return PASS_AGAIN;
 	if (!ds_executors_all_busy(MyDatabaseId, my_slot))
-		return false;
-	sleep_ms = Min(time_until_next_due(skipped), DS_BUSY_ATTEMPT_MS);
-	if (sleep_ms > 0)
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 sleep_ms, PG_WAIT_EXTENSION);
-	ResetLatch(MyLatch);
-	return true;
+		return PASS_LEAVE;
+	return Min(time_until_next_due(skipped), DS_BUSY_ATTEMPT_MS);
+}
+
+/*
+ * One pass of an executor of the database's own (docs/worker.md, "What an executor does").
+ * Returns how long to sleep, or PASS_AGAIN when it worked: there may be more.
+ */
+static long
+executor_pass(void)
+{
+	int			skipped;
+	bool		worked;
+
+	if (ds_worker_must_wait() || !extension_ready())
+		return poll_interval_ms;
+	recover_if_due(&last_recovery, &last_turn_recovery, &seen_epoch);
+	if (reload_and_must_wait())
+		return poll_interval_ms;
+	worked = claim_and_run_batch(&skipped);
+	if (kept_outcomes_due(&seen_kept, &seen_kept_epoch))
+	{
+		int			kept = record_kept_outcomes();
+
+		/* a full look may have left more: look again in the next pass */
+		if (kept != 0)
+			seen_kept = 0;
+		worked |= kept != 0;
+	}
+	/* a batch of steps may have taken long: the reload, and the look, again */
+	if (reload_and_must_wait())
+		return poll_interval_ms;
+	if (claim_and_run_turns() || worked)
+		return PASS_AGAIN;
+	purge_if_due();
+	return time_until_next_due(skipped);
+}
+
+/*
+ * After a write refused by a server turned read-only (ds_worker_caught_read_only rolled back the
+ * transaction, every write of the attempts and turns it ran with it): let go of what the pass
+ * held, as an executor that ended would, and keep the process. Which of its claims had started in
+ * the rolled-back transaction is published first (executor_slot.c), then the claims' locks are
+ * let go and the others told: the first look for lost attempts once the server accepts writes
+ * records those that may have run as lost (DS007; retried by their policies), and gives the
+ * others their attempt back. The claim announced, the owner the executor was busy with, the
+ * turn, the cancel poll and the pass's memory are let go too.
+ */
+static void
+let_go_after_read_only(void)
+{
+	ds_publish_started_claims(EXECUTOR_END_OTHER);
+	ds_step_lock_release_all_session();
+	ds_claim_announce_end();
+	ds_turn_release();
+	ds_slot_idle();
+	ds_poll_cancel_requests(false);
+	ds_isolation_reset_after_abort();
+	ds_isolation_reseed_random();
+	MemoryContextReset(pass_cxt);
+	ds_attempts_may_be_lost();
+}
+
+/*
+ * One pass, of an extra executor or not. A write refused because the server turned read-only
+ * in the middle of the pass (25006) does not end the executor: it lets go of what it held and
+ * waits, as at the top of its loop. Any other error ends it, as before.
+ */
+static long
+run_pass(void)
+{
+	volatile long sleep_ms = PASS_AGAIN;
+
+	PG_TRY();
+	{
+		sleep_ms = my_extra ? extra_pass() : executor_pass();
+	}
+	PG_CATCH();
+	{
+		if (!ds_worker_caught_read_only())
+			PG_RE_THROW();
+		let_go_after_read_only();
+		sleep_ms = PASS_AGAIN;
+	}
+	PG_END_TRY();
+	return sleep_ms;
 }
 
 void
 ds_executor_main(Datum arg)
 {
-	TimestampTz last_recovery = 0;
-	TimestampTz last_turn_recovery = 0;
-
-	/*
-	 * the epoch is at least 1: an executor that starts looks for lost
-	 * attempts at once
-	 */
-	uint64		seen_epoch = 0;
-
-	/*
-	 * the generation of kept HTTP outcomes and the epoch last looked at
-	 * (kept_outcomes_due)
-	 */
-	uint64		seen_kept = 0;
-	uint64		seen_kept_epoch = 0;
-
 	my_slot = DatumGetInt32(arg);
 	start_executor();
 	for (;;)
 	{
-		long		sleep_ms = poll_interval_ms;
-		int			skipped;
+		long		sleep_ms;
 
 		CHECK_FOR_INTERRUPTS();
 		reload_settings_if_asked();
 		ds_worker_end_if_outdated();
-		if (my_extra)
+		sleep_ms = run_pass();
+		if (sleep_ms == PASS_LEAVE)
 		{
-			if (extra_pass(&last_recovery, &last_turn_recovery, &seen_epoch))
-				continue;
 			ereport(LOG, (errmsg("durable_steps: extra worker %d leaves database \"%s\"", my_slot,
 								 my_database)));
 			proc_exit(0);
 		}
-		if (!ds_worker_must_wait() && extension_ready())
-		{
-			bool		worked;
-
-			recover_if_due(&last_recovery, &last_turn_recovery, &seen_epoch);
-
-			/*
-			 * a partition fenced meanwhile is no longer claimed
-			 * (docs/partitions.md)
-			 */
-			reload_settings_if_asked();
-			worked = claim_and_run_batch(&skipped);
-			if (kept_outcomes_due(&seen_kept, &seen_kept_epoch))
-			{
-				int			kept = record_kept_outcomes();
-
-				/* a full look may have left more: look again in the next pass */
-				if (kept != 0)
-					seen_kept = 0;
-				worked |= kept != 0;
-			}
-			/* a batch of steps may have taken long: the fence, again */
-			reload_settings_if_asked();
-			if (claim_and_run_turns() || worked)
-				continue;
-			purge_if_due();
-			sleep_ms = time_until_next_due(skipped);
-		}
+		if (sleep_ms == PASS_AGAIN)
+			continue;
 		/* the backstop of the look for lost attempts (recover_if_due) */
 		sleep_ms = Min(sleep_ms, LOST_ATTEMPTS_BACKSTOP_MS);
 		if (sleep_ms > 0)

@@ -11,6 +11,8 @@
  */
 #include "base/compat.h"
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "mb/pg_wchar.h"
 #include "utils/elog.h"
 #include "utils/jsonb.h"
@@ -95,12 +97,18 @@ ds_record_http_attempt(HttpAttempt *attempt)
 	Subtransaction sub;
 	volatile bool recorded = true;
 
+	/*
+	 * the state rules change the step they apply to: the attempt keeps the
+	 * step as claimed, to be recorded again should this transaction roll back
+	 */
+	StepRecord	claimed = attempt->step;
+
 	ds_subtransaction_begin(&sub);
 	PG_TRY();
 	{
 		AttemptOutcome outcome;
 		Jsonb	   *kept;
-		StepRecord *step = &attempt->step;
+		StepRecord *step = &claimed;
 
 		attempt_outcome(attempt, &outcome, &kept);
 		if (kept != NULL)
@@ -130,6 +138,15 @@ ds_record_http_attempt(HttpAttempt *attempt)
 	PG_CATCH();
 	{
 		ErrorData  *edata = ds_subtransaction_rollback(&sub);
+
+		/*
+		 * A server turned read-only refuses every write of the transaction:
+		 * that is no step's failure, and the HTTP worker keeps the outcome
+		 * until it can record it (ds_worker_caught_read_only, http_worker.c).
+		 */
+		if (edata->sqlerrcode == ERRCODE_READ_ONLY_SQL_TRANSACTION &&
+			(DefaultXactReadOnly || RecoveryInProgress()))
+			ReThrowError(edata);
 
 		/*
 		 * the step stays running: once its lock is let go, recovery counts

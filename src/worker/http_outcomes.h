@@ -59,7 +59,8 @@ extern void ds_http_attempt_refuse(HttpAttempt *attempt, AttemptClass cls, int s
  * own, so that one step's failure to record loses no other's: applied to the step and written,
  * or, when it has a hook to run, kept on the step for an executor. False, with a WARNING, when it
  * could not be recorded: its step stays running, and once its lock is let go the executors'
- * recovery counts the attempt lost.
+ * recovery counts the attempt lost. A write refused because the server turned read-only
+ * (25006) is re-thrown instead: the HTTP worker keeps the attempt, unchanged, to record later.
  */
 extern bool ds_record_http_attempt(HttpAttempt *attempt);
 

@@ -245,8 +245,24 @@ claim_batch(int free_slots, HttpAttempt ***attempts)
 
 		dlist_foreach(it, &attempts_in_flight)
 			owners[n_owners++] = dlist_container(HttpAttempt, node, it.cur)->step.owner;
-		n = ds_claim_due_http_steps(free_slots, owners, n_owners,
-									Min(max_inflight_per_role, max_inflight), batch->cxt, &claims);
+		PG_TRY();
+		{
+			n = ds_claim_due_http_steps(free_slots, owners, n_owners,
+										Min(max_inflight_per_role, max_inflight), batch->cxt,
+										&claims);
+		}
+		PG_CATCH();
+		{
+			/*
+			 * the batch's memory goes with a claim that failed: the process
+			 * may go on (a server turned read-only, record_and_claim)
+			 */
+			MemoryContextSwitchTo(TopMemoryContext);
+			MemoryContextDelete(batch->cxt);
+			pfree(batch);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
 	}
 	*attempts = MemoryContextAlloc(batch->cxt, sizeof(HttpAttempt *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
@@ -391,36 +407,124 @@ wait_until_claims_are_durable(void)
 	}
 }
 
+/* record_and_claim: a write was refused because the server turned read-only */
+#define REFUSED_READ_ONLY (-2)
+
+/*
+ * The transaction of record_and_claim: record every finished attempt, and claim up to
+ * `claim_slots` due steps into *claimed; *all_recorded says whether every outcome was recorded.
+ * Returns how many were claimed; -1 when the extension is not installed.
+ */
+static int
+record_and_claim_transaction(int claim_slots, HttpAttempt ***claimed, bool *all_recorded)
+{
+	dlist_iter	it;
+	MemoryContext oldcxt;
+	int			n_claimed;
+
+	if (!ds_worker_begin_work("durable_steps: recording and claiming HTTP steps"))
+		return -1;
+	oldcxt = MemoryContextSwitchTo(outcome_cxt);
+	dlist_foreach(it, &finished_attempts)
+	{
+		HttpAttempt *attempt = dlist_container(HttpAttempt, node, it.cur);
+
+		CHECK_FOR_INTERRUPTS();
+		if (!ds_record_http_attempt(attempt))
+			*all_recorded = false;
+	}
+	MemoryContextSwitchTo(oldcxt);
+	n_claimed = claim_slots > 0 ? claim_batch(claim_slots, claimed) : 0;
+	ds_worker_commit();
+	return n_claimed;
+}
+
+/*
+ * record_and_claim_transaction, or REFUSED_READ_ONLY when a write of it was refused because the
+ * server turned read-only: the transaction is then rolled back, and any other error ends the
+ * process as before.
+ */
+static int
+record_and_claim_unless_read_only(int claim_slots, HttpAttempt ***claimed, bool *all_recorded)
+{
+	volatile int n_claimed = -1;
+
+	PG_TRY();
+	{
+		n_claimed = record_and_claim_transaction(claim_slots, claimed, all_recorded);
+	}
+	PG_CATCH();
+	{
+		if (!ds_worker_caught_read_only())
+			PG_RE_THROW();
+		n_claimed = REFUSED_READ_ONLY;
+	}
+	PG_END_TRY();
+	return n_claimed;
+}
+
+/*
+ * The steps' locks of the attempts of `list`: pinned to the open transaction (`pin`), or taken
+ * again for the session, which cannot fail while they are pinned.
+ */
+static void
+hold_attempts_locks(dlist_head *list, bool pin)
+{
+	dlist_iter	it;
+
+	dlist_foreach(it, list)
+	{
+		StepRecord *step = &dlist_container(HttpAttempt, node, it.cur)->step;
+
+		if (pin)
+			ds_step_lock_pin(step->run_id, step->step_id);
+		else if (!ds_step_lock_try_session(step->run_id, step->step_id))
+			elog(ERROR, "could not keep the lock of HTTP step %s/%s",
+				 step->run_id, step->step_id);
+	}
+}
+
+/*
+ * After a write refused by a server turned read-only: the transaction rolled back, with the
+ * outcomes it recorded and its claim. The attempts in flight and the finished ones stay this
+ * process's, with their steps' locks; a lock the claim took before it failed is let go (each kept
+ * lock is pinned meanwhile, so that no other process finds it free, as executor.c does).
+ */
+static void
+keep_only_attempts_locks(void)
+{
+	ds_worker_begin_transaction("durable_steps: letting go of a refused claim");
+	hold_attempts_locks(&attempts_in_flight, true);
+	hold_attempts_locks(&finished_attempts, true);
+	ds_step_lock_release_all_session();
+	hold_attempts_locks(&attempts_in_flight, false);
+	hold_attempts_locks(&finished_attempts, false);
+	ds_worker_commit();
+}
+
 /*
  * One transaction: record every finished attempt (each in its own subtransaction) and, with
  * `claim_slots` > 0, claim that many due steps more; commit; then let go of the recorded steps'
  * locks and memory, and send the new claims' requests. One commit serves both. Returns how many
- * were claimed; -1 when the extension is not installed.
+ * were claimed; -1 when the extension is not installed; REFUSED_READ_ONLY when a write was
+ * refused because the server turned read-only: then nothing was recorded nor claimed, and the
+ * finished attempts are kept, with their locks, until the server accepts writes (the loop waits,
+ * ds_worker_must_wait).
  */
 static int
 record_and_claim(int claim_slots)
 {
-	dlist_iter	it;
 	dlist_mutable_iter mit;
 	HttpAttempt **claimed = NULL;
-	int			n_claimed = -1;
+	int			n_claimed;
 	bool		all_recorded = true;
 
-	if (ds_worker_begin_work("durable_steps: recording and claiming HTTP steps"))
+	n_claimed = record_and_claim_unless_read_only(claim_slots, &claimed, &all_recorded);
+	MemoryContextReset(outcome_cxt);
+	if (n_claimed == REFUSED_READ_ONLY)
 	{
-		MemoryContext oldcxt = MemoryContextSwitchTo(outcome_cxt);
-
-		dlist_foreach(it, &finished_attempts)
-		{
-			HttpAttempt *attempt = dlist_container(HttpAttempt, node, it.cur);
-
-			CHECK_FOR_INTERRUPTS();
-			if (!ds_record_http_attempt(attempt))
-				all_recorded = false;
-		}
-		MemoryContextSwitchTo(oldcxt);
-		n_claimed = claim_slots > 0 ? claim_batch(claim_slots, &claimed) : 0;
-		ds_worker_commit();
+		keep_only_attempts_locks();
+		return REFUSED_READ_ONLY;
 	}
 
 	/*
@@ -436,7 +540,6 @@ record_and_claim(int claim_slots)
 		free_attempt(attempt);
 	}
 	n_finished = 0;
-	MemoryContextReset(outcome_cxt);
 
 	/*
 	 * their locks are let go: the executors record the attempts not recorded
@@ -565,6 +668,16 @@ ds_http_worker_main(Datum arg)
 			int			want = (claim || now >= next_look) ? free_slots : 0;
 			int			claimed = record_and_claim(want);
 
+			if (claimed == REFUSED_READ_ONLY)
+			{
+				/*
+				 * the server turned read-only since the look above: the next
+				 * look waits, and says so once
+				 */
+				next_look = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														http_poll_interval_ms);
+				continue;
+			}
 			if (claimed < 0 && ds_serves_every_database() && n_in_flight == 0)
 			{
 				/*

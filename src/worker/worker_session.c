@@ -22,6 +22,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -71,11 +72,11 @@ ds_worker_connect(const char *appname, bool database, bool cancel)
 	return dbid;
 }
 
-void
+bool
 ds_worker_reload_settings_if_asked(ReloadedSettingsHook reapply)
 {
 	if (!ConfigReloadPending)
-		return;
+		return false;
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
 
@@ -92,6 +93,7 @@ ds_worker_reload_settings_if_asked(ReloadedSettingsHook reapply)
 	ds_fence_note_applied();
 	if (reapply != NULL)
 		reapply();
+	return true;
 }
 
 /*
@@ -366,4 +368,44 @@ bool
 ds_worker_waits(void)
 {
 	return worker_paused || writes_refused();
+}
+
+/*
+ * A write this process's transaction began was refused (25006, read_only_sql_transaction) because
+ * the server turned read-only: a reload made default_transaction_read_only on (only a reload
+ * changes it in a worker's process, and a transaction takes it as it begins), or the server is
+ * in recovery. Any other error, or a 25006 while the server accepts writes, is not the server's
+ * and goes on as an error.
+ */
+bool
+ds_worker_caught_read_only(void)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	ErrorData  *edata = CopyErrorData();
+
+	MemoryContextSwitchTo(oldcxt);
+	if (edata->sqlerrcode != ERRCODE_READ_ONLY_SQL_TRANSACTION ||
+		!(RecoveryInProgress() || DefaultXactReadOnly))
+	{
+		FreeErrorData(edata);
+		return false;
+	}
+
+	/*
+	 * every level of the transaction, with its snapshots, SPI connections,
+	 * GUC nest levels, user id and locks
+	 */
+	AbortOutOfAnyTransaction();
+	MemoryContextSwitchTo(TopMemoryContext);
+	FlushErrorState();
+
+	/*
+	 * not an error of the process: the wait that follows says once why
+	 * (ds_worker_must_wait)
+	 */
+	ereport(DEBUG1,
+			(errmsg("durable_steps: a write met the server read-only: %s", edata->message)));
+	FreeErrorData(edata);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return true;
 }

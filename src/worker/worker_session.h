@@ -27,9 +27,11 @@ typedef void (*ReloadedSettingsHook) (void);
 
 /*
  * Apply a reload of the configuration file if SIGHUP asked for one (ConfigReloadPending), then
- * call `reapply` (NULL: none) for what the process itself takes from the new settings.
+ * call `reapply` (NULL: none) for what the process itself takes from the new settings. Returns
+ * whether it did: a reload may have made the server read-only (default_transaction_read_only),
+ * and a process that is to write after it looks again (ds_worker_must_wait) before it does.
  */
-extern void ds_worker_reload_settings_if_asked(ReloadedSettingsHook reapply);
+extern bool ds_worker_reload_settings_if_asked(ReloadedSettingsHook reapply);
 
 /* Start a transaction with a snapshot, and say `activity` in pg_stat_activity. */
 extern void ds_worker_begin_transaction(const char *activity);
@@ -59,6 +61,16 @@ extern bool ds_worker_must_wait(void);
 
 /* The same, without the log lines: for the launcher, which starts no extra executor meanwhile. */
 extern bool ds_worker_waits(void);
+
+/*
+ * In a PG_CATCH of a worker process: is the error a write refused because the server turned
+ * read-only (SQLSTATE 25006 while default_transaction_read_only is on or the server is in
+ * recovery)? Then every level of the transaction is rolled back and the error cleared (logged
+ * at DEBUG1 only): the process lets go of what it held and waits, as ds_worker_must_wait then
+ * says once, instead of ending with an error and being restarted. Otherwise (false) nothing is
+ * touched, and the caller re-throws the error.
+ */
+extern bool ds_worker_caught_read_only(void);
 
 /*
  * End the process (exit code 0, one log line) when its settings are outdated: the launcher starts
