@@ -1258,37 +1258,51 @@ sub client_main
 		}
 		@queue = grep { !$acked{ $_->{idx} } } @queue;
 		last unless @queue;
-		if ($err =~ $fenced_re)
+		my $what = round_error($fh, \@queue, $err, $rc, \$unknown);
+		if ($what eq 'fenced')
 		{
 			$fenced++;
 			usleep(50_000 + int rand 150_000);
 			next;
 		}
-		if ($err =~ $transient_re)
+		if ($what eq 'transient')
 		{
 			$reconnects++;
 			usleep(50_000 + int rand 150_000);
 			next;
 		}
-		if ($err =~ /ERROR:\s+([0-9A-Z]{5}):\s*([^\n]*)/)
-		{
-			my $c = shift @queue;
-			print $fh "err\t$c->{idx}\t$1\t$2\n";
-			$unknown = 0;
-			next;
-		}
-		if (++$unknown > 20)
-		{
-			my $c = shift @queue;
-			(my $e = $err) =~ s/\s+/ /g;
-			print $fh "err\t$c->{idx}\tUNKNOWN\tpsql exit $rc: $e\n";
-			$unknown = 0;
-		}
+		next if $what eq 'charged';
 		usleep(100_000);
 	}
 	print $fh "stat\t$reconnects\t$fenced\n";
 	close $fh;
 	POSIX::_exit(0);
+}
+
+# What a client does after a round whose calls @$queue are still unanswered, by its error:
+# 'fenced' (a partition was fenced, DS201) and 'transient' (the server went away) are the
+# caller's to count and pause for; an error with a SQLSTATE is charged to the first queued call
+# ('charged'); an error of another kind is charged after 20 rounds of it (*$unknown counts them).
+sub round_error
+{
+	my ($fh, $queue, $err, $rc, $unknown) = @_;
+	return 'fenced'    if $err =~ $fenced_re;
+	return 'transient' if $err =~ $transient_re;
+	if ($err =~ /ERROR:\s+([0-9A-Z]{5}):\s*([^\n]*)/)
+	{
+		my $c = shift @$queue;
+		print $fh "err\t$c->{idx}\t$1\t$2\n";
+		$$unknown = 0;
+		return 'charged';
+	}
+	if (++$$unknown > 20)
+	{
+		my $c = shift @$queue;
+		(my $e = $err) =~ s/\s+/ /g;
+		print $fh "err\t$c->{idx}\tUNKNOWN\tpsql exit $rc: $e\n";
+		$$unknown = 0;
+	}
+	return '';
 }
 
 # The procedure's client: CALLs fh_proc (setup_database) as $role with its steps, a procedure
@@ -1360,32 +1374,20 @@ sub proc_main
 		}
 		@queue = grep { !$logged{ $_->{idx} } } @queue;
 		last unless @queue;
-		if ($err =~ $fenced_re)
+		my $what = round_error($fh, \@queue, $err, $rc, \$unknown);
+		if ($what eq 'fenced')
 		{
 			$fenced++;
 			usleep(100_000 + int rand 200_000);
 			next;
 		}
-		if ($err =~ $transient_re)
+		if ($what eq 'transient')
 		{
 			$reconnects++;
 			usleep(50_000 + int rand 150_000);
 			next;
 		}
-		if ($err =~ /ERROR:\s+([0-9A-Z]{5}):\s*([^\n]*)/)
-		{
-			my $c = shift @queue;
-			print $fh "err\t$c->{idx}\t$1\t$2\n";
-			$unknown = 0;
-			next;
-		}
-		if (++$unknown > 20)
-		{
-			my $c = shift @queue;
-			(my $e = $err) =~ s/\s+/ /g;
-			print $fh "err\t$c->{idx}\tUNKNOWN\tpsql exit $rc: $e\n";
-			$unknown = 0;
-		}
+		next if $what eq 'charged';
 		usleep(100_000);
 	}
 	print $fh "proc\t$ncalls\t$fenced\n";
