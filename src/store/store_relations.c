@@ -108,15 +108,16 @@ heap_table_owner(Oid relid)
 	return owner;
 }
 
-char *
-ds_store_installed_version(void)
+Oid
+ds_store_extension(char **version)
 {
 	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
 	ScanKeyData key;
 	SysScanDesc scan;
 	HeapTuple	tuple;
-	char	   *version = NULL;
+	Oid			ext = InvalidOid;
 
+	*version = NULL;
 	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
 				CStringGetDatum("durable_steps"));
 	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
@@ -127,10 +128,20 @@ ds_store_installed_version(void)
 		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion, RelationGetDescr(rel),
 									 &isnull);
 
-		version = isnull ? pstrdup("") : text_to_cstring(DatumGetTextPP(d));
+		ext = ((Form_pg_extension) GETSTRUCT(tuple))->oid;
+		*version = isnull ? pstrdup("") : text_to_cstring(DatumGetTextPP(d));
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
+	return ext;
+}
+
+char *
+ds_store_installed_version(void)
+{
+	char	   *version;
+
+	(void) ds_store_extension(&version);
 	return version;
 }
 

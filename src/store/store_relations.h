@@ -63,9 +63,12 @@ extern const StoreRelations *ds_store_relations(void);
 extern bool ds_store_installed(void);
 
 /*
- * The version of the extension installed in this database (palloc'd), or NULL when it is not
- * installed. In a transaction.
+ * The extension installed in this database, and its version (*version, palloc'd): InvalidOid
+ * and NULL when it is not installed. One catalog probe; in a transaction.
  */
+extern Oid	ds_store_extension(char **version);
+
+/* The version of the extension installed in this database, or NULL: ds_store_extension's. */
 extern char *ds_store_installed_version(void);
 
 /*

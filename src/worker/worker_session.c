@@ -136,21 +136,19 @@ bool
 ds_worker_begin_work(const char *activity)
 {
 	Oid			ext;
+	char	   *version;
 
 	ds_worker_begin_transaction(activity);
-	ext = get_extension_oid("durable_steps", true);
+	ext = ds_store_extension(&version);
 	if (OidIsValid(ext))
 	{
 		LockDatabaseObject(ExtensionRelationId, ext, 0, AccessShareLock);
-		/* the lock's wait may have been for a DROP that committed: look again */
-		if (get_extension_oid("durable_steps", true) != ext)
-			ext = InvalidOid;
-	}
-	if (OidIsValid(ext))
-	{
-		char	   *installed = ds_store_installed_version();
 
-		if (installed == NULL || strcmp(installed, DS_EXTENSION_VERSION) != 0)
+		/*
+		 * the lock's wait may have been for a DROP (or an UPDATE) that
+		 * committed: look again
+		 */
+		if (ds_store_extension(&version) != ext || strcmp(version, DS_EXTENSION_VERSION) != 0)
 			ext = InvalidOid;
 	}
 	if (!OidIsValid(ext))
