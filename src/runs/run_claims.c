@@ -154,6 +154,30 @@ ds_record_turn_attempt_on_step(const char *run_id, const char *step_id, Oid run_
 	return true;
 }
 
+bool
+ds_turn_only_records(const char *run_id, const char *step_id, Oid run_owner, int n,
+					 const UnrecordedAttempt *entries)
+{
+	bool		unnamed = false;
+	StepRecord	rec;
+
+	if (step_id == NULL)
+		return false;
+	for (int i = 0; i < n; i++)
+	{
+		if (entries[i].step_id == NULL)
+			unnamed = true;
+		else if (strcmp(entries[i].step_id, step_id) == 0)
+			return true;
+	}
+
+	/*
+	 * one that names no step is the step's only when the turn creates it: the
+	 * run owner's, as no other role's step is ever charged
+	 */
+	return unnamed && !ds_store_lock_step(run_id, step_id, &rec);
+}
+
 int
 ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 {
@@ -168,6 +192,8 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 	TimestampTz *claimed_at;
 	char	  **current_step;
 	Oid		   *owner;
+	int		   *n_unrecorded;
+	UnrecordedAttempt **unrecorded;
 
 	ds_store_spi_begin(&spi);
 	n_running = ds_store_lock_running_runs(limit);
@@ -179,6 +205,8 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 	claimed_at = palloc(sizeof(TimestampTz) * Max(n_running, 1));
 	current_step = palloc(sizeof(char *) * Max(n_running, 1));
 	owner = palloc(sizeof(Oid) * Max(n_running, 1));
+	n_unrecorded = palloc0(sizeof(int) * Max(n_running, 1));
+	unrecorded = palloc0(sizeof(UnrecordedAttempt *) * Max(n_running, 1));
 	for (uint64 i = 0; i < n_running; i++)
 	{
 		bool		isnull;
@@ -199,6 +227,9 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 		current_step[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 7);
 		owner[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 8,
 												  &isnull));
+		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 9, &isnull);
+		if (!isnull)
+			n_unrecorded[i] = ds_run_unrecorded_from_array(DatumGetArrayTypeP(d), &unrecorded[i]);
 	}
 	for (uint64 i = 0; i < n_running; i++)
 	{
@@ -226,7 +257,9 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 		fate = ds_lost_claim_fate(claimed_by[i], claimed_at[i],
 								  ds_attempt_cancel_key(ids[i], DS_TURN_STEP_ID, turns[i]));
 		counted = fate != CLAIM_ROLLED_BACK_BY_ANOTHER;
-		step_ran = counted && fate != CLAIM_NEVER_STARTED;
+		step_ran = counted && fate != CLAIM_NEVER_STARTED &&
+			!ds_turn_only_records(ids[i], current_step[i], owner[i], n_unrecorded[i],
+								  unrecorded[i]);
 
 		/*
 		 * a turn that kills its executor every time must not be retried

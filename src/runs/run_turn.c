@@ -256,6 +256,8 @@ turn_interrupted(ClaimedRun *run, const AttemptOutcome *outcome, const char *ste
 		/* a failed run records nothing more; ds_resume_run starts it afresh */
 		ds_run_write_unrecorded(&w, 0, NULL);
 	else if (step_ran &&
+			 !ds_turn_only_records(run->run_id, step_id, run->owner, run->n_unrecorded,
+								   run->unrecorded) &&
 			 !ds_record_turn_attempt_on_step(run->run_id, step_id, run->owner,
 											 ERRCODE_QUERY_CANCELED, 0))
 	{

@@ -77,7 +77,7 @@ ds_store_lock_running_runs(int limit)
 	/* a turn in flight holds its row: SKIP LOCKED passes over it */
 	return ds_store_execute(&running_plan,
 							"SELECT run_id, lost_turns, policy, claimed_by, updated_at, turns,"
-							" current_step, owner::pg_catalog.oid"
+							" current_step, owner::pg_catalog.oid, unrecorded_attempts"
 							" FROM durable_steps.runs"
 							" WHERE status OPERATOR(pg_catalog.=) 'running'"
 	/* only the owner records a lost turn (docs/partitions.md) */

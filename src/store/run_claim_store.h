@@ -31,7 +31,7 @@ extern uint64 ds_store_lock_run_row(const char *run_id);
 /*
  * Up to `limit` running runs in a partition owned here, their rows locked (FOR UPDATE SKIP
  * LOCKED): rows (run_id, lost_turns, policy, claimed_by, updated_at, turns, current_step,
- * owner oid).
+ * owner oid, unrecorded_attempts).
  */
 extern uint64 ds_store_lock_running_runs(int limit);
 

@@ -341,6 +341,50 @@ COMMIT;
 	ok($shared, "$t: a round's bystander turns shared the culprit's transaction and were given back");
 }
 
+{
+	# A turn that reaches a step with attempts earlier turns lost of it only records them (the
+	# step's body does not run in that turn). Lost in turn, after a crash, before it committed
+	# them, it ran nothing more of the step: the step is charged the attempt recorded, and no
+	# second one. The state such a crash leaves is made by hand -- the run held by a process
+	# that is gone, at s2, which it had yet to create, with its lost attempt 1 to record -- as a
+	# kill cannot be timed to land between a recording's start and its commit.
+	my $t = 'a turn lost while it recorded an earlier loss';
+	my $run = 'relost';
+	my $off = log_offset($node);
+	$node->safe_psql(
+		'postgres', q{
+CREATE FUNCTION gated(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM ds_step('s1', 'SELECT effect()');
+    PERFORM ds_await_event('gate', 'go:' || run_id);
+    RETURN ds_step('s2', 'SELECT effect()');
+END $$;
+});
+	$node->safe_psql('postgres', qq{SELECT ds_start_run('gated', '{}', '$run')});
+	ok( poll_until($node, 'postgres',
+			qq{SELECT status || ':' || current_step FROM ds_runs WHERE run_id = '$run'}, 'waiting:gate'),
+		"$t: the run waits at its gate, s1 done");
+	$node->safe_psql(
+		'postgres', qq{
+BEGIN;
+SELECT ds_emit_event('go:$run');
+UPDATE durable_steps.runs SET status = 'running', claimed_by = 999999, current_step = 's2',
+       updated_at = clock_timestamp(), next_wake_at = NULL, unrecorded_attempts = '{DS007}'
+ WHERE run_id = '$run';
+COMMIT;
+});
+	# an executor that ends looks for lost turns
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend(" . executor_pid($node) . ")");
+	ok(poll_log($node, $off, qr/the turn of run relost was lost with its executor; running it again/),
+		"$t: the lost turn is found");
+	ok(poll_until($node, 'postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}, 'succeeded'),
+		"$t: the run succeeds");
+	is_deeply(attempt_classes($run, 's2'), [ { attempt => 1, class => 'retryable', error_code => 'DS007' }, { attempt => 2, class => 'completed', error_code => undef } ],
+		"$t: s2 is charged the one lost attempt it had to record, then completes");
+	is($node->safe_psql('postgres', qq{SELECT string_agg(step || ':' || attempt, ',' ORDER BY step) FROM ledger WHERE run = '$run'}),
+		's1:1,s2:2', "$t: each effect committed once");
+}
+
 unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed');
 $node->stop;
 done_testing();
