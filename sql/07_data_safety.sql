@@ -84,11 +84,11 @@ SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer, p.proco
   FROM pg_proc p
  WHERE p.pronamespace = 'durable_steps'::regnamespace AND p.prorettype = 'trigger'::regtype
  ORDER BY p.proname;
--- statement triggers (tgtype 8: AFTER DELETE, 32: AFTER TRUNCATE), also under
+-- statement triggers (tgtype 8: AFTER DELETE, 20: AFTER INSERT OR UPDATE, 32: AFTER TRUNCATE), also under
 -- session_replication_role = replica (A)
 SELECT tgname, tgtype, tgenabled, tgoldtable, tgfoid::regproc AS function FROM pg_trigger
  WHERE tgrelid = 'durable_steps.steps'::regclass
-   AND tgname IN ('steps_delete_attempts', 'steps_truncate_attempts')
+   AND tgname IN ('steps_delete_attempts', 'steps_truncate_attempts', 'steps_note_writes')
  ORDER BY tgname;
 
 DROP TABLE safe_ledger;

@@ -23,6 +23,7 @@
 #include "worker/launcher.h"
 #include "worker/worker_session.h"
 #include "ipc/outcome_waits.h"
+#include "ipc/due_floors.h"
 #include "ipc/partitions_in_force.h"
 #include "ipc/step_counters.h"
 #include "ipc/worker_shmem.h"
@@ -55,6 +56,7 @@ _PG_init(void)
 	ds_worker_shmem_init_module();
 	ds_outcome_waits_init_module();
 	ds_partitions_in_force_init_module();
+	ds_due_floors_init_module();
 	ds_step_counters_init_module();
 	ds_launcher_init_module();
 	ds_role_guard_init_module();

@@ -71,6 +71,13 @@
 #define DS_MY_LXID (MyProc->lxid)
 #endif
 
+/* This process's number among the PGPROCs: 17 replaced MyProc->pgprocno with MyProcNumber. */
+#if PG_VERSION_NUM >= 170000
+#define DS_MY_PROC_NUMBER MyProcNumber
+#else
+#define DS_MY_PROC_NUMBER (MyProc->pgprocno)
+#endif
+
 /* Is this process a background worker? 17 replaced the flag with a process-type test. */
 #if PG_VERSION_NUM >= 170000
 #define DS_AM_BACKGROUND_WORKER AmBackgroundWorkerProcess()

@@ -8,6 +8,7 @@
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
 
+#include "ipc/due_floors.h"
 #include "store/run_control_store.h"
 #include "store/run_store.h"
 #include "store/step_store.h"
@@ -214,6 +215,8 @@ ds_store_cancel_run_steps(const char *run_id)
 	StoreSpi	spi;
 
 	ds_store_spi_begin(&spi);
+	/* it makes no step wait: no floor need go back (ipc/due_floors.h) */
+	ds_due_floor_own_statement(true);
 	(void) ds_store_execute(&cancel_steps_plan,
 							"UPDATE durable_steps.steps SET status = 'cancelled',"
 							" error_class = 'cancelled', next_attempt_at = NULL,"
@@ -226,5 +229,6 @@ ds_store_cancel_run_steps(const char *run_id)
 							"  owner::pg_catalog.oid, 'USAGE')",
 							1, types, args, NULL, false, 0, SPI_OK_UPDATE,
 							"cancelling the steps of run %s", run_id);
+	ds_due_floor_own_statement(false);
 	ds_store_spi_end(&spi);
 }

@@ -11,6 +11,8 @@
 #include "utils/builtins.h"
 
 #include "http/http_request.h"
+#include "ipc/due_floors.h"
+#include "utils/array.h"
 #include "store/replay_cache.h"
 #include "store/step_claim_store.h"
 #include "store/step_store.h"
@@ -18,7 +20,9 @@
 static SPIPlanPtr queues_plan = NULL;
 static SPIPlanPtr queue_lock_plan = NULL;
 static SPIPlanPtr running_count_plan = NULL;
-static SPIPlanPtr level_plan = NULL;
+static SPIPlanPtr groups_plan = NULL;
+static SPIPlanPtr first_waiting_plan = NULL;
+static SPIPlanPtr prepared_plan = NULL;
 static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr due_share_plan = NULL;
 static SPIPlanPtr mark_running_plan = NULL;
@@ -45,24 +49,102 @@ static SPIPlanPtr next_http_due_plan = NULL;
 	"      AND (s.queue, s.priority) > (g.queue, g.priority)" \
 	"    ORDER BY s.queue, s.priority LIMIT 1) n) "
 
-uint64
-ds_store_due_queues(TimestampTz now)
+/*
+ * The groups as a relation g(queue, priority, floor, i), from arrays $N, $N+1 and $N+2, in their
+ * order (i); queue in the C collation of the steps' column.
+ */
+#define GROUPS_FROM(a, b, c) \
+	"(SELECT u.queue COLLATE \"C\" AS queue, u.priority, u.floor, u.i FROM ROWS FROM (" \
+	"pg_catalog.unnest(" a "::pg_catalog.text[]), pg_catalog.unnest(" b "::pg_catalog.int4[])," \
+	" pg_catalog.unnest(" c "::pg_catalog.timestamptz[]))" \
+	" WITH ORDINALITY u(queue, priority, floor, i)) g"
+
+/* The arrays of GROUPS_FROM, in args[0..2]. */
+static void
+group_arrays(const DueGroup *groups, int n, Datum *args)
 {
-	Oid			types[1] = {TIMESTAMPTZOID};
-	Datum		args[1];
+	Datum	   *queues = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *priorities = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *floors = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+	{
+		queues[i] = CStringGetTextDatum(groups[i].queue);
+		priorities[i] = Int32GetDatum(groups[i].priority);
+		floors[i] = TimestampTzGetDatum(groups[i].floor);
+	}
+	args[0] = PointerGetDatum(construct_array(queues, n, TEXTOID, -1, false, TYPALIGN_INT));
+	args[1] = PointerGetDatum(construct_array(priorities, n, INT4OID, sizeof(int32), true,
+											  TYPALIGN_INT));
+	args[2] = PointerGetDatum(construct_array(floors, n, TIMESTAMPTZOID, sizeof(TimestampTz),
+											  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+uint64
+ds_store_waiting_groups(void)
+{
+	return ds_store_execute(&groups_plan,
+							WAITING_GROUPS "SELECT queue, priority FROM g ORDER BY queue, priority",
+							0, NULL, NULL, NULL, false, 0, SPI_OK_SELECT, "waiting group query");
+}
+
+TimestampTz
+ds_store_first_waiting_time(const char *queue, int32 priority, TimestampTz floor)
+{
+	Oid			types[3] = {TEXTOID, INT4OID, TIMESTAMPTZOID};
+	Datum		args[3];
+	bool		isnull;
+	Datum		d;
+
+	args[0] = CStringGetTextDatum(queue);
+	args[1] = Int32GetDatum(priority);
+	args[2] = TimestampTzGetDatum(floor);
+
+	/*
+	 * every waiting step of the group, whoever's, of any kind and partition:
+	 * no floor passes one
+	 */
+	if (ds_store_execute(&first_waiting_plan,
+						 "SELECT pg_catalog.min(next_attempt_at) FROM durable_steps.steps"
+						 " WHERE queue = $1 AND priority = $2"
+						 " AND next_attempt_at IS NOT NULL AND next_attempt_at >= $3"
+						 " AND status IN ('pending', 'retrying')",
+						 3, types, args, NULL, false, 1, SPI_OK_SELECT,
+						 "first waiting step query") != 1)
+		return DT_NOEND;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
+}
+
+bool
+ds_store_prepared_transactions(void)
+{
+	return ds_store_execute(&prepared_plan,
+							"SELECT FROM pg_catalog.pg_prepared_xacts"
+							" WHERE database = pg_catalog.current_database() LIMIT 1",
+							0, NULL, NULL, NULL, false, 0, SPI_OK_SELECT,
+							"prepared transaction query") > 0;
+}
+
+uint64
+ds_store_due_queues(TimestampTz now, const DueGroup *groups, int n)
+{
+	Oid			types[4] = {TIMESTAMPTZOID, TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID};
+	Datum		args[4];
 
 	args[0] = TimestampTzGetDatum(now);
+	group_arrays(groups, n, args + 1);
 	return ds_store_execute(&queues_plan,
-							WAITING_GROUPS
-							"SELECT DISTINCT ON (g.queue) g.queue, q.concurrency, g.priority FROM g"
+							"SELECT g.queue, q.concurrency, g.priority FROM "
+							GROUPS_FROM("$2", "$3", "$4")
 							" LEFT JOIN durable_steps.queues q ON q.name = g.queue"
 							" WHERE EXISTS (SELECT FROM durable_steps.steps s"
 							"  WHERE s.queue = g.queue AND s.priority = g.priority"
 							"   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
-							"   AND s.next_attempt_at <= $1 AND s.kind = 'sql'"
-							"   AND durable_steps.ds_partition_owned(s.run_id))"
-							" ORDER BY g.queue, g.priority",
-							1, types, args, NULL, false, 0, SPI_OK_SELECT, "due queue query");
+							"   AND s.next_attempt_at >= g.floor AND s.next_attempt_at <= $1"
+							"   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id))"
+							" ORDER BY g.i",
+							4, types, args, NULL, false, 0, SPI_OK_SELECT, "due queue query");
 }
 
 bool
@@ -99,36 +181,13 @@ ds_store_running_by_owner(const char *queue)
 							args, NULL, false, 0, SPI_OK_SELECT, "running step count");
 }
 
-bool
-ds_store_next_due_priority(const char *queue, int32 from, int32 *priority)
-{
-	Oid			level_types[2] = {TEXTOID, INT4OID};
-	Datum		args[2];
-	bool		isnull;
-
-	args[0] = CStringGetTextDatum(queue);
-	args[1] = Int32GetDatum(from);
-	if (ds_store_execute(&level_plan,
-						 "SELECT priority FROM durable_steps.steps"
-						 " WHERE queue = $1 AND next_attempt_at IS NOT NULL"
-						 " AND status IN ('pending', 'retrying')"
-						 " AND priority >= $2 AND kind = 'sql'"
-						 " AND durable_steps.ds_partition_owned(run_id)"
-						 " ORDER BY priority LIMIT 1",
-						 2, level_types, args, NULL, false, 0, SPI_OK_SELECT,
-						 "priority query") == 0)
-		return false;
-	*priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-											&isnull));
-	return true;
-}
-
 uint64
-ds_store_read_due_steps(const char *queue, int32 priority, int limit, TimestampTz now,
-						ArrayType *passed_tids, int offset)
+ds_store_read_due_steps(const char *queue, int32 priority, TimestampTz floor, int limit,
+						TimestampTz now, ArrayType *passed_tids, int offset)
 {
-	Oid			due_types[6] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID, INT4OID};
-	Datum		args[6];
+	Oid			due_types[7] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID, INT4OID,
+	TIMESTAMPTZOID};
+	Datum		args[7];
 
 	args[0] = CStringGetTextDatum(queue);
 	args[1] = Int32GetDatum(priority);
@@ -136,27 +195,28 @@ ds_store_read_due_steps(const char *queue, int32 priority, int limit, TimestampT
 	args[3] = TimestampTzGetDatum(now);
 	args[4] = PointerGetDatum(passed_tids);
 	args[5] = Int32GetDatum(offset);
+	args[6] = TimestampTzGetDatum(floor);
 	return ds_store_execute(&due_plan,
 							"SELECT run_id, step_id, ctid, owner::pg_catalog.oid"
 							" FROM durable_steps.steps"
 							" WHERE queue = $1 AND priority = $2"
 							" AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-							" AND next_attempt_at <= $4 AND kind = 'sql'"
+							" AND next_attempt_at >= $7 AND next_attempt_at <= $4 AND kind = 'sql'"
 							" AND durable_steps.ds_partition_owned(run_id)"
 							" AND ctid <> ALL ($5)"
 							" ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
-							6, due_types, args, NULL, false, 0, SPI_OK_SELECT,
+							7, due_types, args, NULL, false, 0, SPI_OK_SELECT,
 							"due step query");
 }
 
 uint64
-ds_store_read_due_steps_share(const char *queue, int32 priority, int limit, TimestampTz now,
-							  ArrayType *passed_tids, int offset, int window,
+ds_store_read_due_steps_share(const char *queue, int32 priority, TimestampTz floor, int limit,
+							  TimestampTz now, ArrayType *passed_tids, int offset, int window,
 							  ArrayType *passed_owners)
 {
-	Oid			due_types[8] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID, INT4OID,
-	INT4OID, OIDARRAYOID};
-	Datum		args[8];
+	Oid			due_types[9] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, TIDARRAYOID, INT4OID,
+	INT4OID, OIDARRAYOID, TIMESTAMPTZOID};
+	Datum		args[9];
 
 	args[0] = CStringGetTextDatum(queue);
 	args[1] = Int32GetDatum(priority);
@@ -166,6 +226,7 @@ ds_store_read_due_steps_share(const char *queue, int32 priority, int limit, Time
 	args[5] = Int32GetDatum(offset);
 	args[6] = Int32GetDatum(window);
 	args[7] = PointerGetDatum(passed_owners);
+	args[8] = TimestampTzGetDatum(floor);
 
 	/*
 	 * A limited queue's share: the passed owners' rows may be many before
@@ -180,13 +241,13 @@ ds_store_read_due_steps_share(const char *queue, int32 priority, int limit, Time
 							"   next_attempt_at FROM durable_steps.steps"
 							"  WHERE queue = $1 AND priority = $2"
 							"  AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-							"  AND next_attempt_at <= $4 AND kind = 'sql'"
+							"  AND next_attempt_at >= $9 AND next_attempt_at <= $4 AND kind = 'sql'"
 							"  AND durable_steps.ds_partition_owned(run_id)"
 							"  AND ctid <> ALL ($5)"
 							"  ORDER BY next_attempt_at LIMIT $7) w"
 							" WHERE owner <> ALL ($8)"
 							" ORDER BY next_attempt_at LIMIT $3 OFFSET $6",
-							8, due_types, args, NULL, false, 0, SPI_OK_SELECT,
+							9, due_types, args, NULL, false, 0, SPI_OK_SELECT,
 							"due step query");
 }
 
@@ -206,6 +267,8 @@ ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval 
 	args[5] = BoolGetDatum(limited);
 	/* claims never touch a succeeded row: no backend need forget its replays */
 	ds_replay_cache_internal_update(true);
+	/* nor make a step wait: no floor need go back (ipc/due_floors.h) */
+	ds_due_floor_own_statement(true);
 	n = ds_store_execute(&mark_running_plan,
 						 mark_running_plan ? NULL :
 
@@ -232,6 +295,7 @@ ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval 
 						 6, types, args, NULL, false, 0, SPI_OK_UPDATE_RETURNING,
 						 "claiming steps");
 	ds_replay_cache_internal_update(false);
+	ds_due_floor_own_statement(false);
 	return n;
 }
 
@@ -272,29 +336,39 @@ ds_store_read_kept_outcomes(int limit)
 }
 
 TimestampTz
-ds_store_next_due_step_time(void)
+ds_store_next_due_step_time(const DueGroup *groups, int n)
 {
-	return ds_store_query_time(&next_due_plan,
-							   WAITING_GROUPS
-							   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
-							   "  FROM durable_steps.steps s"
-							   "  WHERE s.queue = g.queue AND s.priority = g.priority"
-							   "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
-							   "   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
-							   "  ORDER BY s.next_attempt_at LIMIT 1))"
-							   " FROM g LEFT JOIN durable_steps.queues q ON q.name = g.queue"
+	Oid			types[3] = {TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID};
+	Datum		args[3];
+	bool		isnull;
+	Datum		d;
+
+	group_arrays(groups, n, args);
+	if (ds_store_execute(&next_due_plan,
+						 "SELECT pg_catalog.min((SELECT s.next_attempt_at"
+						 "  FROM durable_steps.steps s"
+						 "  WHERE s.queue = g.queue AND s.priority = g.priority"
+						 "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
+						 "   AND s.next_attempt_at >= g.floor"
+						 "   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
+						 "  ORDER BY s.next_attempt_at LIMIT 1))"
+						 " FROM " GROUPS_FROM("$1", "$2", "$3")
+						 " LEFT JOIN durable_steps.queues q ON q.name = g.queue"
 	/* a full or paused queue has nothing for an idle executor */
-							   " WHERE q.concurrency IS NULL OR q.concurrency >"
-							   "  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
-							   "    WHERE r.running_queue = g.queue)",
-							   "next due step");
+						 " WHERE q.concurrency IS NULL OR q.concurrency >"
+						 "  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
+						 "    WHERE r.running_queue = g.queue)",
+						 3, types, args, NULL, false, 1, SPI_OK_SELECT, "next due step query") != 1)
+		return 0;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? 0 : DatumGetTimestampTz(d);
 }
 
 uint64
-ds_store_lock_due_http_steps(int limit, TimestampTz now, ArrayType *capped)
+ds_store_lock_due_http_steps(int limit, TimestampTz now, ArrayType *capped, TimestampTz floor)
 {
-	Oid			due_types[3] = {INT4OID, TIMESTAMPTZOID, OIDARRAYOID};
-	Datum		args[3];
+	Oid			due_types[4] = {INT4OID, TIMESTAMPTZOID, OIDARRAYOID, TIMESTAMPTZOID};
+	Datum		args[4];
 
 	args[0] = Int32GetDatum(limit);
 
@@ -304,25 +378,37 @@ ds_store_lock_due_http_steps(int limit, TimestampTz now, ArrayType *capped)
 	 */
 	args[1] = TimestampTzGetDatum(now);
 	args[2] = PointerGetDatum(capped);
+	args[3] = TimestampTzGetDatum(floor);
 	return ds_store_execute(&http_due_plan,
 							"SELECT run_id, step_id, ctid, owner::pg_catalog.oid FROM durable_steps.steps"
 							" WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
 							" AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-							" AND next_attempt_at <= $2 AND kind = 'http'"
+							" AND next_attempt_at >= $4 AND next_attempt_at <= $2 AND kind = 'http'"
 							" AND owner::pg_catalog.oid OPERATOR(pg_catalog.<>) ALL ($3)"
 							" AND durable_steps.ds_partition_owned(run_id)"
 							" ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-							3, due_types, args, NULL, false, 0, SPI_OK_SELECT,
+							4, due_types, args, NULL, false, 0, SPI_OK_SELECT,
 							"due HTTP step query");
 }
 
 TimestampTz
-ds_store_next_due_http_time(void)
+ds_store_next_due_http_time(TimestampTz floor)
 {
-	return ds_store_query_time(&next_http_due_plan,
-							   "SELECT min(next_attempt_at) FROM durable_steps.steps"
-							   " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
-							   " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-							   " AND kind = 'http' AND durable_steps.ds_partition_owned(run_id)",
-							   "next due HTTP step");
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		args[1];
+	bool		isnull;
+	Datum		d;
+
+	args[0] = TimestampTzGetDatum(floor);
+	if (ds_store_execute(&next_http_due_plan,
+						 "SELECT min(next_attempt_at) FROM durable_steps.steps"
+						 " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
+						 " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+						 " AND next_attempt_at >= $1"
+						 " AND kind = 'http' AND durable_steps.ds_partition_owned(run_id)",
+						 1, types, args, NULL, false, 1, SPI_OK_SELECT,
+						 "next due HTTP step query") != 1)
+		return 0;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? 0 : DatumGetTimestampTz(d);
 }

@@ -13,12 +13,31 @@
 #include "utils/array.h"
 #include "utils/timestamp.h"
 
+#include "ipc/due_floors.h"
+
 /*
- * The queues with due SQL steps whose runs' partition this server owns, in name order (C
- * collation): rows (queue text, concurrency int4 or NULL when the queue has no row, the first
- * priority with due steps int4). `now` bounds the due times.
+ * Every (queue, priority) group with waiting steps (pending, retrying; of any kind and
+ * partition), found by walking steps_due_idx from group to group from their start: rows (queue
+ * text, priority int4) in (queue, priority) order, the queue in byte order (C collation).
  */
-extern uint64 ds_store_due_queues(TimestampTz now);
+extern uint64 ds_store_waiting_groups(void);
+
+/*
+ * The earliest next_attempt_at, from `floor` on, of a waiting step of group (queue, priority),
+ * of any kind, owner or partition; DT_NOEND when there is none. A look of ds_due_floor_look.
+ */
+extern TimestampTz ds_store_first_waiting_time(const char *queue, int32 priority,
+											   TimestampTz floor);
+
+/* Is a transaction of this database prepared (PREPARE TRANSACTION) and not yet ended? */
+extern bool ds_store_prepared_transactions(void);
+
+/*
+ * Of the `n` groups (in (queue, priority) order, each read from its floor), those with due SQL
+ * steps whose runs' partition this server owns, in that order: rows (queue text, concurrency
+ * int4 or NULL when the queue has no row, priority int4). `now` bounds the due times.
+ */
+extern uint64 ds_store_due_queues(TimestampTz now, const DueGroup *groups, int n);
 
 /*
  * Lock queue `queue`'s row (FOR UPDATE SKIP LOCKED). False when another transaction holds it or
@@ -30,22 +49,19 @@ extern bool ds_store_lock_queue_row(const char *queue, int *concurrency, bool *u
 extern uint64 ds_store_running_by_owner(const char *queue);
 
 /*
- * The first priority from `from` on with a due-or-waiting SQL step of queue `queue` in a
- * partition owned here, in *priority; false when there is none.
- */
-extern bool ds_store_next_due_priority(const char *queue, int32 from, int32 *priority);
-
-/*
- * Up to `limit` SQL steps of `queue` at `priority` due at `now`, earliest due first, passing
+ * Up to `limit` SQL steps of `queue` at `priority` due at `now` and not before `floor`, earliest
+ * due first, passing
  * the first `offset` and the rows at passed_tids (tid[]), without row locks: rows (run_id text,
  * step_id text, ctid tid, owner oid). With passed_owners (oid[]), a limited queue's share: the
  * rows of those owners are passed too, over a window of the first `window` rows of the range.
  */
-extern uint64 ds_store_read_due_steps(const char *queue, int32 priority, int limit,
-									  TimestampTz now, ArrayType *passed_tids, int offset);
-extern uint64 ds_store_read_due_steps_share(const char *queue, int32 priority, int limit,
-											TimestampTz now, ArrayType *passed_tids, int offset,
-											int window, ArrayType *passed_owners);
+extern uint64 ds_store_read_due_steps(const char *queue, int32 priority, TimestampTz floor,
+									  int limit, TimestampTz now, ArrayType *passed_tids,
+									  int offset);
+extern uint64 ds_store_read_due_steps_share(const char *queue, int32 priority,
+											TimestampTz floor, int limit, TimestampTz now,
+											ArrayType *passed_tids, int offset, int window,
+											ArrayType *passed_owners);
 
 /*
  * Mark the rows at `tids` (tid[]) that are still waiting and due at `now` running, claimed by
@@ -67,19 +83,23 @@ extern uint64 ds_store_read_running_steps(void);
 extern uint64 ds_store_read_kept_outcomes(int limit);
 
 /*
- * The earliest next_attempt_at of a due-or-waiting SQL step of a queue with room under its limit
- * (a partition owned here); 0 when there is none.
+ * The earliest next_attempt_at of a due-or-waiting SQL step of the `n` groups, each read from its
+ * floor, in a queue with room under its limit (a partition owned here); 0 when there is none.
  */
-extern TimestampTz ds_store_next_due_step_time(void);
+extern TimestampTz ds_store_next_due_step_time(const DueGroup *groups, int n);
 
 /*
- * Up to `limit` HTTP steps due at `now`, earliest due first, of owners not in `capped` (oid[]),
+ * Up to `limit` HTTP steps due at `now` and not before `floor`, earliest due first, of owners not in `capped` (oid[]),
  * in a partition owned here, their rows locked (FOR UPDATE SKIP LOCKED): rows (run_id text,
  * step_id text, ctid tid, owner oid).
  */
-extern uint64 ds_store_lock_due_http_steps(int limit, TimestampTz now, ArrayType *capped);
+extern uint64 ds_store_lock_due_http_steps(int limit, TimestampTz now, ArrayType *capped,
+										   TimestampTz floor);
 
-/* The earliest next_attempt_at of a due-or-waiting HTTP step owned here; 0 when none. */
-extern TimestampTz ds_store_next_due_http_time(void);
+/*
+ * The earliest next_attempt_at, from `floor` on, of a due-or-waiting HTTP step owned here; 0
+ * when none.
+ */
+extern TimestampTz ds_store_next_due_http_time(TimestampTz floor);
 
 #endif							/* DS_STEP_CLAIM_STORE_H */

@@ -30,6 +30,7 @@
 
 #include "store/store_relations.h"
 #include "store/direct_write.h"
+#include "ipc/due_floors.h"
 #include "store/step_store.h"
 #include "base/policy.h"
 #include "base/ds_errcodes.h"
@@ -488,6 +489,18 @@ ds_store_update_step_insert_operator_attempt(StepRecord *rec, int attempt, const
 	count_attempt(rec, o);
 }
 
+/*
+ * Every write of a step row passes here first: a step about to wait is noted before its row is
+ * written, so that no claim's floor passes it (ipc/due_floors.h).
+ */
+static void
+note_if_waiting(const StepRecord *rec)
+{
+	if ((rec->status == STEP_PENDING || rec->status == STEP_RETRYING) &&
+		rec->next_attempt_at != 0)
+		ds_due_floor_note_waiting(rec->queue, rec->priority, rec->next_attempt_at);
+}
+
 /* A deferred step: its row only, no attempt yet. */
 void
 ds_store_insert_step(const StepRecord *rec)
@@ -495,6 +508,7 @@ ds_store_insert_step(const StepRecord *rec)
 	Datum		v[N_STEP_COLUMNS];
 	bool		isnull[N_STEP_COLUMNS];
 
+	note_if_waiting(rec);
 	step_to_values(rec, v, isnull);
 	ds_direct_insert_row(ds_store_relations()->steps, ds_store_relations()->step_attnums,
 						 N_STEP_COLUMNS, v, isnull);
@@ -524,6 +538,7 @@ ds_store_update_step(StepRecord *rec)
 	 */
 	if (rec->status != STEP_RUNNING)
 		rec->running_queue = NULL;
+	note_if_waiting(rec);
 	step_to_values(rec, v, isnull);
 	if (!ds_direct_update_row(r->steps, r->steps_pkey, N_STEP_KEY_COLUMNS, v, key_eq, &rec->tid,
 							  r->step_attnums + N_STEP_KEY_COLUMNS,

@@ -19,6 +19,8 @@
 
 #include "worker/http_claims.h"
 #include "base/policy.h"
+#include "http/http_request.h"
+#include "ipc/due_floors.h"
 #include "store/replay_cache.h"
 #include "steps/step_exec.h"
 #include "store/step_claim_store.h"
@@ -45,6 +47,20 @@ owner_count(Oid *owners, int *counts, int *n, Oid owner)
 	owners[*n] = owner;
 	counts[*n] = 0;
 	return &counts[(*n)++];
+}
+
+/*
+ * Move the HTTP steps' floor up to their first waiting one (ipc/due_floors.h), before this
+ * transaction claims any, and return it: the claim's read starts there.
+ */
+static TimestampTz
+raise_http_floor(void)
+{
+	DueFloorLook look;
+
+	if (ds_due_floor_look(DS_HTTP_QUEUE, 0, &look))
+		ds_due_floor_raise(&look, ds_store_first_waiting_time(DS_HTTP_QUEUE, 0, look.floor));
+	return ds_due_floor(DS_HTTP_QUEUE, 0);
 }
 
 int
@@ -86,7 +102,8 @@ ds_claim_due_http_steps(int limit, const Oid *inflight_owners, int n_inflight, i
 	 */
 	n_due = ds_store_lock_due_http_steps(2 * limit, GetCurrentTimestamp(),
 										 construct_array(capped, n_capped, OIDOID, sizeof(Oid),
-														 true, TYPALIGN_INT));
+														 true, TYPALIGN_INT),
+										 raise_http_floor());
 	if (n_due == 0)
 	{
 		ds_store_spi_end(&spi);
@@ -130,5 +147,11 @@ ds_claim_due_http_steps(int limit, const Oid *inflight_owners, int n_inflight, i
 TimestampTz
 ds_next_http_due_time(void)
 {
-	return ds_store_next_due_http_time();
+	StoreSpi	spi;
+	TimestampTz next;
+
+	ds_store_spi_begin(&spi);
+	next = ds_store_next_due_http_time(ds_due_floor(DS_HTTP_QUEUE, 0));
+	ds_store_spi_end(&spi);
+	return next;
 }

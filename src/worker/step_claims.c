@@ -35,35 +35,126 @@
 #define DS_SHARE_WINDOW 1000
 
 /*
- * A queue with due steps, its first priority with due steps, and its concurrency as last read
- * (-1: none, no limit).
+ * A queue with due steps: its groups (one per priority, in priority order, each with the floor
+ * its reads start at: ipc/due_floors.h) from its first with due steps, and its concurrency as
+ * last read (-1: none, no limit).
  */
 typedef struct DueQueue
 {
 	char	   *name;
-	int32		first_priority;
+	const DueGroup *groups;
+	int			n_groups;
 	int			concurrency;
 } DueQueue;
+
+static int
+compare_groups(const void *a, const void *b)
+{
+	const DueGroup *x = a;
+	const DueGroup *y = b;
+	int			c = strcmp(x->queue, y->queue);
+
+	if (c != 0)
+		return c;
+	return x->priority < y->priority ? -1 : x->priority > y->priority ? 1 : 0;
+}
+
+/*
+ * The (queue, priority) groups of the database that may have waiting steps, with their floors,
+ * in (queue by bytes, priority) order: the registry's when it holds them all, else those a walk
+ * of steps_due_idx finds, which it then holds.
+ */
+static int
+due_groups(DueGroup **groups)
+{
+	int			n;
+	uint64		gen;
+
+	if (ds_due_groups_known(groups, &n))
+		return n;
+	gen = ds_due_groups_generation();
+	n = (int) ds_store_waiting_groups();
+	*groups = palloc(sizeof(DueGroup) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		strlcpy((*groups)[i].queue, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
+				NAMEDATALEN);
+		(*groups)[i].priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 2, &isnull));
+	}
+	qsort(*groups, n, sizeof(DueGroup), compare_groups);
+	ds_due_groups_found(*groups, n, gen);
+	return n;
+}
+
+/*
+ * Move each group's floor up to its first waiting step (ipc/due_floors.h). Before this
+ * transaction claims anything: a claim it then rolled back would put its steps back below.
+ */
+static void
+raise_floors(DueGroup *groups, int n)
+{
+	uint64		prepared = ds_due_floors_prepared();
+
+	if (prepared != 0 && !ds_store_prepared_transactions())
+		ds_due_floors_prepared_gone(prepared);
+	for (int i = 0; i < n; i++)
+	{
+		DueFloorLook look;
+
+		if (!ds_due_floor_look(groups[i].queue, groups[i].priority, &look))
+			continue;
+		ds_due_floor_raise(&look, ds_store_first_waiting_time(groups[i].queue,
+															  groups[i].priority, look.floor));
+	}
+}
 
 /* The queues with due steps, in name order (C collation: byte order, as strcmp). */
 static int
 due_queues(TimestampTz now, DueQueue **out)
 {
+	DueGroup   *groups;
+	int			n_groups = due_groups(&groups);
 	int			n;
+	int			k = 0;
 	bool		isnull;
 
-	n = (int) ds_store_due_queues(now);
+	raise_floors(groups, n_groups);
+	/* the reads start at the floors as raised (each read's snapshot is later) */
+	for (int i = 0; i < n_groups; i++)
+		groups[i].floor = ds_due_floor(groups[i].queue, groups[i].priority);
+	n = (int) ds_store_due_queues(now, groups, n_groups);
 	*out = palloc(sizeof(DueQueue) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
-		Datum		c = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		bool		unlimited;
+		Datum		c = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &unlimited);
+		int32		priority;
+		int			first;
+		int			end;
 
-		(*out)[i].name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		(*out)[i].concurrency = isnull ? -1 : DatumGetInt32(c);
-		(*out)[i].first_priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
-															   SPI_tuptable->tupdesc, 3, &isnull));
+		/* a queue's first row is its first priority with due steps */
+		if (k > 0 && strcmp((*out)[k - 1].name, name) == 0)
+			continue;
+		priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3,
+											   &isnull));
+		for (first = 0; first < n_groups; first++)
+			if (strcmp(groups[first].queue, name) == 0 && groups[first].priority == priority)
+				break;
+		if (first == n_groups)
+			continue;
+		for (end = first; end < n_groups && strcmp(groups[end].queue, name) == 0; end++)
+			;
+		(*out)[k].name = name;
+		(*out)[k].concurrency = unlimited ? -1 : DatumGetInt32(c);
+		(*out)[k].groups = &groups[first];
+		(*out)[k].n_groups = end - first;
+		k++;
 	}
-	return n;
+	return k;
 }
 
 /* The steps of a limited queue running now, by owner (queue_capacity). */
@@ -175,7 +266,6 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 {
 	ArrayType  *owners_array = NULL;
 	Oid			batch_owner = InvalidOid;
-	int32		from = PG_INT32_MIN;
 	int			taken = 0;
 	bool		isnull;
 
@@ -196,23 +286,20 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 		owners_array = construct_array(owners, n_passed_owners, OIDOID, sizeof(Oid), true,
 									   TYPALIGN_INT);
 	}
-	while (taken < limit)
+	for (int g = 0; g < queue->n_groups && taken < limit; g++)
 	{
-		int32		priority;
+		int32		priority = queue->groups[g].priority;
+		TimestampTz floor = queue->groups[g].floor;
 		int			first_offset;
 
-		if (from == PG_INT32_MIN)
-			priority = queue->first_priority;	/* due_queues() found it */
-		else if (!ds_store_next_due_priority(queue->name, from, &priority))
-			break;
 		/* rows passed over in another priority's range are not in this one */
 		n_passed = 0;
 
 		/*
 		 * the steps other executors are claiming now are the first of the
-		 * first range
+		 * first range (due_queues() found it)
 		 */
-		first_offset = from == PG_INT32_MIN ? offset : 0;
+		first_offset = g == 0 ? offset : 0;
 		for (int read = 0; read < CLAIM_READS_PER_PRIORITY && taken < limit; read++)
 		{
 			int			lost = 0;
@@ -229,11 +316,11 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 			 * a filter
 			 */
 			if (holders == NULL)
-				n_read = ds_store_read_due_steps(queue->name, priority, read_limit, now,
+				n_read = ds_store_read_due_steps(queue->name, priority, floor, read_limit, now,
 												 passed_array, first_offset);
 			else
-				n_read = ds_store_read_due_steps_share(queue->name, priority, read_limit, now,
-													   passed_array, first_offset,
+				n_read = ds_store_read_due_steps_share(queue->name, priority, floor, read_limit,
+													   now, passed_array, first_offset,
 													   DS_SHARE_WINDOW, owners_array);
 
 			/*
@@ -302,9 +389,6 @@ take_due_steps(const DueQueue *queue, int limit, int offset, TimestampTz now,
 			if ((lost == 0 && others == 0) || n_read < (uint64) read_limit)
 				break;
 		}
-		if (priority == PG_INT32_MAX)
-			break;
-		from = priority + 1;
 	}
 }
 
@@ -665,5 +749,14 @@ ds_find_kept_outcomes(int limit, MemoryContext cxt, char ***run_ids, char ***ste
 TimestampTz
 ds_next_due_time(void)
 {
-	return ds_store_next_due_step_time();
+	StoreSpi	spi;
+	DueGroup   *groups;
+	int			n;
+	TimestampTz next;
+
+	ds_store_spi_begin(&spi);
+	n = due_groups(&groups);
+	next = ds_store_next_due_step_time(groups, n);
+	ds_store_spi_end(&spi);
+	return next;
 }
