@@ -1706,6 +1706,33 @@ sub hog_main
 	POSIX::_exit(0);
 }
 
+# Holds the xmin horizon until $stopfile exists: a REPEATABLE READ transaction with an xid stays
+# open for 20 s at a time (a new one at once after it, or after its connection was lost to a
+# fault), so that VACUUM removes no row version the trial's steps leave dead and the claims read
+# past them from their floors (docs/internals.md, "Claims under a held horizon"). Writes
+# "hold held reconnects" at the end.
+sub hold_main
+{
+	my ($outfile, $stopfile, $deadline) = @_;
+	open my $fh, '>', $outfile or die "$outfile: $!";
+	my ($held, $reconnects) = (0, 0);
+	while (!-e $stopfile && time() < $deadline)
+	{
+		my ($rc, $out, $err) = psql($SU,
+			"BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT 'held', txid_current();
+"
+			  . "SELECT pg_sleep(20);
+COMMIT;
+", timeout => 40);
+		$held++ if $out =~ /^held/m;
+		if ($rc) { $reconnects++; usleep(100_000); }
+	}
+	print $fh "hold\t$held\t$reconnects\n";
+	close $fh;
+	POSIX::_exit(0);
+}
+
 # Samples, every 100 ms until $stopfile exists, what the HTTP worker holds of each role: the
 # steps claimed by an HTTP worker process (claimed_by, as pg_stat_activity shows it now) and not
 # recorded yet -- its requests in flight and those just finished, whose outcomes it records with
@@ -1762,7 +1789,7 @@ sub child_ended
 sub fg_children
 {
 	my ($child) = @_;
-	return grep { $child->{$_} !~ /^(?:hog_|sampler)/ } keys %$child;
+	return grep { $child->{$_} !~ /^(?:hog_|sampler|hold)/ } keys %$child;
 }
 
 sub spawn
@@ -2737,6 +2764,8 @@ sub run_trial
 		}
 		my $pid = spawn(sub { sampler_main("$dir/sampler", $stopfile, $hog_deadline + $cfg{settle_timeout}) });
 		$child{$pid} = 'sampler';
+		$pid = spawn(sub { hold_main("$dir/hold", $stopfile, $hog_deadline + $cfg{settle_timeout}) });
+		$child{$pid} = 'hold';
 		$fc{hog} = 1;
 		$nfaults++;
 	}

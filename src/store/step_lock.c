@@ -16,6 +16,7 @@
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -69,16 +70,58 @@ held_by_this_process(const LOCKTAG *tag)
 		hash_search(held_session_locks, &key, HASH_FIND, NULL) != NULL;
 }
 
+/* The step locks this transaction took (ds_step_lock_acquire): for the error when they fill the table. */
+static int	xact_step_locks = 0;
+static LocalTransactionId xact_step_locks_lxid = InvalidLocalTransactionId;
+
 bool
 ds_step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
 {
 	LOCKTAG		tag;
+	LockAcquireResult got = LOCKACQUIRE_NOT_AVAIL;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	step_locktag(&tag, run_id, step_id);
 	if (held_by_this_process(&tag))
 		return false;			/* in flight in this very process: never wait
 								 * for ourselves */
-	return LockAcquire(&tag, ExclusiveLock, false, nowait) != LOCKACQUIRE_NOT_AVAIL;
+	if (xact_step_locks_lxid != DS_MY_LXID)
+	{
+		xact_step_locks = 0;
+		xact_step_locks_lxid = DS_MY_LXID;
+	}
+	PG_TRY();
+	{
+		got = LockAcquire(&tag, ExclusiveLock, false, nowait);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e;
+
+		MemoryContextSwitchTo(cxt);
+		e = CopyErrorData();
+		if (e->sqlerrcode != ERRCODE_OUT_OF_MEMORY)
+			PG_RE_THROW();
+
+		/*
+		 * Every step a transaction calls holds its lock until the commit: a
+		 * statement that stores very many steps fills the server's lock table
+		 * (docs/steps.md, "Storing many steps at once"). The transaction ends
+		 * here, with nothing of it stored.
+		 */
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("too many steps for one transaction: the server's lock table is full after %d of them",
+						xact_step_locks),
+				 errdetail("Each step a transaction stores or runs holds a lock until the transaction ends; the lock table holds max_locks_per_transaction × (max_connections + max_prepared_transactions) locks for the whole server."),
+				 errhint("Store the steps in batches of a few thousand a transaction, or raise max_locks_per_transaction.")));
+	}
+	PG_END_TRY();
+	if (got == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	xact_step_locks++;
+	return true;
 }
 
 bool

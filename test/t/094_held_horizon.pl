@@ -1,0 +1,101 @@
+# A held horizon (docs/internals.md, "Claims under a held horizon"): while a transaction with an
+# xid stays open, VACUUM removes no row version a later transaction made dead, and every step that
+# finishes leaves its entry in steps_due_idx. Claims read each queue and priority from a floor past
+# those entries: with 100,000 finished steps kept by the hold, steps stored at 200 a second each
+# still finish within a second of being stored, for as long as the flow lasts.
+#
+# And a statement that stores more steps than the server's lock table can hold fails with a clear
+# error (53200) before anything is stored; the same steps stored in batches go through
+# (docs/steps.md, "Storing many steps at once").
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Session;
+use DurableSteps::Test;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $node = worker_node('held_horizon', "durable_steps.database = 'postgres'\nmax_connections = 20\n");
+$node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
+
+{
+	my $t = 'a statement that stores 100,000 steps';
+	my ($rc, $out, $err) = $node->psql('postgres',
+		q{SELECT count(*) FROM generate_series(1, 100000) i,
+		         LATERAL ds_run_step('bulk-' || (i / 1000), 's' || i, 'SELECT 1', defer => true) r},
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	isnt($rc, 0, "$t: fails");
+	like($err, qr/ERROR:  53200: too many steps for one transaction: the server's lock table is full after \d+ of them/,
+		"$t: with a clear error and its SQLSTATE");
+	like($err, qr/HINT:  Store the steps in batches of a few thousand a transaction, or raise max_locks_per_transaction\./,
+		"$t: and a hint");
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM durable_steps.steps}), '0', "$t: nothing is stored");
+}
+
+# the hold: a transaction with an xid, as a long pg_dump or a forgotten session keeps
+my $hold = DurableSteps::Session->new($node, 'hold');
+$hold->query_ok('BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT txid_current();');
+
+{
+	my $t = '100,000 steps stored in batches under the hold';
+	for my $b (0 .. 49)
+	{
+		my $from = $b * 2000 + 1;
+		my $to = $from + 1999;
+		$node->safe_psql('postgres',
+			qq{SELECT count(*) FROM generate_series($from, $to) i,
+			          LATERAL ds_run_step('bulk-' || (i / 1000), 's' || i, 'SELECT 1', defer => true) r});
+	}
+	ok( poll_until($node, 'postgres',
+			q{SELECT count(*) FILTER (WHERE status = 'succeeded') FROM durable_steps.steps WHERE run_id LIKE 'bulk-%'},
+			'100000'),
+		"$t: are all stored and run");
+	$node->safe_psql('postgres', 'VACUUM durable_steps.steps');
+	cmp_ok(
+		$node->safe_psql('postgres',
+			q{SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'durable_steps.steps'::regclass}),
+		'>=', 100000, "$t: the hold keeps their finished rows' old versions, which VACUUM cannot remove");
+}
+
+{
+	# 200 steps a second, 10 a transaction every 50 ms, for 15 s
+	my $t = 'steps stored at 200 a second while the hold lasts';
+	my $flow = DurableSteps::Session->new($node, 'flow');
+	my $start = time();
+	my $n = 0;
+	while (time() - $start < 15)
+	{
+		my $due = $start + $n * 0.05;
+		sleep($due - time()) if $due > time();
+		$flow->query_ok(
+			qq{SELECT count(*) FROM generate_series(1, 10) i,
+			          LATERAL ds_run_step('flow-$n', 's' || i, 'SELECT 1', defer => true) r;});
+		$n++;
+	}
+	$flow->quit;
+	ok( poll_until($node, 'postgres',
+			q{SELECT count(*) FILTER (WHERE status <> 'succeeded') FROM durable_steps.steps WHERE run_id LIKE 'flow-%'},
+			'0'),
+		"$t: every one of the " . ($n * 10) . " steps succeeds");
+	my ($late, $worst) = split /\|/,
+	  $node->safe_psql('postgres',
+		q{SELECT count(*) FILTER (WHERE finished_at - created_at > interval '1 s'),
+		         round(extract(epoch FROM max(finished_at - created_at)) * 1000)
+		    FROM durable_steps.steps WHERE run_id LIKE 'flow-%'});
+	is($late, 0, "$t: each finished within a second of being stored (the slowest in $worst ms)");
+	is( $node->safe_psql('postgres',
+			'SELECT backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid = ' . $hold->pid),
+		't', "$t: the hold lasted throughout");
+}
+
+$hold->query_ok('COMMIT;');
+$hold->quit;
+unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed');
+unlike(slurp_file($node->logfile), qr/request for BRIN range summarization/, 'no BRIN summarization request was lost');
+$node->stop;
+done_testing();
