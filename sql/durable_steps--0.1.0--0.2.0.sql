@@ -230,18 +230,22 @@ BEGIN
 END
 $$;
 
--- Claims read each (queue, priority) group of steps from a floor kept in shared memory, past the
--- entries of finished steps that an old snapshot keeps (docs/internals.md, "Claims under a held
--- horizon"). The extension's own writes note the steps they make wait; any other SQL that writes
--- steps (a restore, ds_partition_import, an operator's UPDATE) may have made any step wait, and
--- sends every group of its database back to its start when it ends. ENABLE ALWAYS: also under
--- session_replication_role = replica.
+-- Claims read each (queue, priority) group of steps, and the runs' turns, from a floor kept in
+-- shared memory, past the entries of finished steps and turns that an old snapshot keeps
+-- (docs/internals.md, "Claims under a held horizon"). The extension's own writes note the steps
+-- and runs they make wait; any other SQL that writes them (a restore, ds_partition_import, an
+-- operator's UPDATE) may have made any wait, and sends every floor of its database back to its
+-- start when it ends. ENABLE ALWAYS: also under session_replication_role = replica.
 CREATE FUNCTION durable_steps.ds_note_step_writes() RETURNS trigger
     AS 'MODULE_PATHNAME', 'ds_note_step_writes' LANGUAGE C;
 REVOKE ALL ON FUNCTION durable_steps.ds_note_step_writes() FROM PUBLIC;
 CREATE TRIGGER steps_note_writes AFTER INSERT OR UPDATE ON durable_steps.steps
     FOR EACH STATEMENT EXECUTE FUNCTION durable_steps.ds_note_step_writes();
 ALTER TABLE durable_steps.steps ENABLE ALWAYS TRIGGER steps_note_writes;
+-- The same for the runs' turns, claimed from runs_due_idx.
+CREATE TRIGGER runs_note_writes AFTER INSERT OR UPDATE ON durable_steps.runs
+    FOR EACH STATEMENT EXECUTE FUNCTION durable_steps.ds_note_step_writes();
+ALTER TABLE durable_steps.runs ENABLE ALWAYS TRIGGER runs_note_writes;
 
 -- Retention's BRIN index on created_at: new page ranges are summarized by VACUUM, which the steps
 -- table gets often, rather than by autosummarize, whose requests overflow autovacuum's queue at

@@ -17,6 +17,12 @@
 /* The floor of a group nothing is known of: the group is read from its start. */
 #define DS_NO_FLOOR DT_NOBEGIN
 
+/*
+ * The group of the runs' turns (runs_due_idx): a queue name no step has (a queue is named by 1
+ * byte or more), at priority 0.
+ */
+#define DS_RUNS_GROUP ""
+
 /* From _PG_init: the shared registry of groups and floors. */
 extern void ds_due_floors_init_module(void);
 

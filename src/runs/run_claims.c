@@ -13,6 +13,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -20,6 +21,7 @@
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
 #include "base/worker_attempt_time.h"
+#include "ipc/due_floors.h"
 #include "ipc/executor_slot.h"
 #include "ipc/worker_shmem.h"
 #include "runs/run_claims.h"
@@ -33,6 +35,25 @@
 #include "store/step_lock.h"
 #include "store/step_store.h"
 
+/* The transaction that last claimed runs: the first claim of a transaction looks first. */
+static LocalTransactionId claimed_lxid = InvalidLocalTransactionId;
+
+/*
+ * Move the runs' floor up to the first waiting run (ipc/due_floors.h) -- only before this
+ * transaction claims any: a claim it then rolled back would put its runs back below -- and
+ * return it: the claim's read starts there.
+ */
+static TimestampTz
+raise_runs_floor(void)
+{
+	DueFloorLook look;
+
+	if (claimed_lxid != DS_MY_LXID && ds_due_floor_look(DS_RUNS_GROUP, 0, &look))
+		ds_due_floor_raise(&look, ds_store_first_waiting_run_time(look.floor));
+	claimed_lxid = DS_MY_LXID;
+	return ds_due_floor(DS_RUNS_GROUP, 0);
+}
+
 int
 ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
 {
@@ -43,7 +64,7 @@ ds_claim_due_runs(int limit, MemoryContext cxt, ClaimedRun **runs)
 
 	*runs = NULL;
 	ds_store_spi_begin(&spi);
-	if (ds_store_lock_due_runs(limit) == 0)
+	if (ds_store_lock_due_runs(limit, raise_runs_floor()) == 0)
 	{
 		ds_store_spi_end(&spi);
 		return 0;
@@ -298,5 +319,5 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 TimestampTz
 ds_next_run_wake_time(void)
 {
-	return ds_store_next_run_wake_time();
+	return ds_store_next_run_wake_time(ds_due_floor(DS_RUNS_GROUP, 0));
 }

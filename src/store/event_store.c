@@ -7,6 +7,7 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
+#include "ipc/due_floors.h"
 #include "store/event_store.h"
 #include "store/step_store.h"
 
@@ -68,6 +69,7 @@ ds_store_wake_event_waiters(Oid owner, const char *name)
 	Oid			types[2] = {OIDOID, TEXTOID};
 	Datum		args[2] = {ObjectIdGetDatum(owner), CStringGetTextDatum(name)};
 
+	ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, GetCurrentTimestamp());
 	return ds_store_execute(&wake_plan,
 							"UPDATE durable_steps.runs"
 							" SET next_wake_at = pg_catalog.clock_timestamp()"
@@ -83,6 +85,7 @@ ds_store_wake_runs_with_emitted_events(void)
 	StoreSpi	spi;
 
 	ds_store_spi_begin(&spi);
+	ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, GetCurrentTimestamp());
 	/* through runs_event_idx: the runs that wait for an event */
 	(void) ds_store_execute(&emitted_events_plan,
 							"UPDATE durable_steps.runs r"
@@ -108,6 +111,7 @@ ds_store_wake_if_event_emitted(const char *run_id, const char *event, bool emit_
 	StoreSpi	spi;
 
 	ds_store_spi_begin(&spi);
+	ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, GetCurrentTimestamp());
 	(void) ds_store_execute(&event_plan,
 							"UPDATE durable_steps.runs r"
 							" SET next_wake_at = CASE WHEN $3"

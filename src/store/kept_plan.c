@@ -9,6 +9,7 @@
 
 #include "lib/stringinfo.h"
 
+#include "ipc/due_floors.h"
 #include "store/store_relations.h"
 #include "store/kept_plan.h"
 
@@ -34,11 +35,26 @@ ds_store_execute(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes, Da
 				 const char *nulls, bool read_only, long count, int expected,
 				 const char *what_fmt,...)
 {
-	int			rc;
+	volatile int rc = 0;
 
 	(void) ds_store_relations();
-	rc = SPI_execute_plan(ds_prepare_kept(slot, sql, nargs, argtypes), args, nulls, read_only,
-						  count);
+
+	/*
+	 * the extension's own statements note the steps and runs they make wait
+	 * themselves; the statement triggers are for SQL written by others
+	 * (ipc/due_floors.h)
+	 */
+	ds_due_floor_own_statement(true);
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(ds_prepare_kept(slot, sql, nargs, argtypes), args, nulls, read_only,
+							  count);
+	}
+	PG_FINALLY();
+	{
+		ds_due_floor_own_statement(false);
+	}
+	PG_END_TRY();
 	if (expected == DS_SPI_OK_ANY ? rc < 0 : rc != expected)
 	{
 		StringInfoData what;

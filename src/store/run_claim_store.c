@@ -6,6 +6,7 @@
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 
+#include "ipc/due_floors.h"
 #include "store/run_claim_store.h"
 #include "store/step_store.h"
 
@@ -15,21 +16,45 @@ static SPIPlanPtr lock_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr lost_plan = NULL;
 static SPIPlanPtr next_wake_plan = NULL;
+static SPIPlanPtr first_waiting_plan = NULL;
 
 uint64
-ds_store_lock_due_runs(int limit)
+ds_store_lock_due_runs(int limit, TimestampTz floor)
 {
-	Oid			due_types[1] = {INT4OID};
-	Datum		args[1];
+	Oid			due_types[2] = {INT4OID, TIMESTAMPTZOID};
+	Datum		args[2];
 
 	args[0] = Int32GetDatum(limit);
+	args[1] = TimestampTzGetDatum(floor);
 	return ds_store_execute(&due_plan,
 							"SELECT run_id FROM durable_steps.runs"
 							" WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
+							" AND next_wake_at OPERATOR(pg_catalog.>=) $2"
 							" AND next_wake_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"
 							" AND durable_steps.ds_partition_owned(run_id)"
 							" ORDER BY next_wake_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-							1, due_types, args, NULL, false, 0, SPI_OK_SELECT, "due run query");
+							2, due_types, args, NULL, false, 0, SPI_OK_SELECT, "due run query");
+}
+
+TimestampTz
+ds_store_first_waiting_run_time(TimestampTz floor)
+{
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		args[1];
+	bool		isnull;
+	Datum		d;
+
+	args[0] = TimestampTzGetDatum(floor);
+	/* every waiting run, of any partition: no floor passes one */
+	if (ds_store_execute(&first_waiting_plan,
+						 "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
+						 " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
+						 " AND next_wake_at OPERATOR(pg_catalog.>=) $1",
+						 1, types, args, NULL, false, 1, SPI_OK_SELECT,
+						 "first waiting run query") != 1)
+		return DT_NOEND;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
 }
 
 uint64
@@ -98,6 +123,7 @@ ds_store_record_lost_turn(const char *run_id, const char *status, const char *sq
 	args[2] = CStringGetTextDatum(sqlstate);
 	args[3] = BoolGetDatum(step_ran);
 	args[4] = BoolGetDatum(counted);
+	ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, GetCurrentTimestamp());
 	(void) ds_store_execute(&lost_plan,
 							"UPDATE durable_steps.runs SET status = $2,"
 							" lost_turns = lost_turns OPERATOR(pg_catalog.+) CASE WHEN $5 THEN 1 ELSE 0 END,"
@@ -120,11 +146,28 @@ ds_store_record_lost_turn(const char *run_id, const char *status, const char *sq
 }
 
 TimestampTz
-ds_store_next_run_wake_time(void)
+ds_store_next_run_wake_time(TimestampTz floor)
 {
-	return ds_store_query_time(&next_wake_plan,
-							   "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
-							   " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
-							   " AND durable_steps.ds_partition_owned(run_id)",
-							   "next run wake");
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		args[1];
+	bool		isnull;
+	Datum		d;
+	StoreSpi	spi;
+	TimestampTz next = 0;
+
+	args[0] = TimestampTzGetDatum(floor);
+	ds_store_spi_begin(&spi);
+	if (ds_store_execute(&next_wake_plan,
+						 "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
+						 " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
+						 " AND next_wake_at OPERATOR(pg_catalog.>=) $1"
+						 " AND durable_steps.ds_partition_owned(run_id)",
+						 1, types, args, NULL, false, 1, SPI_OK_SELECT, "next run wake query") == 1)
+	{
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (!isnull)
+			next = DatumGetTimestampTz(d);
+	}
+	ds_store_spi_end(&spi);
+	return next;
 }

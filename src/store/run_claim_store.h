@@ -13,10 +13,16 @@
 #include "utils/timestamp.h"
 
 /*
- * Up to `limit` pending or waiting runs due now in a partition owned here, earliest first, their
- * rows locked (FOR UPDATE SKIP LOCKED): rows (run_id text).
+ * Up to `limit` pending or waiting runs due now and not before `floor`, in a partition owned
+ * here, earliest first, their rows locked (FOR UPDATE SKIP LOCKED): rows (run_id text).
  */
-extern uint64 ds_store_lock_due_runs(int limit);
+extern uint64 ds_store_lock_due_runs(int limit, TimestampTz floor);
+
+/*
+ * The earliest next_wake_at, from `floor` on, of a pending or waiting run of any partition;
+ * DT_NOEND when there is none. A look of ds_due_floor_look.
+ */
+extern TimestampTz ds_store_first_waiting_run_time(TimestampTz floor);
 
 /*
  * Start a turn of each run of `run_ids` (text[]): running, turn counted, claimed by process
@@ -44,7 +50,10 @@ extern uint64 ds_store_lock_running_runs(int limit);
 extern void ds_store_record_lost_turn(const char *run_id, const char *status,
 									  const char *sqlstate, bool step_ran, bool counted);
 
-/* The earliest next_wake_at of a pending or waiting run owned here; 0 when none. */
-extern TimestampTz ds_store_next_run_wake_time(void);
+/*
+ * The earliest next_wake_at, from `floor` on, of a pending or waiting run owned here; 0 when
+ * none.
+ */
+extern TimestampTz ds_store_next_run_wake_time(TimestampTz floor);
 
 #endif							/* DS_RUN_CLAIM_STORE_H */

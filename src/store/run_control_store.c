@@ -43,6 +43,12 @@ ds_store_insert_run(const char *run_id, const char *workflow, Jsonb *input, cons
 	nulls[4] = policy ? ' ' : 'n';
 	args[5] = ObjectIdGetDatum(owner);
 	args[6] = CStringGetTextDatum(search_path);
+
+	/*
+	 * due at the statement's clock_timestamp(), no earlier than now
+	 * (ipc/due_floors.h)
+	 */
+	ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, GetCurrentTimestamp());
 	return ds_store_execute(&insert_plan,
 							"INSERT INTO durable_steps.runs (run_id, workflow, input,"
 							" run_key, policy, status, owner, search_path, next_wake_at)"
@@ -198,6 +204,7 @@ ds_store_cancel_run(const char *run_id)
 void
 ds_store_resume_run(const char *run_id)
 {
+	ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, GetCurrentTimestamp());
 	(void) ds_run_statement(&resume_plan,
 							"UPDATE durable_steps.runs SET status = 'waiting',"
 							" next_wake_at = pg_catalog.clock_timestamp(), finished_at = NULL,"
@@ -215,8 +222,6 @@ ds_store_cancel_run_steps(const char *run_id)
 	StoreSpi	spi;
 
 	ds_store_spi_begin(&spi);
-	/* it makes no step wait: no floor need go back (ipc/due_floors.h) */
-	ds_due_floor_own_statement(true);
 	(void) ds_store_execute(&cancel_steps_plan,
 							"UPDATE durable_steps.steps SET status = 'cancelled',"
 							" error_class = 'cancelled', next_attempt_at = NULL,"
@@ -229,6 +234,5 @@ ds_store_cancel_run_steps(const char *run_id)
 							"  owner::pg_catalog.oid, 'USAGE')",
 							1, types, args, NULL, false, 0, SPI_OK_UPDATE,
 							"cancelling the steps of run %s", run_id);
-	ds_due_floor_own_statement(false);
 	ds_store_spi_end(&spi);
 }

@@ -16,6 +16,7 @@
 #include "utils/lsyscache.h"
 
 #include "ipc/outcome_waits.h"
+#include "ipc/due_floors.h"
 #include "store/direct_write.h"
 #include "store/run_store.h"
 #include "store/store_relations.h"
@@ -95,6 +96,9 @@ ds_run_write_column(RunWrite *w, RunColumn col, Datum value, bool isnull)
 		}
 		attnums_relid = relid;
 	}
+	/* a run about to wait: no claim's floor passes it (ipc/due_floors.h) */
+	if (col == RUN_COL_NEXT_WAKE_AT && !isnull)
+		ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, DatumGetTimestampTz(value));
 	w->attnums[w->n] = attnums[col];
 	w->values[w->n] = value;
 	w->nulls[w->n] = isnull;
@@ -187,6 +191,7 @@ ds_run_wake_for_step(const char *run_id)
 {
 	static SPIPlanPtr wake_plan = NULL;
 
+	ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, GetCurrentTimestamp());
 	if (ds_run_statement(&wake_plan,
 						 "UPDATE durable_steps.runs SET status = 'waiting',"
 						 " next_wake_at = pg_catalog.clock_timestamp(),"
@@ -230,6 +235,7 @@ ds_run_wake_for_queue(const char *queue)
 	StoreSpi	spi;
 
 	ds_store_spi_begin(&spi);
+	ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, GetCurrentTimestamp());
 	(void) ds_store_execute(&plan,
 							"UPDATE durable_steps.runs"
 							" SET next_wake_at = pg_catalog.clock_timestamp()"
@@ -250,6 +256,7 @@ ds_run_wake_for_http_step(const char *run_id, const char *step_id)
 	bool		woken;
 
 	ds_store_spi_begin(&spi);
+	ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, GetCurrentTimestamp());
 
 	/*
 	 * A running run's row is updated with its own values: that waits for the

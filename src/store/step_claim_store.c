@@ -267,8 +267,6 @@ ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval 
 	args[5] = BoolGetDatum(limited);
 	/* claims never touch a succeeded row: no backend need forget its replays */
 	ds_replay_cache_internal_update(true);
-	/* nor make a step wait: no floor need go back (ipc/due_floors.h) */
-	ds_due_floor_own_statement(true);
 	n = ds_store_execute(&mark_running_plan,
 						 mark_running_plan ? NULL :
 
@@ -295,7 +293,6 @@ ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval 
 						 6, types, args, NULL, false, 0, SPI_OK_UPDATE_RETURNING,
 						 "claiming steps");
 	ds_replay_cache_internal_update(false);
-	ds_due_floor_own_statement(false);
 	return n;
 }
 

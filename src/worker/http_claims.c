@@ -14,6 +14,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 
@@ -53,13 +54,16 @@ owner_count(Oid *owners, int *counts, int *n, Oid owner)
  * Move the HTTP steps' floor up to their first waiting one (ipc/due_floors.h), before this
  * transaction claims any, and return it: the claim's read starts there.
  */
+static LocalTransactionId claimed_lxid = InvalidLocalTransactionId;
+
 static TimestampTz
 raise_http_floor(void)
 {
 	DueFloorLook look;
 
-	if (ds_due_floor_look(DS_HTTP_QUEUE, 0, &look))
+	if (claimed_lxid != DS_MY_LXID && ds_due_floor_look(DS_HTTP_QUEUE, 0, &look))
 		ds_due_floor_raise(&look, ds_store_first_waiting_time(DS_HTTP_QUEUE, 0, look.floor));
+	claimed_lxid = DS_MY_LXID;
 	return ds_due_floor(DS_HTTP_QUEUE, 0);
 }
 

@@ -10,6 +10,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "storage/itemptr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -71,7 +72,15 @@ due_groups(DueGroup **groups)
 	uint64		gen;
 
 	if (ds_due_groups_known(groups, &n))
-		return n;
+	{
+		int			k = 0;
+
+		/* the runs' group is not the steps' (run_claims.c) */
+		for (int i = 0; i < n; i++)
+			if (strcmp((*groups)[i].queue, DS_RUNS_GROUP) != 0)
+				(*groups)[k++] = (*groups)[i];
+		return k;
+	}
 	gen = ds_due_groups_generation();
 	n = (int) ds_store_waiting_groups();
 	*groups = palloc(sizeof(DueGroup) * Max(n, 1));
@@ -93,11 +102,16 @@ due_groups(DueGroup **groups)
  * Move each group's floor up to its first waiting step (ipc/due_floors.h). Before this
  * transaction claims anything: a claim it then rolled back would put its steps back below.
  */
+static LocalTransactionId claimed_lxid = InvalidLocalTransactionId;
+
 static void
 raise_floors(DueGroup *groups, int n)
 {
 	uint64		prepared = ds_due_floors_prepared();
 
+	if (claimed_lxid == DS_MY_LXID)
+		return;
+	claimed_lxid = DS_MY_LXID;
 	if (prepared != 0 && !ds_store_prepared_transactions())
 		ds_due_floors_prepared_gone(prepared);
 	for (int i = 0; i < n; i++)
