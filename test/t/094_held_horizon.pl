@@ -2,7 +2,8 @@
 # xid stays open, VACUUM removes no row version a later transaction made dead, and every step that
 # finishes leaves its entry in steps_due_idx. Claims read each queue and priority from a floor past
 # those entries: with 100,000 finished steps kept by the hold, steps stored at 200 a second each
-# still finish within a second of being stored, for as long as the flow lasts.
+# still finish within a second of being stored, for as long as the flow lasts; and runs of a
+# one-step workflow started at 50 a second, after 10,000 others, each finish within two seconds.
 #
 # And a statement that stores more steps than the server's lock table can hold fails with a clear
 # error (53200) before anything is stored; the same steps stored in batches go through
@@ -88,6 +89,52 @@ $hold->query_ok('BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT txid_current();')
 		         round(extract(epoch FROM max(finished_at - created_at)) * 1000)
 		    FROM durable_steps.steps WHERE run_id LIKE 'flow-%'});
 	is($late, 0, "$t: each finished within a second of being stored (the slowest in $worst ms)");
+	is( $node->safe_psql('postgres',
+			'SELECT backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid = ' . $hold->pid),
+		't', "$t: the hold lasted throughout");
+}
+
+{
+	# runs: 10,000 of a one-step workflow started under the hold (each leaves several finished
+	# entries in runs_due_idx: its turns), then 50 a second for 10 s
+	my $t = 'runs started at 50 a second while the hold lasts';
+	$node->safe_psql('postgres', q{
+CREATE FUNCTION one_step(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN ds_step('s', 'SELECT 1');
+END $$;
+});
+	for my $b (0 .. 9)
+	{
+		$node->safe_psql('postgres',
+			qq{SELECT count(*) FROM generate_series(1, 1000) i, LATERAL ds_start_run('one_step', '{}', 'early-$b-' || i) r});
+	}
+	ok( poll_until($node, 'postgres',
+			q{SELECT count(*) FILTER (WHERE status = 'succeeded') FROM durable_steps.runs WHERE run_id LIKE 'early-%'},
+			'10000'),
+		"$t: the 10,000 earlier runs succeed");
+	my $flow = DurableSteps::Session->new($node, 'runs');
+	my $start = time();
+	my $n = 0;
+	while (time() - $start < 10)
+	{
+		my $due = $start + $n * 0.1;
+		sleep($due - time()) if $due > time();
+		$flow->query_ok(
+			qq{SELECT count(*) FROM generate_series(1, 5) i, LATERAL ds_start_run('one_step', '{}', 'flow-$n-' || i) r;});
+		$n++;
+	}
+	$flow->quit;
+	ok( poll_until($node, 'postgres',
+			q{SELECT count(*) FILTER (WHERE status <> 'succeeded') FROM durable_steps.runs WHERE run_id LIKE 'flow-%'},
+			'0'),
+		"$t: every one of the " . ($n * 5) . " runs succeeds");
+	my ($late, $worst) = split /\|/,
+	  $node->safe_psql('postgres',
+		q{SELECT count(*) FILTER (WHERE finished_at - created_at > interval '2 s'),
+		         round(extract(epoch FROM max(finished_at - created_at)) * 1000)
+		    FROM durable_steps.runs WHERE run_id LIKE 'flow-%'});
+	is($late, 0, "$t: each finished within two seconds of being started (the slowest in $worst ms)");
 	is( $node->safe_psql('postgres',
 			'SELECT backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid = ' . $hold->pid),
 		't', "$t: the hold lasted throughout");
