@@ -11,6 +11,7 @@
  */
 #include "base/compat.h"
 
+#include "access/twophase.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -70,9 +71,36 @@ held_by_this_process(const LOCKTAG *tag)
 		hash_search(held_session_locks, &key, HASH_FIND, NULL) != NULL;
 }
 
-/* The step locks this transaction took (ds_step_lock_acquire): for the error when they fill the table. */
+/* The step locks this transaction took (ds_step_lock_acquire). */
 static int	xact_step_locks = 0;
 static LocalTransactionId xact_step_locks_lxid = InvalidLocalTransactionId;
+
+/* The locks the server's lock table is sized for (lock.c's NLOCKENTS): one transaction's most. */
+static int
+step_locks_per_transaction(void)
+{
+	return max_locks_per_xact * (MaxBackends + max_prepared_xacts);
+}
+
+/*
+ * The transaction ends here, with nothing of it stored; `full`: the table filled up (with other
+ * sessions' locks too) before this transaction's share did.
+ */
+pg_noreturn static void
+too_many_steps(bool full)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 full ?
+			 errmsg("too many steps for one transaction: the server's lock table is full after %d of them",
+					xact_step_locks) :
+			 errmsg("too many steps for one transaction: it holds the locks of %d steps, all the server's lock table is sized for",
+					xact_step_locks),
+			 errdetail("Each step a transaction stores or runs holds a lock until the transaction ends; the lock table is sized for max_locks_per_transaction (%d) locks per server process and prepared transaction (%d), %d in all.",
+					   max_locks_per_xact, MaxBackends + max_prepared_xacts,
+					   step_locks_per_transaction()),
+			 errhint("Store the steps in batches of a few thousand a transaction, or raise max_locks_per_transaction.")));
+}
 
 bool
 ds_step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
@@ -90,6 +118,16 @@ ds_step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
 		xact_step_locks = 0;
 		xact_step_locks_lxid = DS_MY_LXID;
 	}
+
+	/*
+	 * Every step a transaction stores or runs holds its lock until the
+	 * transaction ends: one transaction holds no more than the server's lock
+	 * table is sized for, so that a statement that stores very many steps
+	 * fails here, clearly, before the table is full and any other lock of any
+	 * session fails with it (docs/steps.md, "Storing many steps at once").
+	 */
+	if (xact_step_locks >= step_locks_per_transaction())
+		too_many_steps(false);
 	PG_TRY();
 	{
 		got = LockAcquire(&tag, ExclusiveLock, false, nowait);
@@ -103,24 +141,15 @@ ds_step_lock_acquire(const char *run_id, const char *step_id, bool nowait)
 		if (e->sqlerrcode != ERRCODE_OUT_OF_MEMORY)
 			PG_RE_THROW();
 
-		/*
-		 * Every step a transaction calls holds its lock until the commit: a
-		 * statement that stores very many steps fills the server's lock table
-		 * (docs/steps.md, "Storing many steps at once"). The transaction ends
-		 * here, with nothing of it stored.
-		 */
+		/* the table filled before this transaction's share: the same answer */
 		FlushErrorState();
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("too many steps for one transaction: the server's lock table is full after %d of them",
-						xact_step_locks),
-				 errdetail("Each step a transaction stores or runs holds a lock until the transaction ends; the lock table holds max_locks_per_transaction × (max_connections + max_prepared_transactions) locks for the whole server."),
-				 errhint("Store the steps in batches of a few thousand a transaction, or raise max_locks_per_transaction.")));
+		too_many_steps(true);
 	}
 	PG_END_TRY();
 	if (got == LOCKACQUIRE_NOT_AVAIL)
 		return false;
-	xact_step_locks++;
+	if (got == LOCKACQUIRE_OK)
+		xact_step_locks++;
 	return true;
 }
 
