@@ -5,9 +5,11 @@
 # still finish within a second of being stored, for as long as the flow lasts; and runs of a
 # one-step workflow started at 50 a second, after 10,000 others, each finish within two seconds.
 #
-# And a statement that stores more steps than the server's lock table can hold fails with a clear
-# error (53200) before anything is stored; the same steps stored in batches go through
-# (docs/steps.md, "Storing many steps at once").
+# Steps made due before the floors (a run_at in the past, an operator's UPDATE, a prepared
+# transaction committed later) are claimed all the same. And a statement that stores more steps
+# than the server's lock table is sized for fails with a clear error (53200) before anything is
+# stored; the same steps stored in batches go through (docs/steps.md, "Storing many steps at
+# once").
 
 use strict;
 use warnings;
@@ -21,7 +23,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-my $node = worker_node('held_horizon', "durable_steps.database = 'postgres'\nmax_connections = 20\n");
+my $node = worker_node('held_horizon',
+	"durable_steps.database = 'postgres'\nmax_connections = 20\nmax_prepared_transactions = 2\n");
 $node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
 
 {
@@ -138,6 +141,38 @@ END $$;
 	is( $node->safe_psql('postgres',
 			'SELECT backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid = ' . $hold->pid),
 		't', "$t: the hold lasted throughout");
+}
+
+{
+	# the floors have moved up to the present with the flow: steps made due before it must be
+	# claimed all the same (docs/internals.md, "Claims under a held horizon")
+	my $t = 'a step due before the floor';
+	$node->safe_psql('postgres',
+		q{SELECT ds_run_step('before-floor', 'past', 'SELECT 1', run_at => now() - interval '1 hour')});
+	ok(poll_until($node, 'postgres', q{SELECT status FROM ds_steps WHERE run_id = 'before-floor'}, 'succeeded'),
+		"$t: stored with a run_at an hour ago, it runs");
+
+	# an operator's UPDATE, SQL the extension did not write
+	$node->safe_psql('postgres',
+		q{SELECT ds_run_step('by-sql', 'later', 'SELECT 1', run_at => now() + interval '1 day')});
+	$node->safe_psql('postgres',
+		q{UPDATE durable_steps.steps SET next_attempt_at = now() - interval '2 hours' WHERE run_id = 'by-sql'});
+	ok(poll_until($node, 'postgres', q{SELECT status FROM ds_steps WHERE run_id = 'by-sql'}, 'succeeded'),
+		"$t: made due two hours ago by an UPDATE, it runs");
+
+	# a prepared transaction's step becomes visible when it is committed, whenever that is
+	my $prep = DurableSteps::Session->new($node, 'prepared');
+	$prep->query_ok(
+		q{BEGIN; SELECT ds_run_step('prepared', 'past', 'SELECT 1', run_at => now() - interval '3 hours'); PREPARE TRANSACTION 'ds_held';});
+	$node->safe_psql('postgres',
+		q{SELECT count(*) FROM generate_series(1, 20) i, LATERAL ds_run_step('meanwhile', 's' || i, 'SELECT 1', defer => true) r});
+	ok( poll_until($node, 'postgres',
+			q{SELECT count(*) FROM ds_steps WHERE run_id = 'meanwhile' AND status = 'succeeded'}, '20'),
+		"$t: other steps run while a transaction that stored one is prepared");
+	$prep->query_ok(q{COMMIT PREPARED 'ds_held';});
+	$prep->quit;
+	ok(poll_until($node, 'postgres', q{SELECT status FROM ds_steps WHERE run_id = 'prepared'}, 'succeeded'),
+		"$t: stored due three hours ago by a prepared transaction, it runs once committed");
 }
 
 $hold->query_ok('COMMIT;');
