@@ -392,8 +392,8 @@ ds_due_floor_statement_is_own(void)
 	return own_statement;
 }
 
-static int
-compare_groups(const void *a, const void *b)
+int
+ds_due_group_compare(const void *a, const void *b)
 {
 	const DueGroup *x = a;
 	const DueGroup *y = b;
@@ -436,7 +436,7 @@ ds_due_groups_known(DueGroup **groups, int *n)
 		k++;
 	}
 	LWLockRelease(floors->lock);
-	qsort(out, k, sizeof(DueGroup), compare_groups);
+	qsort(out, k, sizeof(DueGroup), ds_due_group_compare);
 	*groups = out;
 	*n = k;
 	return true;

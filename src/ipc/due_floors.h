@@ -54,6 +54,9 @@ typedef struct DueGroup
 	TimestampTz floor;
 } DueGroup;
 
+/* qsort order of DueGroups: queue by bytes (C collation), then priority. */
+extern int	ds_due_group_compare(const void *a, const void *b);
+
 /*
  * The groups of this database known to have had waiting steps since the server started, in
  * (queue by bytes, priority) order, with their floors; false when the registry does not know

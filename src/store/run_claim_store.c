@@ -41,20 +41,16 @@ ds_store_first_waiting_run_time(TimestampTz floor)
 {
 	Oid			types[1] = {TIMESTAMPTZOID};
 	Datum		args[1];
-	bool		isnull;
-	Datum		d;
+	TimestampTz first;
 
 	args[0] = TimestampTzGetDatum(floor);
 	/* every waiting run, of any partition: no floor passes one */
-	if (ds_store_execute(&first_waiting_plan,
-						 "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
-						 " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
-						 " AND next_wake_at OPERATOR(pg_catalog.>=) $1",
-						 1, types, args, NULL, false, 1, SPI_OK_SELECT,
-						 "first waiting run query") != 1)
-		return DT_NOEND;
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
+	first = ds_store_query_time_args(&first_waiting_plan,
+									 "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
+									 " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
+									 " AND next_wake_at OPERATOR(pg_catalog.>=) $1",
+									 1, types, args, "first waiting run");
+	return first != 0 ? first : DT_NOEND;
 }
 
 uint64
@@ -150,24 +146,12 @@ ds_store_next_run_wake_time(TimestampTz floor)
 {
 	Oid			types[1] = {TIMESTAMPTZOID};
 	Datum		args[1];
-	bool		isnull;
-	Datum		d;
-	StoreSpi	spi;
-	TimestampTz next = 0;
 
 	args[0] = TimestampTzGetDatum(floor);
-	ds_store_spi_begin(&spi);
-	if (ds_store_execute(&next_wake_plan,
-						 "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
-						 " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
-						 " AND next_wake_at OPERATOR(pg_catalog.>=) $1"
-						 " AND durable_steps.ds_partition_owned(run_id)",
-						 1, types, args, NULL, false, 1, SPI_OK_SELECT, "next run wake query") == 1)
-	{
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (!isnull)
-			next = DatumGetTimestampTz(d);
-	}
-	ds_store_spi_end(&spi);
-	return next;
+	return ds_store_query_time_args(&next_wake_plan,
+									"SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
+									" WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
+									" AND next_wake_at OPERATOR(pg_catalog.>=) $1"
+									" AND durable_steps.ds_partition_owned(run_id)",
+									1, types, args, "next run wake");
 }

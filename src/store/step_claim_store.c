@@ -93,8 +93,7 @@ ds_store_first_waiting_time(const char *queue, int32 priority, TimestampTz floor
 {
 	Oid			types[3] = {TEXTOID, INT4OID, TIMESTAMPTZOID};
 	Datum		args[3];
-	bool		isnull;
-	Datum		d;
+	TimestampTz first;
 
 	args[0] = CStringGetTextDatum(queue);
 	args[1] = Int32GetDatum(priority);
@@ -104,16 +103,13 @@ ds_store_first_waiting_time(const char *queue, int32 priority, TimestampTz floor
 	 * every waiting step of the group, whoever's, of any kind and partition:
 	 * no floor passes one
 	 */
-	if (ds_store_execute(&first_waiting_plan,
-						 "SELECT pg_catalog.min(next_attempt_at) FROM durable_steps.steps"
-						 " WHERE queue = $1 AND priority = $2"
-						 " AND next_attempt_at IS NOT NULL AND next_attempt_at >= $3"
-						 " AND status IN ('pending', 'retrying')",
-						 3, types, args, NULL, false, 1, SPI_OK_SELECT,
-						 "first waiting step query") != 1)
-		return DT_NOEND;
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
+	first = ds_store_query_time_args(&first_waiting_plan,
+									 "SELECT pg_catalog.min(next_attempt_at) FROM durable_steps.steps"
+									 " WHERE queue = $1 AND priority = $2"
+									 " AND next_attempt_at IS NOT NULL AND next_attempt_at >= $3"
+									 " AND status IN ('pending', 'retrying')",
+									 3, types, args, "first waiting step");
+	return first != 0 ? first : DT_NOEND;
 }
 
 bool
@@ -337,28 +333,23 @@ ds_store_next_due_step_time(const DueGroup *groups, int n)
 {
 	Oid			types[3] = {TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID};
 	Datum		args[3];
-	bool		isnull;
-	Datum		d;
 
 	group_arrays(groups, n, args);
-	if (ds_store_execute(&next_due_plan,
-						 "SELECT pg_catalog.min((SELECT s.next_attempt_at"
-						 "  FROM durable_steps.steps s"
-						 "  WHERE s.queue = g.queue AND s.priority = g.priority"
-						 "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
-						 "   AND s.next_attempt_at >= g.floor"
-						 "   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
-						 "  ORDER BY s.next_attempt_at LIMIT 1))"
-						 " FROM " GROUPS_FROM("$1", "$2", "$3")
-						 " LEFT JOIN durable_steps.queues q ON q.name = g.queue"
+	return ds_store_query_time_args(&next_due_plan,
+									"SELECT pg_catalog.min((SELECT s.next_attempt_at"
+									"  FROM durable_steps.steps s"
+									"  WHERE s.queue = g.queue AND s.priority = g.priority"
+									"   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
+									"   AND s.next_attempt_at >= g.floor"
+									"   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
+									"  ORDER BY s.next_attempt_at LIMIT 1))"
+									" FROM " GROUPS_FROM("$1", "$2", "$3")
+									" LEFT JOIN durable_steps.queues q ON q.name = g.queue"
 	/* a full or paused queue has nothing for an idle executor */
-						 " WHERE q.concurrency IS NULL OR q.concurrency >"
-						 "  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
-						 "    WHERE r.running_queue = g.queue)",
-						 3, types, args, NULL, false, 1, SPI_OK_SELECT, "next due step query") != 1)
-		return 0;
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return isnull ? 0 : DatumGetTimestampTz(d);
+									" WHERE q.concurrency IS NULL OR q.concurrency >"
+									"  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
+									"    WHERE r.running_queue = g.queue)",
+									3, types, args, "next due step");
 }
 
 uint64
@@ -393,19 +384,13 @@ ds_store_next_due_http_time(TimestampTz floor)
 {
 	Oid			types[1] = {TIMESTAMPTZOID};
 	Datum		args[1];
-	bool		isnull;
-	Datum		d;
 
 	args[0] = TimestampTzGetDatum(floor);
-	if (ds_store_execute(&next_http_due_plan,
-						 "SELECT min(next_attempt_at) FROM durable_steps.steps"
-						 " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
-						 " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-						 " AND next_attempt_at >= $1"
-						 " AND kind = 'http' AND durable_steps.ds_partition_owned(run_id)",
-						 1, types, args, NULL, false, 1, SPI_OK_SELECT,
-						 "next due HTTP step query") != 1)
-		return 0;
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return isnull ? 0 : DatumGetTimestampTz(d);
+	return ds_store_query_time_args(&next_http_due_plan,
+									"SELECT min(next_attempt_at) FROM durable_steps.steps"
+									" WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
+									" AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+									" AND next_attempt_at >= $1"
+									" AND kind = 'http' AND durable_steps.ds_partition_owned(run_id)",
+									1, types, args, "next due HTTP step");
 }

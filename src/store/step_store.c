@@ -26,8 +26,10 @@
 #include "utils/lsyscache.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "store/kept_plan.h"
 #include "store/store_relations.h"
 #include "store/direct_write.h"
 #include "ipc/due_floors.h"
@@ -321,16 +323,32 @@ ds_store_spi_end(StoreSpi *s)
 	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
 }
 
-TimestampTz
-ds_store_query_time(SPIPlanPtr *slot, const char *sql, const char *what)
+/*
+ * The one timestamptz of `sql`; with `latest`, read in the latest snapshot, whatever the
+ * transaction's isolation.
+ */
+static TimestampTz
+query_time(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args, bool latest,
+		   const char *what)
 {
 	StoreSpi	spi;
 	TimestampTz answer = 0;
 	bool		isnull;
+	int			rc;
 
 	ds_store_spi_begin(&spi);
-	if (ds_store_execute(slot, sql, 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT, "%s query",
-						 what) == 1)
+	if (latest)
+	{
+		(void) ds_store_relations();
+		rc = SPI_execute_snapshot(ds_prepare_kept(slot, sql, nargs, types), args, NULL,
+								  GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "%s query failed: %s", what, SPI_result_code_string(rc));
+	}
+	else
+		(void) ds_store_execute(slot, sql, nargs, types, args, NULL, true, 1, SPI_OK_SELECT,
+								"%s query", what);
+	if (SPI_processed == 1)
 	{
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 
@@ -339,6 +357,19 @@ ds_store_query_time(SPIPlanPtr *slot, const char *sql, const char *what)
 	}
 	ds_store_spi_end(&spi);
 	return answer;
+}
+
+TimestampTz
+ds_store_query_time(SPIPlanPtr *slot, const char *sql, const char *what)
+{
+	return query_time(slot, sql, 0, NULL, NULL, false, what);
+}
+
+TimestampTz
+ds_store_query_time_args(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args,
+						 const char *what)
+{
+	return query_time(slot, sql, nargs, types, args, true, what);
 }
 
 static const char *const step_status_names[] = {

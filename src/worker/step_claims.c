@@ -48,18 +48,6 @@ typedef struct DueQueue
 	int			concurrency;
 } DueQueue;
 
-static int
-compare_groups(const void *a, const void *b)
-{
-	const DueGroup *x = a;
-	const DueGroup *y = b;
-	int			c = strcmp(x->queue, y->queue);
-
-	if (c != 0)
-		return c;
-	return x->priority < y->priority ? -1 : x->priority > y->priority ? 1 : 0;
-}
-
 /*
  * The (queue, priority) groups of the database that may have waiting steps, with their floors,
  * in (queue by bytes, priority) order: the registry's when it holds them all, else those a walk
@@ -93,7 +81,7 @@ due_groups(DueGroup **groups)
 		(*groups)[i].priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
 															SPI_tuptable->tupdesc, 2, &isnull));
 	}
-	qsort(*groups, n, sizeof(DueGroup), compare_groups);
+	qsort(*groups, n, sizeof(DueGroup), ds_due_group_compare);
 	ds_due_groups_found(*groups, n, gen);
 	return n;
 }

@@ -41,6 +41,25 @@ $node->safe_psql('postgres', 'CREATE EXTENSION durable_steps');
 	is($node->safe_psql('postgres', q{SELECT count(*) FROM durable_steps.steps}), '0', "$t: nothing is stored");
 }
 
+# Runs the statement $sql->(n) every $every seconds, n = 0, 1, ..., for $seconds seconds, from
+# one session, on time (a late one goes at once); returns how many ran.
+sub flow
+{
+	my ($seconds, $every, $sql) = @_;
+	my $session = DurableSteps::Session->new($node, 'flow');
+	my $start = time();
+	my $n = 0;
+	while (time() - $start < $seconds)
+	{
+		my $due = $start + $n * $every;
+		sleep($due - time()) if $due > time();
+		$session->query_ok($sql->($n));
+		$n++;
+	}
+	$session->quit;
+	return $n;
+}
+
 # the hold: a transaction with an xid, as a long pg_dump or a forgotten session keeps
 my $hold = DurableSteps::Session->new($node, 'hold');
 $hold->query_ok('BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT txid_current();');
@@ -69,19 +88,8 @@ $hold->query_ok('BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT txid_current();')
 {
 	# 200 steps a second, 10 a transaction every 50 ms, for 15 s
 	my $t = 'steps stored at 200 a second while the hold lasts';
-	my $flow = DurableSteps::Session->new($node, 'flow');
-	my $start = time();
-	my $n = 0;
-	while (time() - $start < 15)
-	{
-		my $due = $start + $n * 0.05;
-		sleep($due - time()) if $due > time();
-		$flow->query_ok(
-			qq{SELECT count(*) FROM generate_series(1, 10) i,
-			          LATERAL ds_run_step('flow-$n', 's' || i, 'SELECT 1', defer => true) r;});
-		$n++;
-	}
-	$flow->quit;
+	my $n = flow(15, 0.05,
+		sub { "SELECT count(*) FROM generate_series(1, 10) i, LATERAL ds_run_step('flow-$_[0]', 's' || i, 'SELECT 1', defer => true) r;" });
 	ok( poll_until($node, 'postgres',
 			q{SELECT count(*) FILTER (WHERE status <> 'succeeded') FROM durable_steps.steps WHERE run_id LIKE 'flow-%'},
 			'0'),
@@ -116,18 +124,8 @@ END $$;
 			q{SELECT count(*) FILTER (WHERE status = 'succeeded') FROM durable_steps.runs WHERE run_id LIKE 'early-%'},
 			'10000'),
 		"$t: the 10,000 earlier runs succeed");
-	my $flow = DurableSteps::Session->new($node, 'runs');
-	my $start = time();
-	my $n = 0;
-	while (time() - $start < 10)
-	{
-		my $due = $start + $n * 0.1;
-		sleep($due - time()) if $due > time();
-		$flow->query_ok(
-			qq{SELECT count(*) FROM generate_series(1, 5) i, LATERAL ds_start_run('one_step', '{}', 'flow-$n-' || i) r;});
-		$n++;
-	}
-	$flow->quit;
+	my $n = flow(10, 0.1,
+		sub { "SELECT count(*) FROM generate_series(1, 5) i, LATERAL ds_start_run('one_step', '{}', 'flow-$_[0]-' || i) r;" });
 	ok( poll_until($node, 'postgres',
 			q{SELECT count(*) FILTER (WHERE status <> 'succeeded') FROM durable_steps.runs WHERE run_id LIKE 'flow-%'},
 			'0'),
