@@ -12,9 +12,10 @@
  * The floor must never pass a waiting step that a claim could miss. It moves up only to what a
  * look found (ds_due_floor_look, ds_due_floor_raise): the group's first waiting step in a snapshot
  * taken after the look began, and no further than
- *  - the clock when the look began: a writer that publishes after that reads a later clock, and
- *    a step it makes due before its clock lowers the floor itself, under the lock, which moves
- *    the generation and so voids a raise in flight;
+ *  - the clock when the look began, which the look says (last_look) before it reads the writer
+ *    slots: a writer that publishes after they were read sees that clock, and a step it makes due
+ *    before it lowers the floor itself, under the lock, which moves the generation and so voids a
+ *    raise in flight;
  *  - the earliest time any transaction in flight may make a step of the database wait with
  *    (its writer slot, published before its row is written and cleared once its commit is
  *    visible): such a step is invisible to the look.
@@ -80,6 +81,8 @@ typedef struct DueFloors
 	LWLock	   *lock;
 	uint64		generation;		/* moves when a floor goes down, or a
 								 * database's groups are to be found again */
+	pg_atomic_uint64 last_look; /* the latest clock a look began at (a
+								 * TimestampTz) */
 	bool		overflow;
 	SharedDatabase dbs[DUE_DATABASES];
 	SharedGroup groups[DUE_GROUPS];
@@ -132,6 +135,7 @@ floors_shmem_startup(void)
 	{
 		memset(floors, 0, floors_size());
 		floors->lock = &(GetNamedLWLockTranche("durable_steps due floors"))->lock;
+		pg_atomic_init_u64(&floors->last_look, (uint64) DT_NOBEGIN);
 		for (int i = 0; i < DUE_GROUPS; i++)
 			pg_atomic_init_u32(&floors->groups[i].dboid, InvalidOid);
 		floors->n_slots = slot_count();
@@ -358,10 +362,13 @@ ds_due_floor_note_waiting(const char *queue, int32 priority, TimestampTz t)
 	g = find_group(MyDatabaseId, queue, priority, true, false);
 
 	/*
-	 * the clock read after the bound is published: a look that began before
-	 * it missed it
+	 * A look that read the slots before the bound was published has said when
+	 * it began, before it read them (ds_due_floor_look): either it saw the
+	 * bound, or this sees its clock. A step due before that clock may be
+	 * passed by its raise: the floor goes down to it, and the raise is
+	 * voided.
 	 */
-	if (t < GetCurrentTimestamp())
+	if (t < (TimestampTz) pg_atomic_read_u64(&floors->last_look))
 	{
 		LWLockAcquire(floors->lock, LW_EXCLUSIVE);
 		if (g != NULL && t < g->floor)
@@ -542,10 +549,18 @@ ds_due_floor_look(const char *queue, int32 priority, DueFloorLook *look)
 	look->slot = (int) (g - floors->groups);
 
 	/*
-	 * the clock first: a writer that publishes after this read reads a later
-	 * one
+	 * The clock first, said before the slots are read: a writer that
+	 * publishes after they are read sees it (ds_due_floor_note_waiting).
 	 */
 	look->bound = GetCurrentTimestamp();
+	for (;;)
+	{
+		uint64		last = pg_atomic_read_u64(&floors->last_look);
+
+		if ((TimestampTz) last >= look->bound ||
+			pg_atomic_compare_exchange_u64(&floors->last_look, &last, (uint64) look->bound))
+			break;
+	}
 	pg_memory_barrier();
 	mine = my_slot();
 	for (int i = 0; i < floors->n_slots; i++)
