@@ -256,6 +256,12 @@ export class UndefinedFunctionError extends DurableStepsError {
     static override readonly sqlstate = '42883';
 }
 
+/** 53200 out_of_memory: more steps in one transaction than the server's lock table is sized for. */
+export class OutOfMemoryError extends DurableStepsError {
+    static override readonly sqlstate = '53200';
+    static override readonly httpStatus = 413;
+}
+
 /** 54000 program_limit_exceeded: SQL, input, request, body or payload over its size setting. */
 export class ProgramLimitExceededError extends DurableStepsError {
     static override readonly sqlstate = '54000';
@@ -284,8 +290,8 @@ export const ERRORS_BY_SQLSTATE: ReadonlyMap<string, typeof DurableStepsError> =
         CardinalityViolationError, NullValueNotAllowedError, InvalidParameterValueError,
         ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
         SqlSyntaxError, DuplicateObjectError, DatatypeMismatchError, WrongObjectTypeError,
-        UndefinedFunctionError, ProgramLimitExceededError, ObjectNotInPrerequisiteStateError,
-        QueryCanceledError,
+        UndefinedFunctionError, OutOfMemoryError, ProgramLimitExceededError,
+        ObjectNotInPrerequisiteStateError, QueryCanceledError,
     ].map((cls) => [cls.sqlstate as string, cls]),
 );
 

@@ -187,6 +187,11 @@ class DatatypeMismatch(DurableStepsError):
     sqlstate = "42804"
 
 
+class OutOfMemory(DurableStepsError):
+    """53200: more steps in one transaction than the server's lock table is sized for; nothing stored."""
+    sqlstate, http_status = "53200", 413
+
+
 class ProgramLimitExceeded(DurableStepsError):
     """54000: a SQL text, input, request or payload larger than its setting allows."""
     sqlstate, http_status = "54000", 413
