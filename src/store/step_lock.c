@@ -75,11 +75,14 @@ held_by_this_process(const LOCKTAG *tag)
 static int	xact_step_locks = 0;
 static LocalTransactionId xact_step_locks_lxid = InvalidLocalTransactionId;
 
-/* The locks the server's lock table is sized for (lock.c's NLOCKENTS): one transaction's most. */
+/*
+ * One transaction's most: the locks the server's lock table is sized for (lock.c's NLOCKENTS),
+ * less one process's share, which the other locks of this transaction and of the others need.
+ */
 static int
 step_locks_per_transaction(void)
 {
-	return max_locks_per_xact * (MaxBackends + max_prepared_xacts);
+	return max_locks_per_xact * (MaxBackends + max_prepared_xacts - 1);
 }
 
 /*
@@ -96,7 +99,7 @@ too_many_steps(bool full)
 					xact_step_locks) :
 			 errmsg("too many steps for one transaction: it holds the locks of %d steps, all the server's lock table is sized for",
 					xact_step_locks),
-			 errdetail("Each step a transaction stores or runs holds a lock until the transaction ends; the lock table is sized for max_locks_per_transaction (%d) locks per server process and prepared transaction (%d), %d in all.",
+			 errdetail("Each step a transaction stores or runs holds a lock until the transaction ends; the lock table is sized for max_locks_per_transaction (%d) locks per server process and prepared transaction (%d), and one transaction holds the locks of %d steps at most.",
 					   max_locks_per_xact, MaxBackends + max_prepared_xacts,
 					   step_locks_per_transaction()),
 			 errhint("Store the steps in batches of a few thousand a transaction, or raise max_locks_per_transaction.")));
