@@ -12,10 +12,10 @@
  * The floor must never pass a waiting step that a claim could miss. It moves up only to what a
  * look found (ds_due_floor_look, ds_due_floor_raise): the group's first waiting step in a snapshot
  * taken after the look began, and no further than
- *  - the clock when the look began, which the look says (last_look) before it reads the writer
- *    slots: a writer that publishes after they were read sees that clock, and a step it makes due
- *    before it lowers the floor itself, under the lock, which moves the generation and so voids a
- *    raise in flight;
+ *  - the clock when the look began, less a quarter second, which the look says (last_look)
+ *    before it reads the writer slots: a writer that publishes after they were read sees that
+ *    time, and a step it makes due before it (not one due now: the margin) lowers the group's
+ *    floor itself, under the lock, and voids the group's raises in flight (`lowered`);
  *  - the earliest time any transaction in flight may make a step of the database wait with
  *    (its writer slot, published before its row is written and cleared once its commit is
  *    visible): such a step is invisible to the look.
@@ -46,6 +46,12 @@
 
 #include "ipc/due_floors.h"
 
+/*
+ * How far behind the clock a floor stays: a writer's due time, read a moment before it publishes
+ * it, is then never below a look's, and the common write takes no lock.
+ */
+#define FLOOR_MARGIN_USECS (250 * 1000)
+
 /* Groups the registry holds; a power of two (open addressing). */
 #define DUE_GROUPS 1024
 #define DUE_DATABASES 64
@@ -56,6 +62,9 @@ typedef struct SharedGroup
 	int32		priority;
 	char		queue[NAMEDATALEN];
 	TimestampTz floor;			/* under the lock */
+	uint64		lowered;		/* under the lock: moves when a writer may
+								 * have made a step wait below a look's clock,
+								 * which voids the raises in flight */
 } SharedGroup;
 
 typedef struct SharedDatabase
@@ -79,8 +88,8 @@ typedef struct WriterSlot
 typedef struct DueFloors
 {
 	LWLock	   *lock;
-	uint64		generation;		/* moves when a floor goes down, or a
-								 * database's groups are to be found again */
+	uint64		generation;		/* moves when a database's groups are to be
+								 * found again (reset_database) */
 	pg_atomic_uint64 last_look; /* the latest clock a look began at (a
 								 * TimestampTz) */
 	bool		overflow;
@@ -266,7 +275,10 @@ reset_database(Oid dboid)
 		db->complete = false;
 	for (int i = 0; i < DUE_GROUPS; i++)
 		if (pg_atomic_read_u32(&floors->groups[i].dboid) == dboid)
+		{
 			floors->groups[i].floor = DS_NO_FLOOR;
+			floors->groups[i].lowered++;
+		}
 	floors->generation++;
 }
 
@@ -368,12 +380,12 @@ ds_due_floor_note_waiting(const char *queue, int32 priority, TimestampTz t)
 	 * passed by its raise: the floor goes down to it, and the raise is
 	 * voided.
 	 */
-	if (t < (TimestampTz) pg_atomic_read_u64(&floors->last_look))
+	if (g != NULL && t < (TimestampTz) pg_atomic_read_u64(&floors->last_look))
 	{
 		LWLockAcquire(floors->lock, LW_EXCLUSIVE);
-		if (g != NULL && t < g->floor)
+		if (t < g->floor)
 			g->floor = t;
-		floors->generation++;
+		g->lowered++;
 		LWLockRelease(floors->lock);
 	}
 }
@@ -542,17 +554,19 @@ ds_due_floor_look(const char *queue, int32 priority, DueFloorLook *look)
 	db = find_database(MyDatabaseId, false);
 	prepared = db != NULL && db->prepared > 0;
 	look->floor = g->floor;
-	look->generation = floors->generation;
+	look->generation = g->lowered;
 	LWLockRelease(floors->lock);
 	if (prepared)
 		return false;
 	look->slot = (int) (g - floors->groups);
 
 	/*
-	 * The clock first, said before the slots are read: a writer that
-	 * publishes after they are read sees it (ds_due_floor_note_waiting).
+	 * The clock first, less a margin, said before the slots are read: a
+	 * writer that publishes after they are read sees it
+	 * (ds_due_floor_note_waiting), and one that makes a step due now, as most
+	 * do, is not below it.
 	 */
-	look->bound = GetCurrentTimestamp();
+	look->bound = GetCurrentTimestamp() - FLOOR_MARGIN_USECS;
 	for (;;)
 	{
 		uint64		last = pg_atomic_read_u64(&floors->last_look);
@@ -589,7 +603,7 @@ ds_due_floor_raise(const DueFloorLook *look, TimestampTz first)
 		return;
 	g = &floors->groups[look->slot];
 	LWLockAcquire(floors->lock, LW_EXCLUSIVE);
-	if (floors->generation == look->generation && g->floor == look->floor)
+	if (g->lowered == look->generation && g->floor == look->floor)
 		g->floor = to;
 	LWLockRelease(floors->lock);
 }
