@@ -49,7 +49,7 @@ raise_runs_floor(void)
 	DueFloorLook look;
 
 	if (claimed_lxid != DS_MY_LXID && ds_due_floor_look(DS_RUNS_GROUP, 0, &look))
-		ds_due_floor_raise(&look, ds_store_first_waiting_run_time(look.floor));
+		ds_due_floor_raise(&look, ds_store_first_waiting_run_time(look.floor, look.bound));
 	claimed_lxid = DS_MY_LXID;
 	return ds_due_floor(DS_RUNS_GROUP, 0);
 }

@@ -37,19 +37,21 @@ ds_store_lock_due_runs(int limit, TimestampTz floor)
 }
 
 TimestampTz
-ds_store_first_waiting_run_time(TimestampTz floor)
+ds_store_first_waiting_run_time(TimestampTz floor, TimestampTz upto)
 {
-	Oid			types[1] = {TIMESTAMPTZOID};
-	Datum		args[1];
+	Oid			types[2] = {TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		args[2];
 	TimestampTz first;
 
 	args[0] = TimestampTzGetDatum(floor);
+	args[1] = TimestampTzGetDatum(upto);
 	/* every waiting run, of any partition: no floor passes one */
 	first = ds_store_query_time_args(&first_waiting_plan,
 									 "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
 									 " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
-									 " AND next_wake_at OPERATOR(pg_catalog.>=) $1",
-									 1, types, args, "first waiting run");
+									 " AND next_wake_at OPERATOR(pg_catalog.>=) $1"
+									 " AND next_wake_at OPERATOR(pg_catalog.<=) $2",
+									 2, types, args, "first waiting run");
 	return first != 0 ? first : DT_NOEND;
 }
 

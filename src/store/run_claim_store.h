@@ -19,10 +19,10 @@
 extern uint64 ds_store_lock_due_runs(int limit, TimestampTz floor);
 
 /*
- * The earliest next_wake_at, from `floor` on, of a pending or waiting run of any partition;
- * DT_NOEND when there is none. A look of ds_due_floor_look.
+ * The earliest next_wake_at, from `floor` to `upto`, of a pending or waiting run of any
+ * partition; DT_NOEND when there is none. A look of ds_due_floor_look.
  */
-extern TimestampTz ds_store_first_waiting_run_time(TimestampTz floor);
+extern TimestampTz ds_store_first_waiting_run_time(TimestampTz floor, TimestampTz upto);
 
 /*
  * Start a turn of each run of `run_ids` (text[]): running, turn counted, claimed by process

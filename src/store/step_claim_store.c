@@ -89,26 +89,29 @@ ds_store_waiting_groups(void)
 }
 
 TimestampTz
-ds_store_first_waiting_time(const char *queue, int32 priority, TimestampTz floor)
+ds_store_first_waiting_time(const char *queue, int32 priority, TimestampTz floor,
+							TimestampTz upto)
 {
-	Oid			types[3] = {TEXTOID, INT4OID, TIMESTAMPTZOID};
-	Datum		args[3];
+	Oid			types[4] = {TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		args[4];
 	TimestampTz first;
 
 	args[0] = CStringGetTextDatum(queue);
 	args[1] = Int32GetDatum(priority);
 	args[2] = TimestampTzGetDatum(floor);
+	args[3] = TimestampTzGetDatum(upto);
 
 	/*
 	 * every waiting step of the group, whoever's, of any kind and partition:
-	 * no floor passes one
+	 * no floor passes one; none past `upto`, which no floor passes either
+	 * (steps scheduled far ahead are never read)
 	 */
 	first = ds_store_query_time_args(&first_waiting_plan,
 									 "SELECT pg_catalog.min(next_attempt_at) FROM durable_steps.steps"
 									 " WHERE queue = $1 AND priority = $2"
 									 " AND next_attempt_at IS NOT NULL AND next_attempt_at >= $3"
-									 " AND status IN ('pending', 'retrying')",
-									 3, types, args, "first waiting step");
+									 " AND next_attempt_at <= $4 AND status IN ('pending', 'retrying')",
+									 4, types, args, "first waiting step");
 	return first != 0 ? first : DT_NOEND;
 }
 
@@ -131,14 +134,21 @@ ds_store_due_queues(TimestampTz now, const DueGroup *groups, int n)
 	args[0] = TimestampTzGetDatum(now);
 	group_arrays(groups, n, args + 1);
 	return ds_store_execute(&queues_plan,
+
+	/*
+	 * a lateral read of one step per group: each is an index range from the
+	 * group's floor, never a scan of every entry due by now (which a
+	 * semi-join would plan)
+	 */
 							"SELECT g.queue, q.concurrency, g.priority FROM "
 							GROUPS_FROM("$2", "$3", "$4")
-							" LEFT JOIN durable_steps.queues q ON q.name = g.queue"
-							" WHERE EXISTS (SELECT FROM durable_steps.steps s"
+							" CROSS JOIN LATERAL (SELECT FROM durable_steps.steps s"
 							"  WHERE s.queue = g.queue AND s.priority = g.priority"
 							"   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
 							"   AND s.next_attempt_at >= g.floor AND s.next_attempt_at <= $1"
-							"   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id))"
+							"   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
+							"  ORDER BY s.next_attempt_at LIMIT 1) d"
+							" LEFT JOIN durable_steps.queues q ON q.name = g.queue"
 							" ORDER BY g.i",
 							4, types, args, NULL, false, 0, SPI_OK_SELECT, "due queue query");
 }

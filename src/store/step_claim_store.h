@@ -23,11 +23,12 @@
 extern uint64 ds_store_waiting_groups(void);
 
 /*
- * The earliest next_attempt_at, from `floor` on, of a waiting step of group (queue, priority),
- * of any kind, owner or partition; DT_NOEND when there is none. A look of ds_due_floor_look.
+ * The earliest next_attempt_at, from `floor` to `upto`, of a waiting step of group (queue,
+ * priority), of any kind, owner or partition; DT_NOEND when there is none. A look of
+ * ds_due_floor_look.
  */
 extern TimestampTz ds_store_first_waiting_time(const char *queue, int32 priority,
-											   TimestampTz floor);
+											   TimestampTz floor, TimestampTz upto);
 
 /* Is a transaction of this database prepared (PREPARE TRANSACTION) and not yet ended? */
 extern bool ds_store_prepared_transactions(void);

@@ -62,7 +62,8 @@ raise_http_floor(void)
 	DueFloorLook look;
 
 	if (claimed_lxid != DS_MY_LXID && ds_due_floor_look(DS_HTTP_QUEUE, 0, &look))
-		ds_due_floor_raise(&look, ds_store_first_waiting_time(DS_HTTP_QUEUE, 0, look.floor));
+		ds_due_floor_raise(&look, ds_store_first_waiting_time(DS_HTTP_QUEUE, 0, look.floor,
+															  look.bound));
 	claimed_lxid = DS_MY_LXID;
 	return ds_due_floor(DS_HTTP_QUEUE, 0);
 }

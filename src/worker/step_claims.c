@@ -108,8 +108,8 @@ raise_floors(DueGroup *groups, int n)
 
 		if (!ds_due_floor_look(groups[i].queue, groups[i].priority, &look))
 			continue;
-		ds_due_floor_raise(&look, ds_store_first_waiting_time(groups[i].queue,
-															  groups[i].priority, look.floor));
+		ds_due_floor_raise(&look, ds_store_first_waiting_time(groups[i].queue, groups[i].priority,
+															  look.floor, look.bound));
 	}
 }
 
