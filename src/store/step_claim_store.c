@@ -9,6 +9,7 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 
 #include "http/http_request.h"
 #include "ipc/due_floors.h"
@@ -264,6 +265,7 @@ ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval 
 	Oid			types[6] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, BOOLOID};
 	Datum		args[6];
 	uint64		n;
+	int			guc_level;
 
 	args[0] = PointerGetDatum(tids);
 	args[1] = TimestampTzGetDatum(now);
@@ -273,6 +275,19 @@ ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval 
 	args[5] = BoolGetDatum(limited);
 	/* claims never touch a succeeded row: no backend need forget its replays */
 	ds_replay_cache_internal_update(true);
+
+	/*
+	 * The rows are found by their ctid (a TID scan), never through
+	 * steps_due_idx: the generic plan would otherwise read the index from its
+	 * start up to `now`, every finished step an old snapshot keeps there
+	 * (docs/internals.md, "Claims under a held horizon"). The plan is made
+	 * under these settings, once, and kept.
+	 */
+	guc_level = NewGUCNestLevel();
+	(void) set_config_option("enable_indexscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	n = ds_store_execute(&mark_running_plan,
 						 mark_running_plan ? NULL :
 
@@ -298,6 +313,7 @@ ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval 
 								  ds_step_column_list()),
 						 6, types, args, NULL, false, 0, SPI_OK_UPDATE_RETURNING,
 						 "claiming steps");
+	AtEOXact_GUC(true, guc_level);
 	ds_replay_cache_internal_update(false);
 	return n;
 }
