@@ -405,12 +405,6 @@ ds_due_floor_own_statement(bool on)
 	own_statement = on;
 }
 
-bool
-ds_due_floor_statement_is_own(void)
-{
-	return own_statement;
-}
-
 int
 ds_due_group_compare(const void *a, const void *b)
 {

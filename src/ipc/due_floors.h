@@ -43,9 +43,6 @@ extern void ds_due_floor_note_sql_write(void);
 /* The extension's own next SQL statement on steps is noted by its caller, not by the trigger. */
 extern void ds_due_floor_own_statement(bool on);
 
-/* Is the statement trigger to note the statement that fired it? */
-extern bool ds_due_floor_statement_is_own(void);
-
 /* A group with its floor, as the registry knows it. */
 typedef struct DueGroup
 {

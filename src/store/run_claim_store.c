@@ -46,12 +46,12 @@ ds_store_first_waiting_run_time(TimestampTz floor, TimestampTz upto)
 	args[0] = TimestampTzGetDatum(floor);
 	args[1] = TimestampTzGetDatum(upto);
 	/* every waiting run, of any partition: no floor passes one */
-	first = ds_store_query_time_args(&first_waiting_plan,
-									 "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
-									 " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
-									 " AND next_wake_at OPERATOR(pg_catalog.>=) $1"
-									 " AND next_wake_at OPERATOR(pg_catalog.<=) $2",
-									 2, types, args, "first waiting run");
+	first = ds_store_query_time(&first_waiting_plan,
+								"SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
+								" WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
+								" AND next_wake_at OPERATOR(pg_catalog.>=) $1"
+								" AND next_wake_at OPERATOR(pg_catalog.<=) $2",
+								2, types, args, "first waiting run");
 	return first != 0 ? first : DT_NOEND;
 }
 
@@ -150,10 +150,10 @@ ds_store_next_run_wake_time(TimestampTz floor)
 	Datum		args[1];
 
 	args[0] = TimestampTzGetDatum(floor);
-	return ds_store_query_time_args(&next_wake_plan,
-									"SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
-									" WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
-									" AND next_wake_at OPERATOR(pg_catalog.>=) $1"
-									" AND durable_steps.ds_partition_owned(run_id)",
-									1, types, args, "next run wake");
+	return ds_store_query_time(&next_wake_plan,
+							   "SELECT pg_catalog.min(next_wake_at) FROM durable_steps.runs"
+							   " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
+							   " AND next_wake_at OPERATOR(pg_catalog.>=) $1"
+							   " AND durable_steps.ds_partition_owned(run_id)",
+							   1, types, args, "next run wake");
 }

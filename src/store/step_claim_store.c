@@ -107,12 +107,12 @@ ds_store_first_waiting_time(const char *queue, int32 priority, TimestampTz floor
 	 * no floor passes one; none past `upto`, which no floor passes either
 	 * (steps scheduled far ahead are never read)
 	 */
-	first = ds_store_query_time_args(&first_waiting_plan,
-									 "SELECT pg_catalog.min(next_attempt_at) FROM durable_steps.steps"
-									 " WHERE queue = $1 AND priority = $2"
-									 " AND next_attempt_at IS NOT NULL AND next_attempt_at >= $3"
-									 " AND next_attempt_at <= $4 AND status IN ('pending', 'retrying')",
-									 4, types, args, "first waiting step");
+	first = ds_store_query_time(&first_waiting_plan,
+								"SELECT pg_catalog.min(next_attempt_at) FROM durable_steps.steps"
+								" WHERE queue = $1 AND priority = $2"
+								" AND next_attempt_at IS NOT NULL AND next_attempt_at >= $3"
+								" AND next_attempt_at <= $4 AND status IN ('pending', 'retrying')",
+								4, types, args, "first waiting step");
 	return first != 0 ? first : DT_NOEND;
 }
 
@@ -361,21 +361,21 @@ ds_store_next_due_step_time(const DueGroup *groups, int n)
 	Datum		args[3];
 
 	group_arrays(groups, n, args);
-	return ds_store_query_time_args(&next_due_plan,
-									"SELECT pg_catalog.min((SELECT s.next_attempt_at"
-									"  FROM durable_steps.steps s"
-									"  WHERE s.queue = g.queue AND s.priority = g.priority"
-									"   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
-									"   AND s.next_attempt_at >= g.floor"
-									"   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
-									"  ORDER BY s.next_attempt_at LIMIT 1))"
-									" FROM " GROUPS_FROM("$1", "$2", "$3")
-									" LEFT JOIN durable_steps.queues q ON q.name = g.queue"
+	return ds_store_query_time(&next_due_plan,
+							   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
+							   "  FROM durable_steps.steps s"
+							   "  WHERE s.queue = g.queue AND s.priority = g.priority"
+							   "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
+							   "   AND s.next_attempt_at >= g.floor"
+							   "   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
+							   "  ORDER BY s.next_attempt_at LIMIT 1))"
+							   " FROM " GROUPS_FROM("$1", "$2", "$3")
+							   " LEFT JOIN durable_steps.queues q ON q.name = g.queue"
 	/* a full or paused queue has nothing for an idle executor */
-									" WHERE q.concurrency IS NULL OR q.concurrency >"
-									"  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
-									"    WHERE r.running_queue = g.queue)",
-									3, types, args, "next due step");
+							   " WHERE q.concurrency IS NULL OR q.concurrency >"
+							   "  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
+							   "    WHERE r.running_queue = g.queue)",
+							   3, types, args, "next due step");
 }
 
 uint64
@@ -412,11 +412,11 @@ ds_store_next_due_http_time(TimestampTz floor)
 	Datum		args[1];
 
 	args[0] = TimestampTzGetDatum(floor);
-	return ds_store_query_time_args(&next_http_due_plan,
-									"SELECT min(next_attempt_at) FROM durable_steps.steps"
-									" WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
-									" AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
-									" AND next_attempt_at >= $1"
-									" AND kind = 'http' AND durable_steps.ds_partition_owned(run_id)",
-									1, types, args, "next due HTTP step");
+	return ds_store_query_time(&next_http_due_plan,
+							   "SELECT min(next_attempt_at) FROM durable_steps.steps"
+							   " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
+							   " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							   " AND next_attempt_at >= $1"
+							   " AND kind = 'http' AND durable_steps.ds_partition_owned(run_id)",
+							   1, types, args, "next due HTTP step");
 }

@@ -323,13 +323,9 @@ ds_store_spi_end(StoreSpi *s)
 	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
 }
 
-/*
- * The one timestamptz of `sql`; with `latest`, read in the latest snapshot, whatever the
- * transaction's isolation.
- */
-static TimestampTz
-query_time(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args, bool latest,
-		   const char *what)
+TimestampTz
+ds_store_query_time(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args,
+					const char *what)
 {
 	StoreSpi	spi;
 	TimestampTz answer = 0;
@@ -337,17 +333,11 @@ query_time(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args
 	int			rc;
 
 	ds_store_spi_begin(&spi);
-	if (latest)
-	{
-		(void) ds_store_relations();
-		rc = SPI_execute_snapshot(ds_prepare_kept(slot, sql, nargs, types), args, NULL,
-								  GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "%s query failed: %s", what, SPI_result_code_string(rc));
-	}
-	else
-		(void) ds_store_execute(slot, sql, nargs, types, args, NULL, true, 1, SPI_OK_SELECT,
-								"%s query", what);
+	(void) ds_store_relations();
+	rc = SPI_execute_snapshot(ds_prepare_kept(slot, sql, nargs, types), args, NULL,
+							  GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "%s query failed: %s", what, SPI_result_code_string(rc));
 	if (SPI_processed == 1)
 	{
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -357,19 +347,6 @@ query_time(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args
 	}
 	ds_store_spi_end(&spi);
 	return answer;
-}
-
-TimestampTz
-ds_store_query_time(SPIPlanPtr *slot, const char *sql, const char *what)
-{
-	return query_time(slot, sql, 0, NULL, NULL, false, what);
-}
-
-TimestampTz
-ds_store_query_time_args(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args,
-						 const char *what)
-{
-	return query_time(slot, sql, nargs, types, args, true, what);
 }
 
 static const char *const step_status_names[] = {

@@ -298,17 +298,13 @@ extern void ds_store_spi_begin(StoreSpi *s);
 extern void ds_store_spi_end(StoreSpi *s);
 
 /*
- * The one timestamptz (a min(...)) that the kept parameterless statement `sql` answers, run as
- * the tables' owner; 0 when it is NULL. `what` names the statement in its error.
+ * The one timestamptz (a min(...)) that the kept statement `sql` with `nargs` arguments answers,
+ * run as the tables' owner in the latest snapshot whatever the transaction's isolation (the looks
+ * of ipc/due_floors.h need one later than their start); 0 when it is NULL. `what` names the
+ * statement in its error.
  */
-extern TimestampTz ds_store_query_time(SPIPlanPtr *slot, const char *sql, const char *what);
-
-/*
- * The same, of a statement with `nargs` arguments, read in the latest snapshot whatever the
- * transaction's isolation (the looks of ipc/due_floors.h need one later than their start).
- */
-extern TimestampTz ds_store_query_time_args(SPIPlanPtr *slot, const char *sql, int nargs,
-											Oid *types, Datum *args, const char *what);
+extern TimestampTz ds_store_query_time(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types,
+									   Datum *args, const char *what);
 
 /* Can the current user see and act on steps owned by `owner`? */
 extern bool ds_store_may_access(Oid owner);
