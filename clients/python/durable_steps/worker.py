@@ -208,10 +208,10 @@ class Worker:
         self.wait_timeout = float(wait_timeout)
         self.logger = logger or logging.getLogger("durable_steps.worker")
         self._handlers: Dict[str, Handler] = {}
-        for name, handler in (tasks or {}).items():
-            self.register(name, handler)
         self._cond = threading.Condition()
         self._running = False
+        for name, handler in (tasks or {}).items():
+            self.register(name, handler)
         self._reset()
 
     def _reset(self) -> None:
@@ -541,8 +541,11 @@ class Worker:
             if getattr(err, "pgcode", None) is not None and isinstance(from_exception(err),
                                                                          LeaseLost):
                 ctx._cancel(LEASE_LOST)
-                self.logger.warning("durable_steps worker %s: %r failed (%s: %s) after losing "
-                                    "its lease", self.name, ctx, code, message)
+                # expected of a cancelled step; otherwise worth a look
+                level = logging.INFO if ctx.cancel_reason == CANCELLED else logging.WARNING
+                self.logger.log(level, "durable_steps worker %s: %r failed (%s: %s) after "
+                                "losing its lease (%s)", self.name, ctx, code, message,
+                                ctx.cancel_reason)
                 return
             self.logger.error("durable_steps worker %s: could not record the failure of %r "
                               "(%s: %s): %s", self.name, ctx, code, message, _describe(err))
