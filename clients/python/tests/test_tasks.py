@@ -6,7 +6,11 @@ Every wait is for a condition (ds_wait_step, an Event a handler sets, a row coun
 sleep that hopes something happened by then."""
 import collections
 import logging
+import os
 import queue
+import signal
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -17,6 +21,23 @@ import durable_steps as ds
 from durable_steps import Worker
 
 from .support import connect, dsn, uid
+
+# a worker process: run() in its main thread handles SIGTERM; the handler says when it started
+# and returns once the test writes a line to its stdin
+PROCESS = """
+import logging, sys, durable_steps as ds
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+worker = ds.Worker(sys.argv[1], concurrency=1, grace=20)
+
+@worker.task(sys.argv[2])
+def handler(input, ctx):
+    print("started", flush=True)
+    sys.stdin.readline()
+    return {"cancelled": ctx.cancelled.is_set()}
+
+worker.run()
+print("stopped", flush=True)
+"""
 
 EFFECTS = """
 CREATE TABLE IF NOT EXISTS pyclient_task_effects (
@@ -266,6 +287,35 @@ class Tasks(unittest.TestCase):
         self.assertEqual(reasons, ["stopping"])
         step = ds.wait_step(self.conn, run, "s", 0)
         self.assertEqual((step.status, step.attempt, step.error_code), ("retrying", 1, "RuntimeError"))
+
+    def line(self, proc, test):
+        """The first line the process prints that passes ``test`` (its output until then)."""
+        for line in proc.stdout:
+            if test(line.strip()):
+                return line.strip()
+        self.fail("the worker process ended first")
+
+    def test_sigterm_stops_a_worker_process_gracefully(self):
+        task, run = uid("sigterm"), uid("sigterm-run")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        proc = subprocess.Popen([sys.executable, "-c", PROCESS, dsn(), task], env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            ds.task_step(self.conn, run, "s", task)
+            self.assertEqual(self.line(proc, lambda line: line == "started"), "started")
+            proc.send_signal(signal.SIGTERM)
+            self.assertIn("stopping", self.line(proc, lambda line: "stopping" in line))
+            ds.task_step(self.conn, run, "after", task)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertEqual((proc.returncode, out.strip().splitlines()[-1]), (0, "stopped"))
+        self.assertEqual(self.wait(run, "s").result, {"cancelled": False})
+        self.assertEqual(ds.wait_step(self.conn, run, "after", 0).attempt, 0)
 
     def test_heartbeats_keep_a_handler_three_times_the_lease_alive(self):
         task, run = uid("long"), uid("long-run")
