@@ -210,11 +210,14 @@ class Worker:
         self._handlers: Dict[str, Handler] = {}
         self._cond = threading.Condition()
         self._running = False
+        self._reset()
         for name, handler in (tasks or {}).items():
             self.register(name, handler)
-        self._reset()
 
     def _reset(self) -> None:
+        # a run's state; a handler's thread abandoned by a run (a second stop()) keeps its own
+        # queue and leaves the next run's alone (its generation is another)
+        self._generation = getattr(self, "_generation", 0) + 1
         self._stopping = False
         self._stops = 0
         self._abandon = False
@@ -256,7 +259,8 @@ class Worker:
 
     def run(self) -> None:
         """Claims and runs tasks until stop() (or SIGTERM / SIGINT, whose handlers it installs
-        when called in the main thread, and restores on return). Returns once every running
+        when called in the main thread, and restores on return); after a stop() that came
+        before it, it returns at once. Returns once every running
         handler has returned; a second stop() (a second signal) sets every handler's
         ``ctx.cancelled`` at once and returns without waiting for them (their leases run out:
         counted lost attempts)."""
@@ -266,13 +270,12 @@ class Worker:
             if self._running:
                 raise RuntimeError("this worker is already running")
             self._running = True
-            self._reset()
         previous: Dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
-        threads = [threading.Thread(target=self._serve, daemon=True,
-                                    name="durable_steps task %d" % i)
+        threads = [threading.Thread(target=self._serve, args=(self._queue, self._generation),
+                                    daemon=True, name="durable_steps task %d" % i)
                    for i in range(self.concurrency)]
         monitor = threading.Thread(target=self._monitor, daemon=True,
                                    name="durable_steps heartbeats")
@@ -309,6 +312,7 @@ class Worker:
                 signal.signal(sig, handler)
             with self._cond:
                 self._running = False
+                self._reset()               # the next run() starts afresh
 
     def stop(self) -> None:
         """Stops claiming; running handlers have ``grace`` seconds to return before their
@@ -434,15 +438,15 @@ class Worker:
 
     # -- running handlers ----------------------------------------------------------------------
 
-    def _serve(self) -> None:
+    def _serve(self, attempts: "queue.Queue[Optional[_Attempt]]", generation: int) -> None:
         box = _Conn(self)
         try:
             while True:
-                attempt = self._queue.get()
+                attempt = attempts.get()
                 if attempt is None:
                     return
                 try:
-                    if self._stopping:
+                    if self._stopping or self._generation != generation:
                         self._release(box, attempt)
                     else:
                         self._run(box, attempt)
@@ -452,9 +456,10 @@ class Worker:
                 finally:
                     attempt.done = True
                     with self._cond:
-                        self._attempts.pop(attempt.ctx.token, None)
-                        self._free += 1
-                        self._cond.notify_all()
+                        if self._generation == generation:
+                            self._attempts.pop(attempt.ctx.token, None)
+                            self._free += 1
+                            self._cond.notify_all()
         finally:
             box.close()
 
@@ -533,8 +538,8 @@ class Worker:
             detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
             if len(detail) > MAX_DETAIL:
                 detail = "...\n" + detail[-(MAX_DETAIL - 4):]
-        code = (code or "error")[:MAX_CODE]
-        message = message[:MAX_MESSAGE]
+        code = str(code or "error")[:MAX_CODE]
+        message = str(message)[:MAX_MESSAGE]
         try:
             box.execute(FAIL, (ctx.token, code, message, detail, klass, retry_after, remediation))
         except psycopg2.Error as err:
