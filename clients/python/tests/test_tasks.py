@@ -267,6 +267,24 @@ class Tasks(unittest.TestCase):
         second = ds.wait_step(self.conn, run, "second", 0)
         self.assertEqual((second.status, second.attempt), ("pending", 0))
 
+    def test_a_claim_not_started_at_stop_is_released_uncounted(self):
+        task, run = uid("release"), uid("release-run")
+        ran = []
+        worker, thread = self.start({task: lambda input, ctx: ran.append(ctx)}, concurrency=1)
+        claimed = worker._start
+
+        def stop_first(row, sent):
+            worker.stop()                   # stop() came while the claim's answer was on its way
+            claimed(row, sent)
+
+        worker._start = stop_first
+        ds.task_step(self.conn, run, "s", task)
+        thread.join(20)
+        self.assertFalse(thread.is_alive())
+        self.assertEqual(ran, [])
+        step = ds.wait_step(self.conn, run, "s", 0)
+        self.assertEqual((step.status, step.attempt), ("pending", 0))
+
     def test_stop_cancels_a_handler_past_the_grace_period(self):
         task, run = uid("stubborn"), uid("stubborn-run")
         started, reasons = threading.Event(), []
