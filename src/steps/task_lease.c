@@ -29,6 +29,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "base/ds_errcodes.h"
 #include "base/key.h"
