@@ -259,11 +259,10 @@ class Worker:
 
     def run(self) -> None:
         """Claims and runs tasks until stop() (or SIGTERM / SIGINT, whose handlers it installs
-        when called in the main thread, and restores on return); after a stop() that came
-        before it, it returns at once. Returns once every running
-        handler has returned; a second stop() (a second signal) sets every handler's
-        ``ctx.cancelled`` at once and returns without waiting for them (their leases run out:
-        counted lost attempts)."""
+        when called in the main thread, and restores on return), then returns once every
+        running handler has returned; after a stop() that came before it, it returns at once.
+        A second stop() (a second signal) sets every handler's ``ctx.cancelled`` at once and
+        returns without waiting for them (their leases run out: counted lost attempts)."""
         if not self._handlers:
             raise ValueError("no task handlers: register one with @worker.task(name)")
         with self._cond:
@@ -327,6 +326,8 @@ class Worker:
             if self._stops > 1:
                 self._grace_end = now
                 self._abandon = True
+                for attempt in self._attempts.values():
+                    attempt.ctx._cancel(STOPPING)
             self._halt.set()
             self._cond.notify_all()
         self._wake.set()
