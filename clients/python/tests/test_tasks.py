@@ -372,6 +372,27 @@ class Tasks(unittest.TestCase):
         self.assertEqual(reasons, ["cancelled"])
         self.assertEqual(ds.wait_step(self.conn, run, "s", 0).status, "cancelled")
 
+    def test_the_deadline_sets_ctx_cancelled(self):
+        task, run = uid("deadline"), uid("deadline-run")
+        seen = []
+
+        def slow(input, ctx):
+            cancelled = ctx.cancelled.wait(20)
+            seen.append((cancelled, ctx.cancel_reason, ctx.deadline))
+            raise RuntimeError("too slow")
+
+        self.start({task: slow})
+        began = time.monotonic()
+        ds.task_step(self.conn, run, "s", task, timeout=1, policy={"max_attempts": 1})
+        step = self.wait(run, "s")
+        self.assertLess(time.monotonic() - began, 15)
+        # the lease ends with the deadline: the attempt is the step's timeout, DS004
+        self.assertEqual((step.status, step.error_code), ("failed", "DS004"))
+        self.assertEqual(len(seen), 1)
+        cancelled, reason, deadline = seen[0]
+        self.assertEqual((cancelled, reason), (True, "deadline"))
+        self.assertIsNotNone(deadline)
+
     def test_a_stale_token_raises_lease_lost_and_rolls_the_write_back(self):
         task, run = uid("stale"), uid("stale-run")
         records = Records()
