@@ -58,10 +58,10 @@ COMPLETE = "SELECT ds_complete_task(%s, %s::jsonb)"
 FAIL = "SELECT ds_fail_task(%s, %s, %s, %s, %s, %s::interval, %s)"
 RELEASE = "SELECT ds_release_task(%s)"
 
-# bounds of what a failure records: error_code is 1..64 characters (the contract); the message
-# and the traceback are cut so that a huge one never fails the recording itself
-MAX_CODE = 64
-MAX_MESSAGE = 2000
+# bounds of what a failure records: error_code is 1..64 bytes (docs/tasks.md, "Failures"); the
+# server cuts the message and the detail to 8 kB, the traceback's end is the part worth keeping
+MAX_CODE_BYTES = 64
+MAX_MESSAGE = 8000
 MAX_DETAIL = 8000
 
 # why ctx.cancelled was set (ctx.cancel_reason)
@@ -539,7 +539,7 @@ class Worker:
             detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
             if len(detail) > MAX_DETAIL:
                 detail = "...\n" + detail[-(MAX_DETAIL - 4):]
-        code = str(code or "error")[:MAX_CODE]
+        code = str(code or "error").encode("utf-8")[:MAX_CODE_BYTES].decode("utf-8", "ignore")
         message = str(message)[:MAX_MESSAGE]
         try:
             box.execute(FAIL, (ctx.token, code, message, detail, klass, retry_after, remediation))
