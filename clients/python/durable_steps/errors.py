@@ -176,6 +176,12 @@ class ReadOnlyTransaction(DurableStepsError):
     sqlstate, http_status = "25006", 503
 
 
+class ActiveSqlTransaction(DurableStepsError):
+    """25001: ds_claim_tasks inside a transaction block: a claim must commit before its handlers
+    run (call it in autocommit mode)."""
+    sqlstate = "25001"
+
+
 class NullValueNotAllowed(DurableStepsError):
     """22004: a required argument is NULL."""
     sqlstate, http_status = "22004", 400

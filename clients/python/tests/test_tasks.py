@@ -437,6 +437,16 @@ class Tasks(unittest.TestCase):
             conn.close()
         self.assertEqual(self.effects(run), {})
 
+    def test_a_claim_inside_a_transaction_block_is_25001(self):
+        conn = connect(autocommit=False)
+        try:
+            with conn.cursor() as cur, self.assertRaises(psycopg2.Error) as raised:
+                cur.execute("SELECT * FROM ds_claim_tasks(%s::text[])", ([uid("none")],))
+            self.assertIsInstance(ds.from_exception(raised.exception), ds.ActiveSqlTransaction)
+        finally:
+            conn.rollback()
+            conn.close()
+
     def test_concurrency_10_over_1000_tasks_completes_each_step_once(self):
         task, run = uid("many"), uid("many-run")
         lock, runs = threading.Lock(), collections.Counter()
