@@ -2,8 +2,9 @@
 # for an application worker -- played here in SQL: a claim in autocommit, then the outcome in a
 # transaction with the handler's own write -- and goes on with the task's result; a task failed
 # for good fails the run with DS102; a correctable failure blocks the run until ds_retry_step
-# gives the task corrected input; cancelling the run cancels its pending task; the task is the
-# workflow's role's, and another role cannot claim it.
+# gives the task corrected input; cancelling the run cancels its task, pending or held by a
+# worker, whose outcome is then refused; the task is the workflow's role's, and another role
+# cannot claim it.
 use strict;
 use warnings;
 
@@ -15,6 +16,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = worker_node('tasks_in_runs');
+my ($rc, $out, $err);
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION durable_steps;
@@ -166,8 +168,25 @@ is(app("SELECT count(*) FROM ds_claim_tasks(ARRAY['send-receipt'])"), '0',
 	'no worker claims the cancelled task');
 is(run_field($cancelled, 'status'), 'cancelled', 'the run stays cancelled');
 
-# --- 5. ds_task outside a workflow is refused
-my ($rc, $out, $err) = $node->psql('postgres', "SELECT ds_task('x', 'send-receipt')",
+# --- 5. cancelling the run while a worker holds its task: the worker learns it, its outcome is
+# refused and its transaction keeps nothing
+my $held = start_run('checkout:o-5', 'o-5');
+($token) = split /\|/, claim_receipt($held, 'app');
+is(app("SELECT ds_cancel_run('$held')"), 'cancelled', 'the run is cancelled while its task runs');
+is(task_field($held, 'status'), 'cancelled', 'and its task with it');
+is(app("SELECT held || '|' || cancelled FROM ds_heartbeat('$token')"), 'false|true',
+	"the worker's heartbeat says the task was cancelled");
+($rc, $out, $err) = $node->psql('postgres', qq{SET ROLE app; BEGIN;
+INSERT INTO receipts VALUES ('o-5', 'late');
+SELECT ds_complete_task('$token', '{"message_id": "m-5"}');
+COMMIT;}, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/DS410/, "the worker's completion is refused");
+is($node->safe_psql('postgres', "SELECT count(*) FROM receipts WHERE order_id = 'o-5'"),
+	'0', 'and its transaction kept nothing');
+is(run_field($held, 'status'), 'cancelled', 'the run stays cancelled');
+
+# --- 6. ds_task outside a workflow is refused
+($rc, $out, $err) = $node->psql('postgres', "SELECT ds_task('x', 'send-receipt')",
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/DS105/, 'ds_task outside a workflow raises DS105');
 
