@@ -35,6 +35,7 @@
 #include "base/key.h"
 #include "base/policy.h"
 #include "ipc/worker_shmem.h"
+#include "store/run_store.h"
 #include "store/step_store.h"
 #include "store/task_store.h"
 #include "steps/step_attempt.h"
@@ -195,7 +196,8 @@ refuse_lost_lease(const StepRecord *rec, const TaskToken *t, TimestampTz now)
 /*
  * Record the outcome of the attempt that holds the lease, in the caller's transaction: the
  * state rules, the hooks (run as the owner, whose privileges the caller has), the attempt's
- * record; its claim is the attempt's start.
+ * record; its claim is the attempt's start. A run waiting for the task is woken when the run
+ * must see the outcome.
  */
 static void
 record_outcome(StepRecord *rec, AttemptOutcome *o)
@@ -206,6 +208,13 @@ record_outcome(StepRecord *rec, AttemptOutcome *o)
 	o->finished_at = GetCurrentTimestamp();
 	ds_apply_attempt_outcome(rec, rec->attempts, o);
 	ds_store_finish_claimed_attempt(rec, rec->attempts, claimed_at, o);
+
+	/*
+	 * a run waiting for the task (ds_task) goes on, but not for a retry: that
+	 * is the workers'
+	 */
+	if (rec->status != STEP_RETRYING && rec->status != STEP_PENDING)
+		ds_run_wake_for_step_outcome(rec->run_id, rec->step_id);
 }
 
 /*
