@@ -18,6 +18,7 @@ import {
     type StartRunOptions,
     type StartedRun,
     type StepResult,
+    type TaskStepOptions,
 } from './client.js';
 
 export * from './client.js';
@@ -35,6 +36,11 @@ export function runStep<R = Json>(db: Queryable, runId: string, stepId: string, 
 export function httpStep<B = Json>(db: Queryable, runId: string, stepId: string, request: HttpRequest,
     options?: HttpStepOptions): Promise<StepResult<HttpResponse<B>>> {
     return new DurableSteps(db).httpStep<B>(runId, stepId, request, options);
+}
+
+export function taskStep<R = Json>(db: Queryable, runId: string, stepId: string, task: string, input?: Json,
+    options?: TaskStepOptions): Promise<StepResult<R>> {
+    return new DurableSteps(db).taskStep<R>(runId, stepId, task, input, options);
 }
 
 export function waitStep<R = Json>(db: Queryable, runId: string, stepId: string,
