@@ -24,6 +24,7 @@ import {
 export * from './client.js';
 export * from './errors.js';
 export * from './middleware.js';
+export * from './worker.js';
 
 // The calls as functions of a connection, for code that keeps no DurableSteps object: each is
 // `new DurableSteps(db).<method>(...)`.
