@@ -333,6 +333,8 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
     private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
     private readonly running = new Set<Attempt<C>>();
     private readonly settled = new Map<Attempt<C>, Promise<void>>();
+    /** start(): the first claim, and its launch or release */
+    private starting: Promise<void> | null = null;
     private loopDone: Promise<void> | null = null;
     private stopped: Promise<void> | null = null;
     /** resolves the loop's current idle wait (a free slot, a backoff) */
@@ -401,17 +403,27 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
      * no extension, a wrong schema, a missing privilege -- rejects here); the worker then goes on
      * by itself until stop().
      */
-    async start(): Promise<void> {
+    start(): Promise<void> {
         if (this.state !== 'new') {
-            throw new Error('a Worker starts once');
+            return Promise.reject(new Error('a Worker starts once'));
         }
         this.state = 'running';
+        this.starting = this.begin();
+        return this.starting;
+    }
+
+    private async begin(): Promise<void> {
         let rows: ClaimedRow[];
         try {
             rows = await this.claim(this.concurrency);
         } catch (e) {
             this.state = 'stopped';
             throw toDurableStepsError(e);
+        }
+        if (this.stopping) {
+            // stop() came while the first claim was on its way: give the claims back
+            await this.release(rows);
+            return;
         }
         this.launch(rows);
         this.loopDone = this.loop(rows.length >= this.concurrency ? null : rows.length);
@@ -437,6 +449,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         if (wasRunning) {
             this.nudge();
             this.abandonWait();
+            await this.starting?.catch(() => undefined);
             await this.loopDone;
             if (this.running.size > 0 && !(await this.settleWithin(this.graceMs))) {
                 for (const a of this.running) {
