@@ -35,7 +35,9 @@ live_by_queue AS (
            pg_catalog.min(s.next_attempt_at) FILTER (WHERE s.status OPERATOR(pg_catalog.<>) 'running'
                AND s.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) AS oldest_due
       FROM durable_steps.steps s
-     WHERE s.next_attempt_at IS NOT NULL
+     -- waiting and running steps, through the two indexes that hold them (steps_due_idx and
+     -- steps_task_due_idx)
+     WHERE s.next_attempt_at IS NOT NULL AND (s.task IS NULL OR s.task IS NOT NULL)
      GROUP BY s.queue, s.kind, s.status),
 live AS (
     SELECT CASE WHEN l.queue OPERATOR(pg_catalog.=) 'default'
@@ -179,6 +181,7 @@ BEGIN
                    s.kept_outcome IS NOT NULL AS kept
               FROM durable_steps.steps s
              WHERE s.status OPERATOR(pg_catalog.=) 'running' AND s.next_attempt_at IS NOT NULL
+               AND (s.task IS NULL OR s.task IS NOT NULL)
                AND (pg_catalog.hashtext(s.run_id) OPERATOR(pg_catalog.&) (v_count OPERATOR(pg_catalog.-) 1)) OPERATOR(pg_catalog.=) p
             UNION ALL
             SELECT r.run_id, '', 'run ' OPERATOR(pg_catalog.||) r.run_id, false
@@ -252,3 +255,164 @@ ALTER TABLE durable_steps.runs ENABLE ALWAYS TRIGGER runs_note_writes;
 -- thousands of steps a second and log "request for BRIN range summarization ... was not
 -- recorded" each time. A purge reads the few ranges not yet summarized whole, as it would.
 ALTER INDEX durable_steps.steps_created_idx SET (autosummarize = off);
+
+-- Tasks (docs/tasks.md): steps whose body is application code, claimed by workers outside the
+-- database. `task` names the handler (NULL for every other kind of step); `on_lost` says what a
+-- lease that ran out means ('uncertain': a person decides; NULL: a lost attempt, retried);
+-- `worker` names the worker that claimed the attempt now running.
+ALTER TABLE durable_steps.steps
+    ADD COLUMN task text COLLATE "C",
+    ADD COLUMN on_lost text,
+    ADD COLUMN worker text;
+
+-- Waiting tasks are claimed by name (ds_claim_tasks), from an index of their own: the
+-- executors' index holds no task, so that a backlog of tasks waiting for application workers is
+-- never read by a claim of SQL steps, nor SQL steps by a claim of tasks. Neither predicate
+-- names a column a claim changes: a claim of a SQL step stays a HOT update.
+DROP INDEX durable_steps.steps_due_idx;
+CREATE INDEX steps_due_idx ON durable_steps.steps (queue, priority, next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL AND task IS NULL;
+CREATE INDEX steps_task_due_idx ON durable_steps.steps (task, priority, next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL AND task IS NOT NULL;
+
+-- The views read waiting and running steps through both indexes, and show the tasks' columns.
+CREATE OR REPLACE VIEW @extschema@.ds_steps WITH (security_barrier) AS
+    SELECT s.run_id, s.step_id, s.kind, s.status, s.result,
+           s.attempts AS attempt, s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts AS max_attempts,
+           s.next_attempt_at, s.error_class, s.error_code, s.error_message, s.error_detail,
+           s.remediation, s.sql, s.input,
+           -- secret header values are the owner's alone (docs/http.md)
+           CASE WHEN pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE') THEN s.request
+                ELSE durable_steps.ds_http_mask_request(s.request) END AS request,
+           s.idempotency_header,
+           @extschema@.ds_retry_policy(s.max_attempts,
+               s.retry_initial_delay OPERATOR(pg_catalog.*) interval '1 microsecond',
+               s.retry_max_delay OPERATOR(pg_catalog.*) interval '1 microsecond',
+               CASE WHEN s.retry_exponential THEN 'exponential' ELSE 'fixed' END,
+               s.retry_multiplier, s.retry_jitter) AS policy,
+           s.timeout, s.on_timeout,
+           s.retry_on, s.fail_on, s.notify, s.on_success, s.on_failure, s.queue, s.priority,
+           -- a hash of the whole definition, masked secrets included: the owner's alone, or an
+           -- admin could confirm a guessed secret by hashing a definition of its own
+           CASE WHEN pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE') THEN s.fingerprint END
+               AS fingerprint,
+           s.owner,
+           s.created_at, s.updated_at, s.finished_at,
+           -- tasks (docs/tasks.md): the handler's name, what a lost lease means, and the
+           -- worker that claimed the attempt now running
+           s.task, coalesce(s.on_lost, CASE WHEN s.task IS NOT NULL THEN 'retry' END) AS on_lost,
+           s.worker
+      FROM durable_steps.steps s
+     WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
+        OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
+
+CREATE OR REPLACE VIEW @extschema@.ds_attempts WITH (security_barrier) AS
+    SELECT a.run_id, a.step_id, a.attempt, a.class, a.error_code, a.error_message,
+           a.error_detail, a.claimed_at, a.started_at, a.finished_at,
+           a.finished_at OPERATOR(pg_catalog.-) a.started_at AS duration,
+           -- NULL where no key was sent: an HTTP step without an idempotency header
+           CASE WHEN k.keyless THEN NULL ELSE k.step_key END AS idempotency_key,
+           k.step_key OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.attempt::text AS attempt_key,
+           a.executor, a.backend_pid, a.role
+      FROM (SELECT run_id, step_id, attempt, class, error_code, error_message, error_detail,
+                   claimed_at, started_at, finished_at, executor, backend_pid, role
+              FROM durable_steps.attempts
+            UNION ALL
+            -- the attempt a worker has claimed and is running: its step's row records it
+            SELECT run_id, step_id, attempts, NULL, NULL, NULL, NULL, updated_at, updated_at,
+                   NULL, 'worker', claimed_by, owner
+              FROM durable_steps.steps
+             WHERE status OPERATOR(pg_catalog.=) 'running' AND next_attempt_at IS NOT NULL
+               AND (task IS NULL OR task IS NOT NULL)
+            UNION ALL
+            -- a worker's attempt that succeeded: its step's row records it too
+            SELECT run_id, step_id, attempts, 'completed', NULL, NULL, NULL, attempt_claimed_at,
+                   attempt_started_at, finished_at, 'worker', claimed_by, owner
+              FROM durable_steps.steps
+             WHERE attempt_started_at IS NOT NULL) a,
+           -- the keys ds_idempotency_key() and ds_attempt_key() handed to the attempt, and the
+           -- one its HTTP request carried (docs/steps.md, "Keys")
+           LATERAL (SELECT durable_steps.ds_step_key(a.run_id, a.step_id) AS step_key,
+                           EXISTS (SELECT FROM durable_steps.steps ks
+                                    WHERE ks.run_id OPERATOR(pg_catalog.=) a.run_id
+                                      AND ks.step_id OPERATOR(pg_catalog.=) a.step_id
+                                      AND ks.kind OPERATOR(pg_catalog.=) 'http'
+                                      AND ks.idempotency_header IS NULL) AS keyless) k
+     WHERE pg_catalog.pg_has_role(a.role::pg_catalog.oid, 'USAGE')
+        OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
+
+CREATE OR REPLACE VIEW @extschema@.ds_queues WITH (security_barrier) AS
+    SELECT coalesce(q.name, c.queue) AS queue, q.concurrency,
+           coalesce(c.running, 0) AS running, coalesce(c.due, 0) AS due,
+           coalesce(c.scheduled, 0) AS scheduled, q.updated_at
+      FROM durable_steps.queues q
+      FULL JOIN (SELECT s.queue,
+                        pg_catalog.count(*) FILTER (WHERE s.status OPERATOR(pg_catalog.=) 'running') AS running,
+                        pg_catalog.count(*) FILTER (WHERE s.status OPERATOR(pg_catalog.<>) 'running'
+                            AND s.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) AS due,
+                        pg_catalog.count(*) FILTER (WHERE s.status OPERATOR(pg_catalog.<>) 'running'
+                            AND s.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS scheduled
+                   FROM durable_steps.steps s
+                  WHERE s.status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,running}'::text[])
+                    AND s.next_attempt_at IS NOT NULL AND (s.task IS NULL OR s.task IS NOT NULL)
+                    AND (pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
+                         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE'))
+                  GROUP BY s.queue) c
+        ON c.queue OPERATOR(pg_catalog.=) q.name;
+
+-- Tasks (docs/tasks.md). A task is stored with the caller's transaction; an application worker
+-- claims it by name, outside any transaction block, and records its outcome in a transaction
+-- of its own, with the handler's writes. Every call after the claim names the attempt by the
+-- token the claim returned, and acts only while that attempt holds an unexpired lease (DS410).
+CREATE FUNCTION @extschema@.ds_task_step(
+        run_id text,
+        step_id text,
+        task text,
+        input jsonb DEFAULT NULL,
+        policy jsonb DEFAULT NULL,
+        queue text DEFAULT 'default',
+        priority integer DEFAULT 0,
+        run_at timestamptz DEFAULT NULL,
+        timeout interval DEFAULT NULL,
+        notify text DEFAULT NULL,
+        on_success text DEFAULT NULL,
+        on_failure text DEFAULT NULL,
+        on_lost text DEFAULT 'retry',
+        nowait boolean DEFAULT false)
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_task_step' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_claim_tasks(
+        tasks text[],
+        max integer DEFAULT 1,
+        lease interval DEFAULT '30 s',
+        worker text DEFAULT NULL,
+        queues text[] DEFAULT NULL)
+    RETURNS TABLE (run_id text, step_id text, task text, input jsonb, attempt integer,
+                   max_attempts integer, idempotency_key text, attempt_key text, token text,
+                   lease_expires_at timestamptz, deadline timestamptz)
+    AS 'MODULE_PATHNAME', 'ds_claim_tasks' LANGUAGE C VOLATILE ROWS 10;
+-- A procedure: outside a transaction block it commits before it sleeps, and holds no snapshot.
+CREATE PROCEDURE @extschema@.ds_wait_for_tasks(
+        tasks text[],
+        timeout interval,
+        queues text[] DEFAULT NULL,
+        INOUT due boolean DEFAULT NULL)
+    AS 'MODULE_PATHNAME', 'ds_wait_for_tasks' LANGUAGE C;
+CREATE FUNCTION @extschema@.ds_heartbeat(token text, extend interval DEFAULT NULL,
+        OUT held boolean, OUT cancelled boolean, OUT lease_expires_at timestamptz)
+    AS 'MODULE_PATHNAME', 'ds_heartbeat' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_complete_task(token text, result jsonb DEFAULT NULL)
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_complete_task' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_fail_task(
+        token text,
+        error_code text,
+        message text,
+        detail text DEFAULT NULL,
+        class text DEFAULT 'retryable',
+        retry_after interval DEFAULT NULL,
+        remediation text DEFAULT NULL)
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_fail_task' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_release_task(token text) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'ds_release_task' LANGUAGE C VOLATILE;

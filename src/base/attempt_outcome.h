@@ -17,6 +17,12 @@ typedef struct AttemptOutcome
 	AttemptClass cls;
 	Jsonb	   *result;			/* completed attempts only */
 	int			sqlerrcode;		/* failed attempts only */
+
+	/*
+	 * the code a task's handler gave its failure (docs/tasks.md), recorded
+	 * instead of the SQLSTATE's; NULL for every other attempt
+	 */
+	const char *error_code;
 	char	   *message;
 	char	   *detail;
 	char	   *hint;

@@ -38,6 +38,8 @@
 #define ERRCODE_DS_STEP_NOT_FOUND		MAKE_SQLSTATE('D','S','4','0','4')
 #define ERRCODE_DS_IN_PROGRESS			MAKE_SQLSTATE('D','S','4','0','9')
 #define ERRCODE_DS_STEP_CONFLICT		MAKE_SQLSTATE('D','S','4','2','2')
+/* a task's token no longer holds its attempt's lease (docs/tasks.md) */
+#define ERRCODE_DS_LEASE_LOST			MAKE_SQLSTATE('D','S','4','1','0')
 /* Partitions (docs/partitions.md): a call naming a run of a partition this server does not own. */
 #define ERRCODE_DS_WRONG_PARTITION		MAKE_SQLSTATE('D','S','2','0','1')
 /*

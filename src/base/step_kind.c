@@ -11,6 +11,7 @@ const StepKindInfo ds_step_kinds[N_STEP_KINDS] = {
 	[STEP_KIND_SLEEP] = {.name = "sleep"},
 	[STEP_KIND_EVENT] = {.name = "event"},
 	[STEP_KIND_PATCH] = {.name = "patch"},
+	[STEP_KIND_TASK] = {.name = "task",.acts_outside = true,.run_by_app_worker = true},
 };
 
 StepKind

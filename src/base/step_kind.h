@@ -18,11 +18,13 @@ typedef enum StepKind
 	STEP_KIND_HTTP,				/* a request, sent by the HTTP worker */
 	STEP_KIND_SLEEP,			/* a run's ds_sleep: its record only */
 	STEP_KIND_EVENT,			/* a run's ds_await_event: its record only */
-	STEP_KIND_PATCH				/* a run's ds_patched: its answer, recorded
+	STEP_KIND_PATCH,			/* a run's ds_patched: its answer, recorded
 								 * once */
+	STEP_KIND_TASK				/* application code, run by a worker outside
+								 * the database (docs/tasks.md) */
 } StepKind;
 
-#define N_STEP_KINDS (STEP_KIND_PATCH + 1)
+#define N_STEP_KINDS (STEP_KIND_TASK + 1)
 
 typedef struct StepKindInfo
 {
@@ -40,6 +42,12 @@ typedef struct StepKindInfo
 	 * so repeating it must be safe (an idempotency key) or a person decides
 	 */
 	bool		acts_outside;
+
+	/*
+	 * An application worker claims its attempts (ds_claim_tasks) and records
+	 * their outcomes under a lease; no executor runs or recovers them
+	 */
+	bool		run_by_app_worker;
 } StepKindInfo;
 
 extern const StepKindInfo ds_step_kinds[N_STEP_KINDS];

@@ -14,6 +14,7 @@
 #include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -26,6 +27,7 @@ static WorkerShared *shared = NULL;
 static bool preloaded = false;
 static bool wake_pending = false;
 static bool wake_http_pending = false;
+static bool wake_tasks_pending = false;
 
 /* this transaction kept an HTTP outcome for the executors (ds_worker_kept_outcome_at_commit) */
 static bool kept_pending = false;
@@ -93,6 +95,8 @@ worker_shmem_startup(void)
 		 * at once
 		 */
 		pg_atomic_init_u64(&shared->kept_outcomes, 1);
+		pg_atomic_init_u64(&shared->tasks_generation, 1);
+		ConditionVariableInit(&shared->tasks_cv);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -302,8 +306,14 @@ wake_after_locks_released(ResourceReleasePhase phase, bool isCommit, bool isTopL
 		wake_one_executor();
 	if (wake_http_pending && isCommit)
 		wake_http_worker();
+	if (wake_tasks_pending && isCommit)
+	{
+		pg_atomic_fetch_add_u64(&shared->tasks_generation, 1);
+		ConditionVariableBroadcast(&shared->tasks_cv);
+	}
 	wake_pending = false;
 	wake_http_pending = false;
+	wake_tasks_pending = false;
 }
 
 void
@@ -353,23 +363,64 @@ ds_kept_outcomes_generation(void)
 void
 ds_worker_wake_kind_at_commit(StepKind kind)
 {
-	if (!ds_step_kinds[kind].sent_by_http_worker)
+	bool		executor_pending = wake_pending;
+
+	if (!ds_step_kinds[kind].sent_by_http_worker && !ds_step_kinds[kind].run_by_app_worker)
 	{
 		ds_worker_wake_at_commit();
 		return;
 	}
-	{
-		bool		executor_pending = wake_pending;
 
-		/*
-		 * its warnings and callback; the HTTP worker, not an executor, is to
-		 * be woken
-		 */
-		ds_worker_wake_at_commit();
-		wake_pending = executor_pending;
-		if (preloaded)
-			wake_http_pending = true;
+	/*
+	 * its warnings and callback; the HTTP worker or the task waiters, not an
+	 * executor, are to be woken
+	 */
+	ds_worker_wake_at_commit();
+	wake_pending = executor_pending;
+	if (preloaded && ds_step_kinds[kind].sent_by_http_worker)
+		wake_http_pending = true;
+	if (preloaded && ds_step_kinds[kind].run_by_app_worker)
+		wake_tasks_pending = true;
+}
+
+uint64
+ds_tasks_generation(void)
+{
+	return shared != NULL ? pg_atomic_read_u64(&shared->tasks_generation) : 0;
+}
+
+bool
+ds_tasks_wait(uint64 seen, long timeout_ms)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	bool		moved = false;
+
+	if (shared == NULL)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		return false;
 	}
+	ConditionVariablePrepareToSleep(&shared->tasks_cv);
+	for (;;)
+	{
+		long		left;
+
+		if (pg_atomic_read_u64(&shared->tasks_generation) != seen)
+		{
+			moved = true;
+			break;
+		}
+		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until);
+		if (left <= 0)
+			break;
+		/* serves interrupts: a cancel or a terminate ends the wait */
+		(void) ConditionVariableTimedSleep(&shared->tasks_cv, left, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	return moved;
 }
 
 PG_FUNCTION_INFO_V1(ds_serve_this_database);

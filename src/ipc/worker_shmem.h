@@ -8,6 +8,7 @@
 #include "base/compat.h"
 #include "base/step_kind.h"
 #include "port/atomics.h"
+#include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "utils/timestamp.h"
 
@@ -135,6 +136,13 @@ typedef struct WorkerShared
 	 * to record
 	 */
 	pg_atomic_uint64 kept_outcomes;
+
+	/*
+	 * Sessions waiting for a task to be due (ds_wait_for_tasks): bumped and
+	 * broadcast after every commit that made a task wait (docs/tasks.md)
+	 */
+	pg_atomic_uint64 tasks_generation;
+	ConditionVariable tasks_cv;
 } WorkerShared;
 
 /* how long an attempt runs before its executor counts as busy (executor_slot.h) */
@@ -223,9 +231,19 @@ extern void ds_worker_serve_at_commit(void);
 
 /*
  * ds_worker_wake_at_commit for a step of kind `kind`: the HTTP worker for the kinds it sends
- * (step_kind.h), the executors for the others.
+ * (step_kind.h), the sessions waiting for tasks (ds_wait_for_tasks) for the kinds application
+ * workers run, the executors for the others.
  */
 extern void ds_worker_wake_kind_at_commit(StepKind kind);
+
+/* Moves after each commit that made a task wait (0 when the library was not preloaded). */
+extern uint64 ds_tasks_generation(void);
+
+/*
+ * Sleep until the generation of tasks moves past `seen`, at most `timeout_ms`; true when it
+ * moved. Interrupts are served while it sleeps. Without shared memory, sleeps the whole time.
+ */
+extern bool ds_tasks_wait(uint64 seen, long timeout_ms);
 
 /*
  * In the HTTP worker: take a slot for this database, so that commits wake this process; false

@@ -27,6 +27,7 @@
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
 #include "steps/queues.h"
+#include "steps/task_lease.h"
 #include "store/replay_cache.h"
 #include "steps/run_context.h"
 #include "store/run_store.h"
@@ -509,7 +510,14 @@ ds_cancel_step(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("ds_cancel_step()");
 	PreventCommandIfParallelMode("ds_cancel_step()");
 	ds_step_lock_visible(run_id, step_id, true, &rec);
-	if (rec.status == STEP_RUNNING)
+	if (rec.status == STEP_RUNNING && ds_step_kinds[rec.kind].run_by_app_worker)
+
+		/*
+		 * an application worker holds its lease: the attempt ends now, and
+		 * the worker's next heartbeat or outcome finds the step cancelled
+		 */
+		ds_cancel_running_task(&rec);
+	else if (rec.status == STEP_RUNNING)
 
 		/*
 		 * its lock was free: the process running it is gone, so the attempt

@@ -265,7 +265,8 @@ apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 	}
 
 	rec->result = NULL;
-	rec->error_code = pstrdup(unpack_sql_state(outcome->sqlerrcode));
+	rec->error_code = pstrdup(outcome->error_code ? outcome->error_code :
+							  unpack_sql_state(outcome->sqlerrcode));
 	rec->error_message = outcome->message;
 	rec->error_detail = outcome->detail;
 	rec->next_attempt_at = 0;
@@ -330,7 +331,8 @@ apply_outcome(StepRecord *rec, int attempt, const AttemptOutcome *outcome)
 			 */
 			rec->status = STEP_UNCERTAIN;
 			rec->error_class = "uncertain";
-			rec->remediation = "The request may have taken effect. Check with its receiver, then settle the step with ds_resolve_step() or send it again with ds_retry_step().";
+			rec->remediation = outcome->hint ? outcome->hint :
+				"The request may have taken effect. Check with its receiver, then settle the step with ds_resolve_step() or send it again with ds_retry_step().";
 			rec->finished_at = 0;
 			break;
 		default:

@@ -44,6 +44,12 @@
 
 static int	max_result_size = 1024 * 1024;
 
+int
+ds_max_result_size(void)
+{
+	return max_result_size;
+}
+
 /* How often a worker attempt looks for a ds_cancel_step() request. */
 #define CANCEL_POLL_MS 100
 

@@ -48,6 +48,9 @@ extern bool ds_worker_body_ignored_cancel(void);
 /* Longest error message, detail or hint an attempt records, in bytes. */
 #define DS_MAX_ERROR_TEXT 8192
 
+/* durable_steps.max_result_size: the largest result a step may record, in bytes. */
+extern int	ds_max_result_size(void);
+
 /*
  * Run attempt `attempt` of the body. Errors of the body are caught, rolled back with its
  * subtransaction and classified into the outcome; only a cancel that is not the step's own

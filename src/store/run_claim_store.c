@@ -51,7 +51,7 @@ ds_store_first_waiting_run_time(TimestampTz floor, TimestampTz upto)
 								" WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
 								" AND next_wake_at OPERATOR(pg_catalog.>=) $1"
 								" AND next_wake_at OPERATOR(pg_catalog.<=) $2",
-								2, types, args, "first waiting run");
+								2, types, args, NULL, "first waiting run");
 	return first != 0 ? first : DT_NOEND;
 }
 
@@ -155,5 +155,5 @@ ds_store_next_run_wake_time(TimestampTz floor)
 							   " WHERE status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}')"
 							   " AND next_wake_at OPERATOR(pg_catalog.>=) $1"
 							   " AND durable_steps.ds_partition_owned(run_id)",
-							   1, types, args, "next run wake");
+							   1, types, args, NULL, "next run wake");
 }

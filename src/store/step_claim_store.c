@@ -41,12 +41,12 @@ static SPIPlanPtr next_http_due_plan = NULL;
 #define WAITING_GROUPS \
 	"WITH RECURSIVE g(queue, priority) AS (" \
 	" (SELECT queue, priority FROM durable_steps.steps" \
-	"   WHERE next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')" \
+	"   WHERE next_attempt_at IS NOT NULL AND task IS NULL AND status IN ('pending', 'retrying')" \
 	"   ORDER BY queue, priority LIMIT 1)" \
 	" UNION ALL" \
 	" SELECT n.queue, n.priority FROM g CROSS JOIN LATERAL" \
 	"  (SELECT s.queue, s.priority FROM durable_steps.steps s" \
-	"    WHERE s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')" \
+	"    WHERE s.next_attempt_at IS NOT NULL AND s.task IS NULL AND s.status IN ('pending', 'retrying')" \
 	"      AND (s.queue, s.priority) > (g.queue, g.priority)" \
 	"    ORDER BY s.queue, s.priority LIMIT 1) n) "
 
@@ -110,9 +110,9 @@ ds_store_first_waiting_time(const char *queue, int32 priority, TimestampTz floor
 	first = ds_store_query_time(&first_waiting_plan,
 								"SELECT pg_catalog.min(next_attempt_at) FROM durable_steps.steps"
 								" WHERE queue = $1 AND priority = $2"
-								" AND next_attempt_at IS NOT NULL AND next_attempt_at >= $3"
+								" AND next_attempt_at IS NOT NULL AND task IS NULL AND next_attempt_at >= $3"
 								" AND next_attempt_at <= $4 AND status IN ('pending', 'retrying')",
-								4, types, args, "first waiting step");
+								4, types, args, NULL, "first waiting step");
 	return first != 0 ? first : DT_NOEND;
 }
 
@@ -145,7 +145,7 @@ ds_store_due_queues(TimestampTz now, const DueGroup *groups, int n)
 							GROUPS_FROM("$2", "$3", "$4")
 							" CROSS JOIN LATERAL (SELECT FROM durable_steps.steps s"
 							"  WHERE s.queue = g.queue AND s.priority = g.priority"
-							"   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
+							"   AND s.next_attempt_at IS NOT NULL AND s.task IS NULL AND s.status IN ('pending', 'retrying')"
 							"   AND s.next_attempt_at >= g.floor AND s.next_attempt_at <= $1"
 							"   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
 							"  ORDER BY s.next_attempt_at LIMIT 1) d"
@@ -207,7 +207,7 @@ ds_store_read_due_steps(const char *queue, int32 priority, TimestampTz floor, in
 							"SELECT run_id, step_id, ctid, owner::pg_catalog.oid"
 							" FROM durable_steps.steps"
 							" WHERE queue = $1 AND priority = $2"
-							" AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							" AND next_attempt_at IS NOT NULL AND task IS NULL AND status IN ('pending', 'retrying')"
 							" AND next_attempt_at >= $7 AND next_attempt_at <= $4 AND kind = 'sql'"
 							" AND durable_steps.ds_partition_owned(run_id)"
 							" AND ctid <> ALL ($5)"
@@ -247,7 +247,7 @@ ds_store_read_due_steps_share(const char *queue, int32 priority, TimestampTz flo
 							" (SELECT run_id, step_id, ctid, owner::pg_catalog.oid AS owner,"
 							"   next_attempt_at FROM durable_steps.steps"
 							"  WHERE queue = $1 AND priority = $2"
-							"  AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							"  AND next_attempt_at IS NOT NULL AND task IS NULL AND status IN ('pending', 'retrying')"
 							"  AND next_attempt_at >= $9 AND next_attempt_at <= $4 AND kind = 'sql'"
 							"  AND durable_steps.ds_partition_owned(run_id)"
 							"  AND ctid <> ALL ($5)"
@@ -301,7 +301,7 @@ ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval 
 								  "  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
 								  "  claimed_by = $3,"
 								  "  running_queue = CASE WHEN $6 THEN s.queue END"
-								  " WHERE s.ctid = ANY ($1) AND s.next_attempt_at IS NOT NULL"
+								  " WHERE s.ctid = ANY ($1) AND s.next_attempt_at IS NOT NULL AND s.task IS NULL"
 								  "  AND s.status IN ('pending', 'retrying')"
 
 	/*
@@ -327,7 +327,7 @@ ds_store_read_running_steps(void)
 	 */
 	return ds_store_execute(&running_plan,
 							"SELECT run_id, step_id FROM durable_steps.steps"
-							" WHERE next_attempt_at IS NOT NULL AND status = 'running'"
+							" WHERE next_attempt_at IS NOT NULL AND task IS NULL AND status = 'running'"
 	/* an outcome kept for an executor is not lost (worker.c) */
 							" AND kept_outcome IS NULL"
 
@@ -365,7 +365,7 @@ ds_store_next_due_step_time(const DueGroup *groups, int n)
 							   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
 							   "  FROM durable_steps.steps s"
 							   "  WHERE s.queue = g.queue AND s.priority = g.priority"
-							   "   AND s.next_attempt_at IS NOT NULL AND s.status IN ('pending', 'retrying')"
+							   "   AND s.next_attempt_at IS NOT NULL AND s.task IS NULL AND s.status IN ('pending', 'retrying')"
 							   "   AND s.next_attempt_at >= g.floor"
 							   "   AND s.kind = 'sql' AND durable_steps.ds_partition_owned(s.run_id)"
 							   "  ORDER BY s.next_attempt_at LIMIT 1))"
@@ -375,7 +375,7 @@ ds_store_next_due_step_time(const DueGroup *groups, int n)
 							   " WHERE q.concurrency IS NULL OR q.concurrency >"
 							   "  (SELECT pg_catalog.count(*) FROM durable_steps.steps r"
 							   "    WHERE r.running_queue = g.queue)",
-							   3, types, args, "next due step");
+							   3, types, args, NULL, "next due step");
 }
 
 uint64
@@ -396,7 +396,7 @@ ds_store_lock_due_http_steps(int limit, TimestampTz now, ArrayType *capped, Time
 	return ds_store_execute(&http_due_plan,
 							"SELECT run_id, step_id, ctid, owner::pg_catalog.oid FROM durable_steps.steps"
 							" WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
-							" AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							" AND next_attempt_at IS NOT NULL AND task IS NULL AND status IN ('pending', 'retrying')"
 							" AND next_attempt_at >= $4 AND next_attempt_at <= $2 AND kind = 'http'"
 							" AND owner::pg_catalog.oid OPERATOR(pg_catalog.<>) ALL ($3)"
 							" AND durable_steps.ds_partition_owned(run_id)"
@@ -415,8 +415,8 @@ ds_store_next_due_http_time(TimestampTz floor)
 	return ds_store_query_time(&next_http_due_plan,
 							   "SELECT min(next_attempt_at) FROM durable_steps.steps"
 							   " WHERE queue = '" DS_HTTP_QUEUE "' AND priority = 0"
-							   " AND next_attempt_at IS NOT NULL AND status IN ('pending', 'retrying')"
+							   " AND next_attempt_at IS NOT NULL AND task IS NULL AND status IN ('pending', 'retrying')"
 							   " AND next_attempt_at >= $1"
 							   " AND kind = 'http' AND durable_steps.ds_partition_owned(run_id)",
-							   1, types, args, "next due HTTP step");
+							   1, types, args, NULL, "next due HTTP step");
 }

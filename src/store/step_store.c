@@ -89,6 +89,9 @@ const StepColumnDesc ds_step_columns[N_STEP_COLUMNS] = {
 	[STEP_COL_UPDATED_AT] = STEP_FIELD("updated_at", FIELD_TIMESTAMPTZ, updated_at),
 	[STEP_COL_FINISHED_AT] = STEP_FIELD("finished_at", FIELD_TIMESTAMPTZ, finished_at),
 	[STEP_COL_KEPT_OUTCOME] = STEP_FIELD("kept_outcome", FIELD_VARLENA, kept_outcome),
+	[STEP_COL_TASK] = STEP_FIELD("task", FIELD_TEXT, task),
+	[STEP_COL_ON_LOST] = STEP_FIELD("on_lost", FIELD_TEXT, on_lost),
+	[STEP_COL_WORKER] = STEP_FIELD("worker", FIELD_TEXT, worker),
 };
 
 const char *const ds_attempt_column_names[N_ATTEMPT_COLUMNS] = {
@@ -325,7 +328,7 @@ ds_store_spi_end(StoreSpi *s)
 
 TimestampTz
 ds_store_query_time(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args,
-					const char *what)
+					const char *nulls, const char *what)
 {
 	StoreSpi	spi;
 	TimestampTz answer = 0;
@@ -334,7 +337,7 @@ ds_store_query_time(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Da
 
 	ds_store_spi_begin(&spi);
 	(void) ds_store_relations();
-	rc = SPI_execute_snapshot(ds_prepare_kept(slot, sql, nargs, types), args, NULL,
+	rc = SPI_execute_snapshot(ds_prepare_kept(slot, sql, nargs, types), args, nulls,
 							  GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "%s query failed: %s", what, SPI_result_code_string(rc));
@@ -444,7 +447,8 @@ insert_attempt_by(const StepRecord *rec, int attempt, const AttemptOutcome *o,
 	 * its message (who resolved it) either way
 	 */
 	bool		says = failed || executor == EXECUTOR_OPERATOR;
-	const char *texts[3] = {failed ? unpack_sql_state(o->sqlerrcode) : NULL,
+	const char *texts[3] = {!failed ? NULL : o->error_code ? o->error_code :
+		unpack_sql_state(o->sqlerrcode),
 	says ? o->message : NULL, says ? o->detail : NULL};
 
 	memset(n, false, sizeof(n));

@@ -122,6 +122,15 @@ typedef struct StepRecord
 	Jsonb	   *kept_outcome;
 
 	/*
+	 * Tasks (docs/tasks.md): the handler's name (NULL for every other kind);
+	 * what a lease that ran out means ("uncertain", or NULL: a lost attempt,
+	 * retried); the application worker that claimed the attempt now running.
+	 */
+	char	   *task;
+	char	   *on_lost;
+	char	   *worker;
+
+	/*
 	 * where this transaction last read or wrote the row; invalid when unknown
 	 * (not a column)
 	 */
@@ -207,10 +216,13 @@ typedef enum StepColumn
 	STEP_COL_CREATED_AT,
 	STEP_COL_UPDATED_AT,
 	STEP_COL_FINISHED_AT,
-	STEP_COL_KEPT_OUTCOME
+	STEP_COL_KEPT_OUTCOME,
+	STEP_COL_TASK,
+	STEP_COL_ON_LOST,
+	STEP_COL_WORKER
 } StepColumn;
 
-#define N_STEP_COLUMNS (STEP_COL_KEPT_OUTCOME + 1)
+#define N_STEP_COLUMNS (STEP_COL_WORKER + 1)
 /* the primary key is the first two columns */
 #define N_STEP_KEY_COLUMNS 2
 
@@ -298,13 +310,14 @@ extern void ds_store_spi_begin(StoreSpi *s);
 extern void ds_store_spi_end(StoreSpi *s);
 
 /*
- * The one timestamptz (a min(...)) that the kept statement `sql` with `nargs` arguments answers,
+ * The one timestamptz (a min(...)) that the kept statement `sql` with `nargs` arguments (`nulls`
+ * as SPI_execute_plan takes them) answers,
  * run as the tables' owner in the latest snapshot whatever the transaction's isolation (the looks
  * of ipc/due_floors.h need one later than their start); 0 when it is NULL. `what` names the
  * statement in its error.
  */
 extern TimestampTz ds_store_query_time(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types,
-									   Datum *args, const char *what);
+									   Datum *args, const char *nulls, const char *what);
 
 /* Can the current user see and act on steps owned by `owner`? */
 extern bool ds_store_may_access(Oid owner);

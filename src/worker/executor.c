@@ -13,7 +13,7 @@
  *      a few milliseconds, so that a failed commit loses nothing but time: the attempts stay
  *      running, their locks are released, and step 1 retries them by their policies;
  *   3b. record the outcomes of HTTP steps the HTTP worker kept for an executor, with their
- *      outcome hooks;
+ *      outcome hooks, and the attempts of tasks whose lease ran out (docs/tasks.md);
  *   4. claim due runs and take their turns (run_turn.c), several runs' turns to a transaction,
  *      each run's next turn at once, without another claim, while it can go on;
  *   4b. purge what retention allows;
@@ -47,6 +47,8 @@
 #include "ipc/executor_slot.h"
 #include "store/step_store.h"
 #include "store/retention.h"
+#include "store/task_store.h"
+#include "steps/task_lease.h"
 #include "steps/run_context.h"
 #include "runs/run_turn.h"
 #include "steps/step_attempt.h"
@@ -634,6 +636,71 @@ record_kept_outcomes(void)
 	return n;
 }
 
+/* When to look next for task leases that ran out (record_expired_task_leases). */
+static TimestampTz next_lease_look = 0;
+
+/*
+ * Record the attempts of tasks whose lease ran out: lost (or timed out), retried by their
+ * policies, or uncertain when the task says so (ds_record_expired_task_lease). An application
+ * worker that pauses, dies or loses its connection stops renewing its lease; this is where its
+ * attempt ends. Looked for when the earliest lease ends, and once a poll interval for leases
+ * taken since (running tasks are few: steps_limited_running_idx holds them). Returns how many
+ * were recorded.
+ */
+static int
+record_expired_task_leases(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz next;
+	char	  **run_ids;
+	char	  **step_ids;
+	int			n;
+	int			recorded = 0;
+
+	if (now < next_lease_look)
+		return 0;
+	if (!ds_worker_begin_work("durable_steps: looking for task leases that ran out"))
+		return 0;
+	n = ds_find_expired_task_leases(now, batch_size, pass_cxt, &run_ids, &step_ids);
+	ds_worker_commit();
+	for (int i = 0; i < n; i++)
+	{
+		StepRecord	rec;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!ds_worker_begin_work("durable_steps: recording a task lease that ran out"))
+			break;
+
+		/*
+		 * a worker's outcome or heartbeat in flight holds it: looked at again
+		 * next time
+		 */
+		if (ds_step_lock_acquire(run_ids[i], step_ids[i], true) &&
+			ds_store_lock_step(run_ids[i], step_ids[i], &rec))
+		{
+			/* an outcome hook the loss runs runs as the task's owner */
+			int			owner_level = ds_isolation_begin_owner(rec.owner);
+
+			if (ds_record_expired_task_lease(&rec, GetCurrentTimestamp()))
+				recorded++;
+			ds_isolation_end_owner(owner_level);
+		}
+		ds_worker_commit();
+	}
+	MemoryContextReset(pass_cxt);
+	if (n >= batch_size)
+		return recorded;		/* more may have run out: look again at once */
+	if (!ds_worker_begin_work("durable_steps: looking for the next end of a task lease"))
+		return recorded;
+	next = ds_store_next_task_lease_end();
+	ds_worker_commit();
+	now = GetCurrentTimestamp();
+	next_lease_look = TimestampTzPlusMilliseconds(now, poll_interval_ms);
+	if (next != 0 && next < next_lease_look)
+		next_lease_look = next;
+	return recorded;
+}
+
 /*
  * How long an executor keeps taking turns of the runs it claimed before it lets those that go on
  * back to the queue (where any executor claims them again): long enough for a short run's every
@@ -871,6 +938,9 @@ time_until_next_due(int skipped)
 			next_due = next_run;
 	}
 	ds_worker_commit();
+	/* a task lease that ends first wakes the executor to record it */
+	if (next_lease_look != 0 && (next_due == 0 || next_lease_look < next_due))
+		next_due = next_lease_look;
 	if (next_due == 0)
 		return poll_interval_ms;
 	TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
@@ -985,6 +1055,7 @@ executor_pass(void)
 	if (reload_and_must_wait())
 		return poll_interval_ms;
 	worked = claim_and_run_batch(&skipped);
+	worked |= record_expired_task_leases() > 0;
 	if (kept_outcomes_due(&seen_kept, &seen_kept_epoch))
 	{
 		int			kept = record_kept_outcomes();

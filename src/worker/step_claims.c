@@ -24,6 +24,7 @@
 #include "worker/step_claims.h"
 #include "steps/step_exec.h"
 #include "store/step_claim_store.h"
+#include "store/task_store.h"
 #include "store/step_lock.h"
 #include "store/step_store.h"
 
@@ -743,6 +744,20 @@ ds_find_kept_outcomes(int limit, MemoryContext cxt, char ***run_ids, char ***ste
 
 	ds_store_spi_begin(&spi);
 	(void) ds_store_read_kept_outcomes(limit);
+	n = (int) copy_identities(cxt, run_ids, step_ids);
+	ds_store_spi_end(&spi);
+	return n;
+}
+
+int
+ds_find_expired_task_leases(TimestampTz now, int limit, MemoryContext cxt, char ***run_ids,
+							char ***step_ids)
+{
+	int			n;
+	StoreSpi	spi;
+
+	ds_store_spi_begin(&spi);
+	(void) ds_store_expired_task_leases(now, limit);
 	n = (int) copy_identities(cxt, run_ids, step_ids);
 	ds_store_spi_end(&spi);
 	return n;

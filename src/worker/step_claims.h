@@ -79,6 +79,13 @@ extern int	ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **
 extern int	ds_find_kept_outcomes(int limit, MemoryContext cxt, char ***run_ids, char ***step_ids);
 
 /*
+ * In the current transaction: up to `limit` running tasks whose lease ran out by `now`
+ * (docs/tasks.md). Returns how many, their identities allocated in cxt.
+ */
+extern int	ds_find_expired_task_leases(TimestampTz now, int limit, MemoryContext cxt,
+										char ***run_ids, char ***step_ids);
+
+/*
  * The earliest next_attempt_at of a pending or retrying step of a queue with room under its
  * limit; 0 when there is none. (A full queue gets room when one of its attempts ends, and the
  * executor that ran it looks again at once.)

@@ -1,0 +1,205 @@
+/*
+ * task_store.c -- the statements of tasks (task_store.h).
+ *
+ * The worker-facing statements name the extension's schema explicitly, as every statement of the
+ * store does: they run as the tables' owner, with the caller's role passed as an argument
+ * wherever it decides which rows are the caller's.
+ */
+#include "base/compat.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+
+#include "store/replay_cache.h"
+#include "store/step_store.h"
+#include "store/task_store.h"
+
+static SPIPlanPtr due_tasks_plan = NULL;
+static SPIPlanPtr running_in_queue_plan = NULL;
+static SPIPlanPtr mark_tasks_plan = NULL;
+static SPIPlanPtr expired_plan = NULL;
+static SPIPlanPtr next_lease_end_plan = NULL;
+static SPIPlanPtr next_task_plan = NULL;
+
+/*
+ * The waiting tasks of one name that the caller may run: a range of steps_task_due_idx, read in
+ * (priority, next_attempt_at) order. `n.task` is the name; parameter `queues` the queues, or
+ * NULL for all; `caller` the calling role.
+ */
+#define WAITING_TASKS_OF_NAME(queues, caller) \
+	" FROM durable_steps.steps s" \
+	" WHERE s.task = n.task AND s.next_attempt_at IS NOT NULL AND s.task IS NOT NULL" \
+	"  AND s.status IN ('pending', 'retrying')" \
+	"  AND (" queues "::pg_catalog.text[] IS NULL OR s.queue = ANY (" queues "))" \
+	"  AND pg_catalog.pg_has_role(" caller ", s.owner::pg_catalog.oid, 'USAGE')" \
+	"  AND durable_steps.ds_partition_owned(s.run_id)"
+
+/* The names of $1, each once, in the C collation of the task column. */
+#define TASK_NAMES \
+	"(SELECT DISTINCT u.task COLLATE \"C\" AS task FROM pg_catalog.unnest($1::pg_catalog.text[]) u(task)" \
+	"  WHERE u.task IS NOT NULL) n"
+
+uint64
+ds_store_lock_due_tasks(ArrayType *tasks, ArrayType *queues, Oid caller, int limit,
+						TimestampTz now)
+{
+	Oid			types[5] = {TEXTARRAYOID, TEXTARRAYOID, OIDOID, INT4OID, TIMESTAMPTZOID};
+	Datum		args[5];
+	char		nulls[5] = {' ', queues ? ' ' : 'n', ' ', ' ', ' '};
+
+	args[0] = PointerGetDatum(tasks);
+	args[1] = PointerGetDatum(queues);
+	args[2] = ObjectIdGetDatum(caller);
+	args[3] = Int32GetDatum(limit);
+	args[4] = TimestampTzGetDatum(now);
+	return ds_store_execute(&due_tasks_plan,
+							"SELECT t.ctid, t.queue FROM " TASK_NAMES
+							" CROSS JOIN LATERAL (SELECT s.ctid, s.queue, s.priority, s.next_attempt_at"
+							WAITING_TASKS_OF_NAME("$2", "$3")
+							"  AND s.next_attempt_at <= $5"
+							"  ORDER BY s.priority, s.next_attempt_at LIMIT $4"
+							"  FOR UPDATE OF s SKIP LOCKED) t"
+							" ORDER BY t.priority, t.next_attempt_at LIMIT $4",
+							5, types, args, nulls, false, 0, SPI_OK_SELECT, "due task query");
+}
+
+static SPIPlanPtr queue_limit_plan = NULL;
+
+int64
+ds_store_task_queue_room(const char *queue)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1];
+	bool		isnull;
+	int32		concurrency;
+	int64		running;
+
+	args[0] = CStringGetTextDatum(queue);
+	if (ds_store_execute(&queue_limit_plan,
+						 "SELECT concurrency FROM durable_steps.queues WHERE name = $1 FOR UPDATE",
+						 1, types, args, NULL, false, 0, SPI_OK_SELECT, "queue limit query") == 0)
+		return -1;
+	concurrency = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+											  &isnull));
+	if (isnull)
+		return -1;
+	(void) ds_store_execute(&running_in_queue_plan,
+							"SELECT pg_catalog.count(*) FROM durable_steps.steps"
+							" WHERE running_queue = $1",
+							1, types, args, NULL, false, 0, SPI_OK_SELECT, "running step count");
+	running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+										  &isnull));
+	return Max(concurrency - running, 0);
+}
+
+uint64
+ds_store_mark_tasks_running(ArrayType *tids, TimestampTz now, int pid, const char *worker,
+							Interval *lease)
+{
+	Oid			types[5] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INTERVALOID};
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', worker ? ' ' : 'n', ' '};
+	uint64		n;
+	int			guc_level;
+
+	args[0] = PointerGetDatum(tids);
+	args[1] = TimestampTzGetDatum(now);
+	args[2] = Int32GetDatum(pid);
+	args[3] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
+	args[4] = IntervalPGetDatum(lease);
+	/* claims never touch a succeeded row: no backend need forget its replays */
+	ds_replay_cache_internal_update(true);
+
+	/*
+	 * the rows by their ctid (a TID scan), as the executors' claims find
+	 * theirs
+	 */
+	guc_level = NewGUCNestLevel();
+	(void) set_config_option("enable_indexscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	n = ds_store_execute(&mark_tasks_plan,
+
+	/*
+	 * running_queue holds the queue whatever its limit: the leases are read
+	 * through steps_limited_running_idx, which then holds every one
+	 */
+						 "UPDATE durable_steps.steps s SET status = 'running',"
+						 "  attempts = s.attempts + 1, updated_at = $2,"
+						 "  lease_expires_at = $2 + CASE WHEN s.timeout IS NULL THEN $5"
+						 "   ELSE least($5, s.timeout) END,"
+						 "  claimed_by = $3, running_queue = s.queue, worker = $4"
+						 " WHERE s.ctid = ANY ($1) AND s.next_attempt_at IS NOT NULL"
+						 "  AND s.task IS NOT NULL AND s.status IN ('pending', 'retrying')"
+						 " RETURNING s.run_id, s.step_id, s.task, s.input, s.attempts,"
+						 "  s.attempt_base + s.max_attempts, s.lease_expires_at,"
+						 "  $2 + s.timeout, s.priority, s.next_attempt_at",
+						 5, types, args, nulls, false, 0, SPI_OK_UPDATE_RETURNING,
+						 "claiming tasks");
+	AtEOXact_GUC(true, guc_level);
+	ds_replay_cache_internal_update(false);
+	return n;
+}
+
+uint64
+ds_store_expired_task_leases(TimestampTz now, int limit)
+{
+	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		args[2];
+
+	args[0] = TimestampTzGetDatum(now);
+	args[1] = Int32GetDatum(limit);
+	return ds_store_execute(&expired_plan,
+							"SELECT run_id, step_id FROM durable_steps.steps"
+							" WHERE running_queue IS NOT NULL AND task IS NOT NULL"
+							" AND status = 'running' AND lease_expires_at <= $1"
+							" AND durable_steps.ds_partition_owned(run_id)"
+							" LIMIT $2",
+							2, types, args, NULL, false, 0, SPI_OK_SELECT,
+							"expired task lease query");
+}
+
+TimestampTz
+ds_store_next_task_lease_end(void)
+{
+	return ds_store_query_time(&next_lease_end_plan,
+							   "SELECT pg_catalog.min(lease_expires_at) FROM durable_steps.steps"
+							   " WHERE running_queue IS NOT NULL AND task IS NOT NULL"
+							   " AND status = 'running'"
+							   " AND durable_steps.ds_partition_owned(run_id)",
+							   0, NULL, NULL, NULL, "next task lease end");
+}
+
+/* The statements of ds_store_next_task_time: the first waiting task in index order; the earliest. */
+static SPIPlanPtr first_task_plan = NULL;
+
+TimestampTz
+ds_store_next_task_time(ArrayType *tasks, ArrayType *queues, Oid caller, TimestampTz upto,
+						bool earliest)
+{
+	Oid			types[4] = {TEXTARRAYOID, TEXTARRAYOID, OIDOID, TIMESTAMPTZOID};
+	Datum		args[4];
+	char		nulls[4] = {' ', queues ? ' ' : 'n', ' ', ' '};
+
+	args[0] = PointerGetDatum(tasks);
+	args[1] = PointerGetDatum(queues);
+	args[2] = ObjectIdGetDatum(caller);
+	args[3] = TimestampTzGetDatum(upto);
+	if (!earliest)
+		/* the first in index order: one entry read when a task is due */
+		return ds_store_query_time(&first_task_plan,
+								   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
+								   WAITING_TASKS_OF_NAME("$2", "$3")
+								   "  AND s.next_attempt_at <= $4"
+								   "  ORDER BY s.priority, s.next_attempt_at LIMIT 1))"
+								   " FROM " TASK_NAMES,
+								   4, types, args, nulls, "first waiting task");
+	return ds_store_query_time(&next_task_plan,
+							   "SELECT pg_catalog.min((SELECT pg_catalog.min(s.next_attempt_at)"
+							   WAITING_TASKS_OF_NAME("$2", "$3")
+							   "  AND s.next_attempt_at <= $4))"
+							   " FROM " TASK_NAMES,
+							   4, types, args, nulls, "next waiting task");
+}
