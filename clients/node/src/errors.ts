@@ -75,7 +75,8 @@ export class RetryAfterError extends DurableStepsError {
 
     /**
      * The delay: the milliseconds given, or the interval the server named (`ds_retry_after`'s,
-     * from its DETAIL "Retry after <interval>."); null when neither says one.
+     * from its DETAIL "Retry after <interval>."); null when neither says one. A task's worker
+     * records at least 1 ms and at most 24 hours.
      */
     readonly retryAfter: Interval | null;
 

@@ -164,6 +164,25 @@ function bounded(text: string, max: number): string {
     return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
 }
 
+/** The longest start of `text` of at most `max` bytes of UTF-8 (error_code is 1 to 64 bytes). */
+function clipBytes(text: string, max: number): string {
+    const encoder = new TextEncoder();
+    if (encoder.encode(text).length <= max) {
+        return text;
+    }
+    let out = '';
+    let bytes = 0;
+    for (const ch of text) {
+        const n = encoder.encode(ch).length;
+        if (bytes + n > max) {
+            break;
+        }
+        out += ch;
+        bytes += n;
+    }
+    return out;
+}
+
 function sqlstateOf(e: unknown): string | null {
     const code = (e as { sqlstate?: unknown } | null)?.sqlstate;
     return typeof code === 'string' ? code : null;
@@ -178,8 +197,8 @@ export function describeFailure(thrown: unknown): {
     const e = toDurableStepsError(thrown);
     const obj = (typeof e === 'object' && e !== null ? e : {}) as Record<string, unknown>;
     const name = typeof obj.name === 'string' && obj.name !== '' ? obj.name : 'Error';
-    const code = typeof obj.code === 'string' && obj.code.length > 0 && obj.code.length <= MAX_ERROR_CODE
-        ? obj.code : bounded(name, MAX_ERROR_CODE);
+    const code = typeof obj.code === 'string' && obj.code !== '' && clipBytes(obj.code, MAX_ERROR_CODE) === obj.code
+        ? obj.code : clipBytes(name, MAX_ERROR_CODE) || 'Error';
     let message = e instanceof Error ? e.message : typeof e === 'string' ? e : String(e);
     if (message === '') {
         message = name;
@@ -811,8 +830,11 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         a.phase = 'completing';
         try {
             await this.pool.query(
+                // a delay within what ds_fail_task takes, (0, 24 h]: ds_retry_after's 0 is the least
                 `SELECT status FROM ${this.prefix}ds_fail_task($1::text, $2::text, $3::text, $4::text, $5::text,
-                                                               $6::interval, $7::text)`,
+                     CASE WHEN $6::interval IS NOT NULL
+                          THEN least(greatest($6::interval, interval '1 millisecond'), interval '24 hours') END,
+                     $7::text)`,
                 [a.token, f.errorCode, f.message, f.detail, f.errorClass, f.retryAfter, f.remediation]);
             a.phase = 'done';
             this.emit('failed', a.ctx, thrown, f.errorClass);
