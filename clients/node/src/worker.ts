@@ -283,11 +283,13 @@ class Attempt<C extends TaskClient> {
         this.heartbeatTimer = setInterval(heartbeat, heartbeatEvery);
         this.armLeaseTimer();
         if (this.row.deadline !== null) {
-            const deadline = this.row.deadline;
-            this.deadlineTimer = setTimeout(
-                () => this.abort(new StepTimeoutError(`the task's timeout passed (its deadline was ${deadline.toISOString()})`)),
-                Math.min(MAX_TIMER, Math.max(0, this.local(deadline) - Date.now())));
+            this.deadlineTimer = setTimeout(() => this.abort(this.timedOut()),
+                Math.min(MAX_TIMER, Math.max(0, this.local(this.row.deadline) - Date.now())));
         }
+    }
+
+    private timedOut(): StepTimeoutError {
+        return new StepTimeoutError(`the task's timeout passed (its deadline was ${this.row.deadline?.toISOString()})`);
     }
 
     /** The lease runs out on this side too: abort the handler when no heartbeat renewed it. */
@@ -297,7 +299,10 @@ class Attempt<C extends TaskClient> {
         }
         this.leaseTimer = setTimeout(() => {
             if (this.phase === 'running' && Date.now() >= this.leaseUntil) {
-                this.abort(new LeaseLostError('the lease ran out before a heartbeat renewed it'));
+                // a lease never runs past the deadline: one that ends with it is the timeout
+                const deadline = this.row.deadline === null ? Infinity : this.local(this.row.deadline);
+                this.abort(this.leaseUntil >= deadline - 1 ? this.timedOut()
+                    : new LeaseLostError('the lease ran out before a heartbeat renewed it'));
             }
         }, Math.min(MAX_TIMER, Math.max(0, this.leaseUntil - Date.now())));
     }
