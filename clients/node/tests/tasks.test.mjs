@@ -123,6 +123,51 @@ describe('a task stored with taskStep', () => {
     });
 });
 
+describe('an idle worker', () => {
+    test('waits without polling and starts a task as soon as it is stored', async () => {
+        const task = env.unique('idle');
+        const run = env.unique('run');
+        const own = env.makePool(8);
+        const claims = [];
+        // the worker's pool, counting its claims
+        const counting = {
+            options: own.options,
+            connect: () => own.connect(),
+            query(text, values) {
+                if (text.includes('ds_claim_tasks')) {
+                    claims.push(Date.now());
+                }
+                return own.query(text, values);
+            },
+        };
+        let startedAt = null;
+        const worker = new Worker({
+            pool: counting, tasks: { [task]: () => { startedAt = Date.now(); return 'woken'; } },
+            pollInterval: 60_000, concurrency: 2, logger: quietLogger(),
+        });
+        try {
+            await worker.start();
+            await env.until('the worker to wait', async () => {
+                const r = await pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity
+                                             WHERE query LIKE 'CALL ds_wait_for_tasks%' AND state = 'active'`);
+                return r.rows[0].n > 0;
+            }, 10_000);
+            const before = claims.length;
+            await env.sleep(1_000);   // what must not happen: a claim while nothing is due
+            assert.equal(claims.length, before, 'an idle worker claimed again');
+            const storedAt = Date.now();
+            await client.taskStep(run, 's', task);
+            const done = await stopped(run, 's');
+            assert.equal(done.result, 'woken');
+            // woken by the commit, far sooner than pollInterval
+            assert.ok(startedAt - storedAt < 2_000, `the handler started ${startedAt - storedAt} ms after the commit`);
+        } finally {
+            await worker.stop();
+            await own.end();
+        }
+    });
+});
+
 describe('a handler\'s errors', () => {
     test('NonRetriableError fails the step at once', async () => {
         const task = env.unique('refuse');
@@ -290,6 +335,34 @@ describe('leases', () => {
             assert.match(reason.message, /cancel/);
             await env.until('the handler to settle', () => w.worker.active === 0, 10_000);
             assert.equal((await step(run, 's')).status, 'cancelled');
+        } finally {
+            await w.close();
+        }
+    });
+
+    test('the task\'s timeout aborts ctx.signal', async () => {
+        const task = env.unique('deadline');
+        const run = env.unique('run');
+        let reason = null;
+        let deadline = null;
+        const w = makeWorker({
+            [task]: (input, ctx) => new Promise((resolve, reject) => {
+                deadline = ctx.deadline;
+                ctx.signal.addEventListener('abort', () => {
+                    reason = ctx.signal.reason;
+                    reject(ctx.signal.reason);
+                });
+            }),
+        }, { lease: 5_000 });
+        try {
+            const storedAt = Date.now();
+            await client.taskStep(run, 's', task, null,
+                { timeout: 300, policy: { max_attempts: 2, initial_delay: '1 hour', max_delay: '1 hour' } });
+            await w.worker.start();
+            await env.until('the signal to be aborted', () => reason, 10_000);
+            assert.ok(reason instanceof ds.StepTimeoutError, String(reason));
+            assert.ok(deadline instanceof Date && deadline.getTime() - storedAt < 5_000, String(deadline));
+            await env.until('the handler to settle', () => w.worker.active === 0, 10_000);
         } finally {
             await w.close();
         }
