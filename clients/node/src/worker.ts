@@ -450,7 +450,8 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             return;
         }
         this.launch(rows);
-        this.loopDone = this.loop(rows.length >= this.concurrency ? null : rows.length);
+        this.loopDone = this.loop(rows.length >= this.concurrency ? null : rows.length)
+            .catch((e) => this.report(e, null));
     }
 
     /**
@@ -613,6 +614,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         const client = await this.pool.connect();
         const held = { client, released: false };
         this.waiting = held;
+        const unguard = guard(client);
         let broken: Error | undefined;
         try {
             if (this.stopping) {
@@ -623,10 +625,11 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
                 [this.names, ms(this.pollInterval), this.queues]);
             return rows[0]?.due === true;
         } catch (e) {
-            broken = e instanceof Error ? e : new Error(String(e));
+            broken = asError(e);
             throw e;
         } finally {
             this.waiting = null;
+            unguard();
             if (!held.released) {
                 held.released = true;
                 client.release(broken);
@@ -664,7 +667,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             const a = new Attempt<C>(row, offset, this.name, (at, fn) => this.transaction(at, fn));
             this.running.add(a);
             a.start(Math.max(1, Math.floor(this.lease / 3)), () => void this.heartbeat(a));
-            const settled = this.execute(a).finally(() => {
+            const settled = this.execute(a).catch((e) => this.report(e, a.ctx)).finally(() => {
                 a.stopTimers();
                 this.running.delete(a);
                 this.settled.delete(a);
@@ -747,7 +750,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         a.abort(reason);
         this.logger.warn(`durable-steps worker ${this.name}: ${a.row.task} ${a.row.run_id}/${a.row.step_id}`
             + ` attempt ${a.row.attempt}: ${reason.message}`);
-        this.emit('lost', a.ctx, reason);
+        this.notify('lost', a.ctx, reason);
     }
 
     private async transaction(a: Attempt<C>, fn: (client: C) => unknown): Promise<unknown> {
@@ -755,18 +758,33 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             throw new WorkerStoppedError();
         }
         if (a.inTransaction || a.phase !== 'running') {
-            throw new Error(a.phase === 'gone'
-                ? 'the attempt no longer holds its lease'
-                : 'ctx.transaction runs once per attempt, before the handler returns');
+            throw a.phase === 'gone' ? goneReason(a)
+                : new Error('ctx.transaction runs once per attempt, before the handler returns');
         }
         a.inTransaction = true;
-        const client = await this.pool.connect();
+        let client: C;
+        try {
+            client = await this.pool.connect();
+        } catch (e) {
+            a.inTransaction = false;
+            throw toDurableStepsError(e);
+        }
+        const unguard = guard(client);
         let broken: Error | undefined;
         try {
-            await client.query('BEGIN');
+            try {
+                await client.query('BEGIN');
+            } catch (e) {
+                broken = asError(e);
+                throw toDurableStepsError(e);
+            }
             let result: unknown;
             try {
                 result = await fn(client);
+                if ((a.phase as Phase) === 'gone') {
+                    // the lease went while fn ran: the server would refuse the outcome
+                    throw goneReason(a);
+                }
                 a.phase = 'completing';
                 await client.query(`SELECT status FROM ${this.prefix}ds_complete_task($1::text, $2::jsonb)`,
                     [a.token, jsonText(result)]);
@@ -775,28 +793,23 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
                 try {
                     await client.query('ROLLBACK');
                 } catch (rollbackError) {
-                    broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+                    broken = asError(rollbackError);
                 }
                 const err = toDurableStepsError(e);
-                if (sqlstateOf(err) === 'DS410') {
-                    if ((a.phase as Phase) !== 'gone') {
+                if (a.phase === 'completing') {
+                    if (sqlstateOf(err) === 'DS410') {
                         this.lost(a, err as Error);
+                    } else {
+                        a.phase = 'running';
                     }
-                } else if (a.phase === 'completing') {
-                    a.phase = 'running';
                 }
                 throw err;
             }
             a.phase = 'done';
-            this.emit('completed', a.ctx, result);
+            this.notify('completed', a.ctx, result);
             return result;
-        } catch (e) {
-            if (broken === undefined && sqlstateOf(e) === null) {
-                // not the server's: the connection may be unusable (BEGIN failed, lost)
-                broken = e instanceof Error ? e : new Error(String(e));
-            }
-            throw e;
         } finally {
+            unguard();
             a.inTransaction = false;
             client.release(broken);
         }
@@ -815,7 +828,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             await this.pool.query(`SELECT status FROM ${this.prefix}ds_complete_task($1::text, $2::jsonb)`,
                 [a.token, json]);
             a.phase = 'done';
-            this.emit('completed', a.ctx, value);
+            this.notify('completed', a.ctx, value);
         } catch (e) {
             a.phase = 'running';
             const err = toDurableStepsError(e);
@@ -842,7 +855,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
                      $7::text)`,
                 [a.token, f.errorCode, f.message, f.detail, f.errorClass, f.retryAfter, f.remediation]);
             a.phase = 'done';
-            this.emit('failed', a.ctx, thrown, f.errorClass);
+            this.notify('failed', a.ctx, thrown, f.errorClass);
         } catch (e) {
             a.phase = 'running';
             const err = toDurableStepsError(e);
@@ -854,16 +867,57 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         }
     }
 
+    /** An event whose listener's throw is logged: it must not change what the worker records. */
+    private notify<K extends 'completed' | 'failed' | 'lost'>(event: K, ...args: WorkerEvents[K]): void {
+        try {
+            (this.emit as (event: K, ...args: WorkerEvents[K]) => boolean)(event, ...args);
+        } catch (e) {
+            this.logger.error(`durable-steps worker ${this.name}: a listener of '${event}' threw`, e);
+        }
+    }
+
     /** The worker's own trouble: to the 'error' listeners, or to the logger without one. */
     private report(e: unknown, task: TaskContext<C> | null): void {
-        const err = e instanceof Error ? e : new Error(String(e));
+        const err = asError(e);
         if (this.listenerCount('error') > 0) {
-            this.emit('error', err, task as TaskContext | null);
+            try {
+                this.emit('error', err, task as TaskContext | null);
+            } catch (thrown) {
+                this.logger.error(`durable-steps worker ${this.name}: a listener of 'error' threw`, thrown);
+            }
         } else {
             this.logger.error(`durable-steps worker ${this.name}: ${err.message}`
                 + (task ? ` (${task.task} ${task.runId}/${task.stepId} attempt ${task.attempt})` : ''), err);
         }
     }
+}
+
+function asError(e: unknown): Error {
+    return e instanceof Error ? e : new Error(String(e));
+}
+
+/** Why an attempt is gone: its signal's reason, a LeaseLostError. */
+function goneReason(a: { ctx: TaskContext<any> }): Error {
+    const reason: unknown = a.ctx.signal.reason;
+    return reason instanceof Error ? reason : new LeaseLostError('the attempt no longer holds its lease');
+}
+
+/**
+ * Listens for a connection's 'error' while the worker holds it: node-postgres emits one when the
+ * connection is lost (its query rejects too), and a pool's client lent without a listener would
+ * end the process with it. Returns the function that stops listening.
+ */
+function guard(client: TaskClient): () => void {
+    const emitter = client as unknown as {
+        on?: (event: 'error', listener: (e: Error) => void) => unknown;
+        removeListener?: (event: 'error', listener: (e: Error) => void) => unknown;
+    };
+    if (typeof emitter.on !== 'function' || typeof emitter.removeListener !== 'function') {
+        return () => undefined;
+    }
+    const listener = (): void => undefined;   // the query in flight rejects with the same error
+    emitter.on('error', listener);
+    return () => emitter.removeListener?.('error', listener);
 }
 
 /** A result as jsonb text (undefined is SQL NULL, as JSON.stringify leaves it). */
