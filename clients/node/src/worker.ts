@@ -150,6 +150,8 @@ interface ClaimedRow {
     ds_server_now: Date;
 }
 
+/** ds_claim_tasks' largest max */
+const MAX_CLAIM = 1000;
 const MAX_ERROR_CODE = 64;
 const MAX_MESSAGE = 4000;
 const MAX_DETAIL = 8000;
@@ -450,7 +452,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             return;
         }
         this.launch(rows);
-        this.loopDone = this.loop(rows.length >= this.concurrency ? null : rows.length)
+        this.loopDone = this.loop(rows.length >= Math.min(this.concurrency, MAX_CLAIM) ? null : rows.length)
             .catch((e) => this.report(e, null));
     }
 
@@ -541,7 +543,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
                     break;
                 }
                 this.launch(rows);
-                if (rows.length >= free) {
+                if (rows.length >= Math.min(free, MAX_CLAIM)) {
                     emptyWakes = 0;
                     continue;
                 }
@@ -605,7 +607,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         const { rows } = await this.pool.query(
             `SELECT c.*, clock_timestamp() AS ds_server_now
                FROM ${this.prefix}ds_claim_tasks($1::text[], $2::integer, $3::interval, $4::text, $5::text[]) AS c`,
-            [this.names, max, ms(this.lease), this.name, this.queues]);
+            [this.names, Math.min(max, MAX_CLAIM), ms(this.lease), this.name, this.queues]);
         return rows as ClaimedRow[];
     }
 
