@@ -351,7 +351,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
     readonly queues: readonly string[] | null;
 
     private readonly pool: TaskPool<C>;
-    private readonly tasks: Record<string, TaskHandler<any, unknown, C>>;
+    private readonly tasks: Map<string, TaskHandler<any, unknown, C>>;
     private readonly names: string[];
     private readonly logger: WorkerLogger;
     private readonly prefix: string;
@@ -408,7 +408,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         }
         this.queues = options.queues ? [...options.queues] : null;
         this.pool = pool;
-        this.tasks = { ...tasks };
+        this.tasks = new Map(Object.entries(tasks));
         this.name = options.worker ?? `${hostname()}:${process.pid}`;
         this.logger = options.logger ?? defaultLogger;
         this.prefix = options.schema ? `"${options.schema.replace(/"/g, '""')}".` : '';
@@ -680,7 +680,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
     }
 
     private async execute(a: Attempt<C>): Promise<void> {
-        const handler = this.tasks[a.row.task];
+        const handler = this.tasks.get(a.row.task);
         let value: unknown;
         let thrown: unknown;
         let threw = false;
@@ -721,8 +721,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         a.heartbeatInFlight = true;
         try {
             const { rows } = await this.pool.query(
-                `SELECT h.held, h.cancelled, h.lease_expires_at, clock_timestamp() AS ds_server_now
-                   FROM ${this.prefix}ds_heartbeat($1::text, $2::interval) AS h`,
+                `SELECT h.held, h.cancelled, h.lease_expires_at FROM ${this.prefix}ds_heartbeat($1::text, $2::interval) AS h`,
                 [a.token, ms(this.lease)]);
             const h = rows[0] as { held: boolean; cancelled: boolean; lease_expires_at: Date | null } | undefined;
             if (a.phase !== 'running') {
