@@ -27,6 +27,7 @@
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
 #include "steps/queues.h"
+#include "steps/task_args.h"
 #include "steps/task_lease.h"
 #include "store/replay_cache.h"
 #include "steps/run_context.h"
@@ -427,7 +428,7 @@ ds_retry_step(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_INVALID_STEP_STATE),
 				 errmsg("step %s/%s is cancelled and cannot be re-armed", run_id, step_id),
-				 errdetail("Only SQL steps can be re-armed once cancelled: an HTTP step's request may have reached its receiver.")));
+				 errdetail("Only SQL steps can be re-armed once cancelled: an HTTP step's request may have reached its receiver, a task's handler may have acted.")));
 	if (ds_step_blocked_by_success_hook(&rec))
 		PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, rerun_success_hook(&rec, redefined)));
 	if (new_request != NULL)
@@ -463,12 +464,20 @@ ds_retry_step(PG_FUNCTION_ARGS)
 		rec.fingerprint = ds_step_fingerprint(DS_HTTP_FINGERPRINT_SQL, rec.request, rec.on_success,
 											  rec.on_failure);
 	}
+	else if (new_input && new_sql == NULL && ds_step_kinds[rec.kind].run_by_app_worker)
+	{
+		/* a task's corrected input (docs/tasks.md, "Failures") */
+		rec.input = PG_GETARG_JSONB_P_COPY(2);
+		ds_check_size(DS_LIMIT_INPUT, "input", VARSIZE_ANY(rec.input));
+		rec.fingerprint = ds_task_fingerprint(rec.task, rec.input, rec.on_success, rec.on_failure);
+	}
 	else if (new_input || new_sql != NULL)
 	{
 		if (!ds_step_kinds[rec.kind].has_sql_body)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("%s can only be replaced for SQL steps", new_sql ? "sql" : "input")));
+					 errmsg("%s can only be replaced for SQL steps%s", new_sql ? "sql" : "input",
+							new_sql ? "" : " and tasks")));
 		if (new_input)
 		{
 			rec.input = PG_GETARG_JSONB_P_COPY(2);

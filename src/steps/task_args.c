@@ -8,6 +8,7 @@
 #include "utils/builtins.h"
 
 #include "base/policy.h"
+#include "steps/step_call.h"
 #include "steps/task_args.h"
 
 char *
@@ -91,4 +92,11 @@ ds_task_names_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool may
 					 errmsg("each of %s must be 1 to %d bytes", name, DS_MAX_TASK_NAME)));
 	}
 	return a;
+}
+
+char *
+ds_task_fingerprint(const char *task, Jsonb *input, const char *on_success,
+					const char *on_failure)
+{
+	return ds_step_fingerprint(psprintf("task %s", task), input, on_success, on_failure);
 }

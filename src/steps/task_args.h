@@ -8,6 +8,7 @@
 #include "base/compat.h"
 #include "fmgr.h"
 #include "utils/array.h"
+#include "utils/jsonb.h"
 
 /* The longest task name (a handler's name, not a document), queue name in a list, worker name. */
 #define DS_MAX_TASK_NAME 200
@@ -31,5 +32,9 @@ extern int64 ds_task_interval_arg(FunctionCallInfo fcinfo, int argno, const char
  */
 extern ArrayType *ds_task_names_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 									bool may_be_null);
+
+/* The fingerprint of a task's definition: its name, input and hooks. */
+extern char *ds_task_fingerprint(const char *task, Jsonb *input, const char *on_success,
+								 const char *on_failure);
 
 #endif							/* DS_TASK_ARGS_H */

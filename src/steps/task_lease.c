@@ -29,6 +29,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "base/ds_errcodes.h"
 #include "base/key.h"
@@ -171,14 +172,16 @@ refuse_lost_lease(const StepRecord *rec, const TaskToken *t, TimestampTz now)
 		why = pstrdup("The step was cancelled.");
 	else if (rec->status == STEP_RUNNING && rec->attempts == t->attempt &&
 			 rec->updated_at == t->claimed_at)
-		why = psprintf("Its lease ran out at %s.", timestamptz_to_str(rec->lease_expires_at));
+		why = pstrdup("Its lease ran out before this call.");
 	else if (rec->status == STEP_RUNNING)
 		why = psprintf("Attempt %d holds the step's lease now.", rec->attempts);
-	else if (rec->status == STEP_RETRYING || rec->status == STEP_PENDING)
-		why = psprintf("Attempt %d was recorded (%s: %s); the step is %s.", t->attempt,
-					   rec->error_code ? rec->error_code : "no code",
-					   rec->error_message ? rec->error_message : "no message",
+	else if ((rec->status == STEP_RETRYING || rec->status == STEP_PENDING) &&
+			 rec->attempts >= t->attempt && rec->error_code != NULL)
+		why = psprintf("Attempt %d was recorded as failed (%s: %s); the step is %s.", t->attempt,
+					   rec->error_code, rec->error_message ? rec->error_message : "",
 					   ds_step_status_name(rec->status));
+	else if (rec->status == STEP_RETRYING || rec->status == STEP_PENDING)
+		why = pstrdup("The attempt was given back; the step waits for its next claim.");
 	else
 		why = psprintf("The step is %s.", ds_step_status_name(rec->status));
 	ereport(ERROR,
@@ -241,6 +244,7 @@ ds_claim_tasks(PG_FUNCTION_ARGS)
 	ArrayType  *queues = ds_task_names_arg(fcinfo, 4, "queues", true);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	const char *paused;
+	Oid			caller;
 	StoreSpi	spi;
 	TimestampTz now;
 	uint64		n;
@@ -285,8 +289,14 @@ ds_claim_tasks(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 
 	now = GetCurrentTimestamp();
+
+	/*
+	 * the caller's role decides whose tasks it may run: read before the
+	 * switch to the owner
+	 */
+	caller = GetUserId();
 	ds_store_spi_begin(&spi);
-	n = ds_store_lock_due_tasks(tasks, queues, GetUserId(), max, now);
+	n = ds_store_lock_due_tasks(tasks, queues, caller, max, now);
 	tids = palloc(sizeof(Datum) * Max(n, 1));
 	rooms = palloc(sizeof(QueueRoom) * Max(n, 1));
 	{

@@ -30,13 +30,6 @@
 
 PG_FUNCTION_INFO_V1(ds_task_step);
 
-/* The fingerprint of a task's definition: its name, input and hooks. */
-static char *
-task_fingerprint(const char *task, Jsonb *input, const char *on_success, const char *on_failure)
-{
-	return ds_step_fingerprint(psprintf("task %s", task), input, on_success, on_failure);
-}
-
 /*
  * ds_task_step(run_id, step_id, task, input, policy, queue, priority, run_at, timeout, notify,
  *              on_success, on_failure, on_lost, nowait) -> ds_step_result
@@ -94,7 +87,7 @@ ds_task_step(PG_FUNCTION_ARGS)
 				 errmsg("nowait must not be null")));
 	nowait = PG_GETARG_BOOL(13);
 
-	fingerprint = task_fingerprint(task, input, on_success, on_failure);
+	fingerprint = ds_task_fingerprint(task, input, on_success, on_failure);
 	if (ds_probe_step(run_id, step_id,
 					  ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot(),
 					  &rec, NULL) ||
