@@ -251,12 +251,7 @@ describe('a handler\'s errors', () => {
         }
     });
 
-    // CONTRACT.md: "'correctable' (the step is blocked with `remediation`; ds_retry_step re-arms
-    // it, optionally with corrected input)"; main's ds_retry_step answers 22023 "input can only be
-    // replaced for SQL steps"
-    test('a blocked task re-armed with corrected input runs with it', {
-        todo: 'ds_retry_step refuses new input for a task (22023)',
-    }, async () => {
+    test('a blocked task re-armed with corrected input runs with it', async () => {
         const task = env.unique('correct');
         const run = env.unique('run');
         const w = makeWorker({
