@@ -1,5 +1,6 @@
 // durable-steps: the durable_steps extension's functions as typed calls over node-postgres, its
-// SQLSTATEs as error classes, and idempotent endpoints for Express and Fastify (README.md).
+// SQLSTATEs as error classes, idempotent endpoints for Express and Fastify, and the Worker of
+// tasks, steps whose body is a handler of the application (README.md).
 
 import {
     DurableSteps,
