@@ -363,6 +363,63 @@ describe('leases', () => {
         }
     });
 
+    test('a handler cut off from its heartbeats past its lease: its transaction keeps nothing', async () => {
+        const task = env.unique('partitioned');
+        const run = env.unique('run');
+        const own = env.makePool(8);
+        // the worker's pool, whose heartbeats never get an answer (a pause, a partition)
+        const deaf = {
+            options: own.options,
+            connect: () => own.connect(),
+            query: (text, values) => (text.includes('ds_heartbeat') ? new Promise(() => {}) : own.query(text, values)),
+        };
+        let outcome = null;
+        let aborted = null;
+        const lost = [];
+        const worker = new Worker({
+            pool: deaf, lease: 300, logger: quietLogger(), tasks: {
+                [task]: async (input, ctx) => {
+                    try {
+                        return await ctx.transaction(async (c) => {
+                            await c.query(`INSERT INTO ${EFFECTS} VALUES ($1, $2, $3, 'cut off')`,
+                                [ctx.runId, ctx.stepId, ctx.attempt]);
+                            await env.until('the attempt to be recorded lost', async () => {
+                                const r = await pool.query(`SELECT 1 FROM ds_attempts WHERE run_id = $1 AND attempt = 1
+                                                               AND finished_at IS NOT NULL`, [ctx.runId]);
+                                return r.rows.length > 0;
+                            }, 30_000);
+                            aborted = ctx.signal.reason;
+                            return 'too late';
+                        });
+                    } catch (e) {
+                        outcome = e;
+                        throw e;
+                    }
+                },
+            },
+        });
+        worker.on('lost', (t, reason) => lost.push(reason));
+        try {
+            await client.taskStep(run, 's', task, null, { policy: { max_attempts: 3, initial_delay: '1 hour', max_delay: '1 hour' } });
+            await worker.start();
+            await env.until('the handler to settle', () => outcome, 30_000);
+            assert.ok(outcome instanceof LeaseLostError, String(outcome));
+            assert.equal(outcome.sqlstate, 'DS410');
+            // the worker's own clock told the handler first
+            assert.ok(aborted instanceof LeaseLostError, String(aborted));
+            await env.until('the worker to let it go', () => worker.active === 0, 10_000);
+            assert.equal(lost.length, 1);
+            const { rows } = await pool.query(`SELECT * FROM ${EFFECTS} WHERE run_id = $1`, [run]);
+            assert.deepEqual(rows, []);
+            const s = await step(run, 's');
+            assert.equal(s.status, 'retrying');
+            assert.equal(s.error_code, 'DS007');
+        } finally {
+            await worker.stop();
+            await own.end();
+        }
+    });
+
     test('a stale token is refused with LeaseLostError and its transaction rolls back', async () => {
         const task = env.unique('stale');
         const run = env.unique('run');
