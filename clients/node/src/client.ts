@@ -92,7 +92,7 @@ export interface RetryPolicy {
     max_attempts?: number;
     initial_delay?: string;
     max_delay?: string;
-    backoff?: 'exponential' | 'linear' | 'constant' | string;
+    backoff?: 'exponential' | 'fixed' | string;
     multiplier?: number;
     jitter?: number;
 }
