@@ -275,6 +275,11 @@ export class InvalidParameterValueError extends DurableStepsError {
     static override readonly sqlstate = '22023';
 }
 
+/** 25001 active_sql_transaction: `ds_claim_tasks` inside a transaction block (a claim commits by itself). */
+export class ActiveSqlTransactionError extends DurableStepsError {
+    static override readonly sqlstate = '25001';
+}
+
 /** 25006 read_only_sql_transaction: a step created, run or re-armed in a read-only transaction. */
 export class ReadOnlySqlTransactionError extends DurableStepsError {
     static override readonly sqlstate = '25006';
@@ -351,7 +356,7 @@ export const ERRORS_BY_SQLSTATE: ReadonlyMap<string, typeof DurableStepsError> =
         WrongPartitionError, VersionMismatchError, StepNotFoundError, EventTimeoutError, InProgressError, LeaseLostError,
         StepConflictError,
         CardinalityViolationError, NullValueNotAllowedError, InvalidParameterValueError,
-        ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
+        ActiveSqlTransactionError, ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
         SqlSyntaxError, DuplicateObjectError, DatatypeMismatchError, WrongObjectTypeError,
         UndefinedFunctionError, OutOfMemoryError, ProgramLimitExceededError,
         ObjectNotInPrerequisiteStateError, QueryCanceledError,

@@ -420,6 +420,19 @@ describe('leases', () => {
         }
     });
 
+    test('a claim inside a transaction block is ActiveSqlTransactionError', async () => {
+        const c = await pool.connect();
+        try {
+            await c.query('BEGIN');
+            const e = await c.query('SELECT * FROM ds_claim_tasks($1::text[])', [[env.unique('none')]])
+                .then(() => null, ds.toDurableStepsError);
+            assert.ok(e instanceof ds.ActiveSqlTransactionError, String(e));
+            await c.query('ROLLBACK');
+        } finally {
+            c.release();
+        }
+    });
+
     test('a stale token is refused with LeaseLostError and its transaction rolls back', async () => {
         const task = env.unique('stale');
         const run = env.unique('run');
