@@ -103,9 +103,10 @@ ds_store_first_waiting_time(const char *queue, int32 priority, TimestampTz floor
 	args[3] = TimestampTzGetDatum(upto);
 
 	/*
-	 * every waiting step of the group, whoever's, of any kind and partition:
-	 * no floor passes one; none past `upto`, which no floor passes either
-	 * (steps scheduled far ahead are never read)
+	 * every waiting step of the group, whoever's, of any kind but tasks (in
+	 * steps_task_due_idx) and partition: no floor passes one; none past
+	 * `upto`, which no floor passes either (steps scheduled far ahead are
+	 * never read)
 	 */
 	first = ds_store_query_time(&first_waiting_plan,
 								"SELECT pg_catalog.min(next_attempt_at) FROM durable_steps.steps"

@@ -16,7 +16,7 @@
 #include "ipc/due_floors.h"
 
 /*
- * Every (queue, priority) group with waiting steps (pending, retrying; of any kind and
+ * Every (queue, priority) group with waiting steps (pending, retrying; of any kind but tasks, and
  * partition), found by walking steps_due_idx from group to group from their start: rows (queue
  * text, priority int4) in (queue, priority) order, the queue in byte order (C collation).
  */
@@ -24,7 +24,7 @@ extern uint64 ds_store_waiting_groups(void);
 
 /*
  * The earliest next_attempt_at, from `floor` to `upto`, of a waiting step of group (queue,
- * priority), of any kind, owner or partition; DT_NOEND when there is none. A look of
+ * priority), of any kind but tasks, any owner or partition; DT_NOEND when there is none. A look of
  * ds_due_floor_look.
  */
 extern TimestampTz ds_store_first_waiting_time(const char *queue, int32 priority,

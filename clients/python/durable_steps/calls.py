@@ -139,6 +139,9 @@ def _bind(value: Any, cast: str) -> Tuple[str, Any]:
 def _call(conn, function: str, args: Sequence[Tuple[str, str, Any, bool]]) -> List[Dict[str, Any]]:
     """Runs SELECT * FROM function(name => value, ...) and answers its rows as dicts.
 
+    ``conn``: a connection (the call runs on a cursor of its own) or a cursor (the call runs on
+    it, in its connection's transaction).
+
     ``args``: (name, cast, value, always); an argument that is None and not ``always`` is left
     out so that the function's default applies.
     """
@@ -152,14 +155,25 @@ def _call(conn, function: str, args: Sequence[Tuple[str, str, Any, bool]]) -> Li
             params.append(param)
     statement = "SELECT * FROM %s(%s)" % (function, ", ".join(parts))
     try:
+        if _is_cursor(conn):
+            return _rows(conn, statement, params)
         with conn.cursor() as cur:
-            cur.execute(statement, params)
-            names = [d[0] for d in cur.description]
-            return [dict(zip(names, row)) for row in cur.fetchall()]
+            return _rows(cur, statement, params)
     except psycopg2.Error as e:
         if getattr(e, "pgcode", None) is None:
             raise           # not PostgreSQL's answer (a lost connection): psycopg2's own error
         raise from_exception(e) from e
+
+
+def _is_cursor(conn_or_cursor) -> bool:
+    # a DBAPI cursor (psycopg2's, e.g. the one ctx.transaction() yields) runs the call itself
+    return hasattr(conn_or_cursor, "execute") and not hasattr(conn_or_cursor, "cursor")
+
+
+def _rows(cur, statement: str, params: List[Any]) -> List[Dict[str, Any]]:
+    cur.execute(statement, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
 def _one(cls, rows: List[Dict[str, Any]]):
@@ -204,6 +218,26 @@ def http_step(conn, run_id: str, step_id: str, request: dict, *, policy: Optiona
         ("notify", "text", notify, False), ("on_failure", "text", on_failure, False),
         ("retry_on_status", "text[]", retry_on_status, False),
         ("fail_on_status", "text[]", fail_on_status, False)]))
+
+
+def task_step(conn_or_cursor, run_id: str, step_id: str, task: str, input: Any = None, *,
+              policy: Optional[dict] = None, queue: Optional[str] = None,
+              priority: Optional[int] = None, run_at: Optional[datetime.datetime] = None,
+              timeout: Optional[Interval] = None, notify: Optional[str] = None,
+              on_success: Optional[str] = None, on_failure: Optional[str] = None,
+              on_lost: Optional[str] = None, nowait: Optional[bool] = None) -> StepResult:
+    """ds_task_step: the step ``(run_id, step_id)`` whose body is the application's handler of
+    ``task`` (durable_steps.worker), stored with the transaction; a worker runs it once this
+    commits. ``timeout`` is the handler's deadline per attempt; ``on_lost`` is 'retry' (a lost
+    lease is a counted lost attempt) or 'uncertain'. Status 'pending' until a worker ran it."""
+    return _one(StepResult, _call(conn_or_cursor, "ds_task_step", [
+        ("run_id", "text", run_id, True), ("step_id", "text", step_id, True),
+        ("task", "text", task, True), ("input", "jsonb", input, False),
+        ("policy", "jsonb", policy, False), ("queue", "text", queue, False),
+        ("priority", "integer", priority, False), ("run_at", "timestamptz", run_at, False),
+        ("timeout", "interval", timeout, False), ("notify", "text", notify, False),
+        ("on_success", "text", on_success, False), ("on_failure", "text", on_failure, False),
+        ("on_lost", "text", on_lost, False), ("nowait", "boolean", nowait, False)]))
 
 
 def wait_step(conn, run_id: str, step_id: str, timeout: Optional[Interval] = None) -> StepResult:

@@ -6,7 +6,8 @@ with. The calls of this package raise them in place of psycopg2's errors (the or
 exception's __cause__ and its ``pgerror``); ``from_exception`` does the same for an error raised
 elsewhere (psycopg2's, or SQLAlchemy's DBAPIError around one).
 """
-from typing import Dict, Optional, Type
+import datetime
+from typing import Dict, Optional, Type, Union
 
 
 class DurableStepsError(Exception):
@@ -154,6 +155,14 @@ class StepConflict(DurableStepsError):
     sqlstate, http_status = "DS422", 422
 
 
+class LeaseLost(DurableStepsError):
+    """DS410: a task's token no longer holds its lease (the lease ran out and the attempt was
+    recorded lost, the step was cancelled, or the attempt already finished): ds_complete_task
+    and ds_fail_task refuse it, and the transaction that tried is aborted, so the handler's own
+    writes in it roll back with it (docs/tasks.md)."""
+    sqlstate, http_status = "DS410", 409
+
+
 # Short names for the three a service meets most
 NotFound = StepNotFound
 InFlight = InProgress
@@ -165,6 +174,12 @@ Conflict = StepConflict
 class ReadOnlyTransaction(DurableStepsError):
     """25006: a step created, run or re-armed in a read-only transaction."""
     sqlstate, http_status = "25006", 503
+
+
+class ActiveSqlTransaction(DurableStepsError):
+    """25001: ds_claim_tasks inside a transaction block: a claim must commit before its handlers
+    run (call it in autocommit mode)."""
+    sqlstate = "25001"
 
 
 class NullValueNotAllowed(DurableStepsError):
@@ -232,6 +247,54 @@ class DuplicateObject(DurableStepsError):
     sqlstate, http_status = "42710", 409
 
 
+# What a task's handler raises to say how its attempt failed (durable_steps.worker): not errors
+# PostgreSQL raised, so not DurableStepsErrors and without a SQLSTATE. Any other exception a
+# handler raises is a retryable failure named by its class.
+
+class TaskError(Exception):
+    """The base of the errors a task's handler raises to choose its attempt's failure class.
+
+    ``code`` is the failure's error_code (1 to 64 characters): the class's name unless given,
+    so ``class CardDeclined(NonRetriableError)`` fails the step with error_code CardDeclined.
+    """
+
+    failure_class = "retryable"
+
+    def __init__(self, message: str, *, code: Optional[str] = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code or type(self).__name__
+
+
+class NonRetriableError(TaskError):
+    """The step fails for good (ds_fail_task class 'permanent'), whatever attempts are left."""
+    failure_class = "permanent"
+
+
+class RetryAfterError(TaskError):
+    """A retryable failure (class 'retryable') retried ``delay_seconds`` later (retry_after),
+    in place of the policy's backoff (the attempt is counted)."""
+
+    def __init__(self, message: str, delay_seconds: Union[float, datetime.timedelta], *,
+                 code: Optional[str] = None):
+        super().__init__(message, code=code)
+        if isinstance(delay_seconds, datetime.timedelta):
+            delay_seconds = delay_seconds.total_seconds()
+        if delay_seconds < 0:
+            raise ValueError("delay_seconds must not be negative")
+        self.delay_seconds = float(delay_seconds)
+
+
+class BlockedError(TaskError):
+    """The step is blocked (class 'correctable') with ``remediation`` for a person: ds_retry_step
+    re-arms it, optionally with corrected input."""
+    failure_class = "correctable"
+
+    def __init__(self, message: str, remediation: str, *, code: Optional[str] = None):
+        super().__init__(message, code=code)
+        self.remediation = remediation
+
+
 def _classes(base: type):
     for cls in base.__subclasses__():
         yield cls
@@ -262,4 +325,5 @@ def from_exception(e: BaseException) -> DurableStepsError:
 
 __all__ = sorted({c.__name__ for c in _classes(DurableStepsError)}
                  | {"DurableStepsError", "NotFound", "InFlight", "Conflict", "BY_SQLSTATE",
-                    "from_exception"})
+                    "from_exception", "TaskError", "NonRetriableError", "RetryAfterError",
+                    "BlockedError"})

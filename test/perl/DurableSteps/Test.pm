@@ -1198,8 +1198,26 @@ SET ROLE bob; SELECT ds_idempotent_finish('checkout', 'key-held', '$self->{held_
 			qq{SET ROLE bob; SELECT ds_idempotent_finish('checkout', 'key-held', '$begun->{token}', 201, '{"n": 2}')}),
 		'', "$t: key-held: the new holder finishes it");
 
+	# a task, new in 0.2.0, on the upgraded install: stored beside the old work in its queue,
+	# claimed by its name (the executors do not take it), completed with the handler's write
+	$new->safe_psql('postgres', q{SET ROLE alice;
+SELECT ds_task_step('up-task', 'receipt', 'receipt', '{"to": "a@example.com"}');
+SELECT ds_run_step('up-task', 'marker', 'SELECT 1', defer => true)});
+	ok(poll_until($new, 'postgres', q{SELECT status FROM ds_steps WHERE run_id = 'up-task' AND step_id = 'marker'}, 'succeeded'),
+		"$t: task: a SQL step stored after it in the same queue ran");
+	is($new->safe_psql('postgres', q{SELECT status FROM ds_steps WHERE run_id = 'up-task' AND step_id = 'receipt'}),
+		'pending', "$t: task: no executor claimed the task");
+	my $claim = decode_row($new->safe_psql('postgres', q{SET ROLE alice; }
+		  . row_sql(q{SELECT attempt, idempotency_key, token FROM ds_claim_tasks(ARRAY['receipt'])})));
+	is("$claim->{attempt} $claim->{idempotency_key}", '1 up-task:receipt', "$t: task: claimed");
+	is( $new->safe_psql('postgres', qq{SET ROLE alice; BEGIN;
+INSERT INTO ledger (tag, who, server) VALUES ('receipt', 'alice', $new_num);
+SELECT status FROM ds_complete_task('$claim->{token}', '{"sent": true}'); COMMIT;}),
+		'succeeded', "$t: task: completed in the handler's transaction");
+
 	# every effect once, each on the server it belongs to
 	my %effects = (
+		'receipt'      => { who => 'alice', server => $new_num },
 		'key-stored'   => { who => 'alice', server => $old_num },
 		'paid'         => { who => 'alice', server => $old_num },
 		'worked'       => { who => 'alice', server => $old_num },
