@@ -506,7 +506,16 @@ ds_fail_task(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("class must be 'retryable', 'correctable' or 'permanent'")));
-	retry_after = ds_task_interval_arg(fcinfo, 5, "retry_after", -1);
+	/* as ds_retry_after() takes it: 0 (at once) to 24 hours */
+	retry_after = -1;
+	if (!PG_ARGISNULL(5))
+	{
+		retry_after = ds_interval_to_usecs(PG_GETARG_INTERVAL_P(5));
+		if (retry_after < 0 || retry_after > DS_MAX_DELAY_USECS)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("retry_after must be 0 to 24 hours")));
+	}
 	if (retry_after >= 0 && o.cls != ATTEMPT_RETRYABLE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
