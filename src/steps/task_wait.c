@@ -19,6 +19,7 @@
 #include "nodes/parsenodes.h"
 #include "tcop/dest.h"
 #include "tcop/tcopprot.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "ipc/worker_shmem.h"
@@ -60,18 +61,28 @@ ds_wait_for_tasks(PG_FUNCTION_ARGS)
 		uint64		seen = ds_tasks_generation();
 		TimestampTz now = GetCurrentTimestamp();
 		TimestampTz next;
+		const char *paused;
 		long		ms;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ds_store_next_task_time(tasks, queues, caller, now, false) != 0)
+
+		/*
+		 * the operator's pause holds every claim: nothing is due until the
+		 * timeout
+		 */
+		paused = GetConfigOption("durable_steps.paused", true, false);
+		if (paused != NULL && strcmp(paused, "on") == 0)
+			next = until;
+		else if (ds_store_next_task_time(tasks, queues, caller, now, false) != 0)
 		{
 			due = true;
 			break;
 		}
+		else
+			/* the first one due within the wait, if any, ends it */
+			next = ds_store_next_task_time(tasks, queues, caller, until, true);
 		if (now >= until)
 			break;
-		/* the first one due within the wait, if any, ends it */
-		next = ds_store_next_task_time(tasks, queues, caller, until, true);
 		ms = TimestampDifferenceMilliseconds(now, next != 0 && next < until ? next : until);
 
 		/*
