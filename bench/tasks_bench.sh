@@ -150,7 +150,7 @@ if has pb; then
 	[[ "$PB_VERSION" == 10.4.2 ]] || note "pg-boss is $PB_VERSION, not 10.4.2"
 fi
 
-BENCH_NAME=tasks_bench
+BENCH_NAME=tasks_bench # read by lib.sh
 # shellcheck source=bench/lib.sh
 source "$HERE/lib.sh"
 bench_workdir
@@ -498,7 +498,6 @@ awk -F, '{ k = $1; if (!(k in seen)) { seen[k] = 1; order[++nk] = k }
 			wrk[k] / cnt[k], cpu[k] / cnt[k], wal[k] / cnt[k], oth[k] / cnt[k] } }' "$WORK/out/drain.csv"
 echo "(cpu: ms per task, means over the rounds: srv the cluster's processes, wrk the worker process;"
 echo " WAL: bytes per task; other%: the machine's CPU used by other programs meanwhile)"
-VERDICT=0
 if has ds && { has gw || has pb; }; then
 	read -r ds_mean best_peer best_label <<<"$(awk -F, '{ sum[$1] += $6; cnt[$1]++; sys[$1] = $2 }
 		END { for (k in sum) { m = sum[k] / cnt[k]
