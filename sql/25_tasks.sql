@@ -1,7 +1,8 @@
 -- Tasks (docs/tasks.md): what ds_task_step, ds_claim_tasks, ds_heartbeat, ds_complete_task,
--- ds_fail_task, ds_release_task and ds_wait_for_tasks check, the identity rules, and the fence:
--- a token that no longer holds its lease is refused, and the transaction that tried keeps
--- nothing. No background worker runs here: leases run out only where a test makes them.
+-- ds_complete_tasks, ds_fail_task, ds_release_task and ds_wait_for_tasks check, the identity
+-- rules, and the fence: a token that no longer holds its lease is refused, and the transaction
+-- that tried keeps nothing. No background worker runs here: leases run out only where a test
+-- makes them.
 -- Each refused call is followed by its SQLSTATE.
 \set SHOW_CONTEXT never
 
@@ -258,6 +259,67 @@ CALL ds_wait_for_tasks(NULL, '1 s');
 \echo :SQLSTATE
 CALL ds_wait_for_tasks(ARRAY['mail'], NULL);
 \echo :SQLSTATE
+
+-- ds_complete_tasks: bad input refuses the whole batch (22004, 22023, DS005), nothing recorded
+SELECT status FROM ds_task_step('t', 'batch-1', 'batch', '{}');
+SELECT status FROM ds_task_step('t', 'batch-2', 'batch', '{}',
+    on_success => $$INSERT INTO task_effects SELECT 'hook of ' || ($1->>'step_id')$$);
+SELECT status FROM ds_task_step('t', 'batch-3', 'batch', '{}');
+SELECT status FROM ds_task_step('t', 'batch-4', 'batch', '{}');
+SELECT token AS b1 FROM ds_claim_tasks(ARRAY['batch'], 1, '1 hour') \gset
+SELECT token AS b2 FROM ds_claim_tasks(ARRAY['batch'], 1, '1 hour') \gset
+SELECT token AS b3 FROM ds_claim_tasks(ARRAY['batch'], 1, '1 hour') \gset
+SELECT token AS b4 FROM ds_claim_tasks(ARRAY['batch'], 1, '1 ms') \gset
+SELECT * FROM ds_complete_tasks(NULL, '{}');
+\echo :SQLSTATE
+SELECT * FROM ds_complete_tasks(ARRAY[:'b1'], NULL);
+\echo :SQLSTATE
+SELECT * FROM ds_complete_tasks(ARRAY[:'b1', NULL], ARRAY[NULL, NULL]::jsonb[]);
+\echo :SQLSTATE
+SELECT * FROM ds_complete_tasks(ARRAY[:'b1', :'b2'], ARRAY['{}']::jsonb[]);
+\echo :SQLSTATE
+SELECT * FROM ds_complete_tasks(ARRAY[[:'b1'], [:'b2']], ARRAY[['{}'], ['{}']]::jsonb[]);
+\echo :SQLSTATE
+SELECT * FROM ds_complete_tasks(array_fill(:'b1'::text, ARRAY[1001]), array_fill(NULL::jsonb, ARRAY[1001]));
+\echo :SQLSTATE
+SELECT * FROM ds_complete_tasks(ARRAY[:'b1', 'nonsense'], ARRAY[NULL, NULL]::jsonb[]);
+\echo :SQLSTATE
+RESET ROLE;
+SET durable_steps.max_result_size = 1024;
+SET ROLE task_alice;
+SELECT * FROM ds_complete_tasks(ARRAY[:'b1', :'b2'],
+                                ARRAY['{}', jsonb_build_object('big', repeat('x', 2000))]);
+\echo :SQLSTATE
+RESET ROLE;
+RESET durable_steps.max_result_size;
+SELECT * FROM ds_complete_tasks('{}', '{}');
+-- a token of another role's task is refused, not answered as stale: the batch keeps nothing
+SET ROLE task_bob;
+SELECT * FROM ds_complete_tasks(ARRAY[:'b1'], ARRAY['{}']::jsonb[]);
+\echo :SQLSTATE
+SET ROLE task_admin;
+SELECT * FROM ds_complete_tasks(ARRAY[:'b1'], ARRAY['{}']::jsonb[]);
+\echo :SQLSTATE
+SET ROLE task_alice;
+SELECT step_id, status FROM ds_steps WHERE step_id LIKE 'batch-%' ORDER BY step_id;
+
+-- a mixed batch: the held tokens succeed (hooks included) with the caller's writes; a token of
+-- a cancelled step, a spent token, a lease that ran out and a token given twice answer
+-- held = false, and nothing is raised
+SELECT status FROM ds_complete_task(:'b3', '{"alone": true}');
+SELECT pg_sleep(0.01);
+BEGIN;
+INSERT INTO task_effects VALUES ('batch written');
+SELECT token = :'b1' AS b1, token = :'b2' AS b2, token = :'b3' AS b3, token = :'b4' AS b4,
+       status, held
+  FROM ds_complete_tasks(ARRAY[:'b2', :'token', :'b1', :'b3', :'b4', :'b1'],
+                         ARRAY['{"n": 2}', '{}', NULL, '{}', '{}', '{"again": true}']::jsonb[]);
+COMMIT;
+SELECT * FROM task_effects WHERE k LIKE '%batch%' ORDER BY k;
+SELECT step_id, status, result FROM ds_steps WHERE step_id LIKE 'batch-%' ORDER BY step_id;
+SELECT step_id, attempt, class FROM ds_attempts WHERE step_id LIKE 'batch-%' ORDER BY step_id;
+-- a batch of spent tokens answers without raising, and records nothing
+SELECT token = :'b1' AS b1, status, held FROM ds_complete_tasks(ARRAY[:'b1'], ARRAY['{}']::jsonb[]);
 
 RESET ROLE;
 DROP TABLE task_effects;

@@ -509,3 +509,9 @@ SELECT w.metric, NULL, NULL, NULL, (c.j OPERATOR(pg_catalog.->>) w.field)::doubl
                   ('http_workers', 'http_workers'), ('counters_since', 'since')) w(metric, field)
  WHERE c.j IS NOT NULL
 $$;
+
+-- Tasks: the successes of many attempts recorded in one statement, in the caller's transaction
+-- (docs/tasks.md, "The lifecycle"); a token no longer holding its lease answers held = false.
+CREATE FUNCTION @extschema@.ds_complete_tasks(tokens text[], results jsonb[])
+    RETURNS TABLE (token text, status text, held boolean)
+    AS 'MODULE_PATHNAME', 'ds_complete_tasks' LANGUAGE C VOLATILE;

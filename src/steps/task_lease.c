@@ -57,15 +57,6 @@ PG_FUNCTION_INFO_V1(ds_release_task);
 #define MAX_ERROR_CODE 64
 #define MAX_WORKER_NAME 200
 
-/* What a token names: one attempt of one step, claimed at one time. */
-typedef struct TaskToken
-{
-	char	   *run_id;
-	char	   *step_id;
-	int			attempt;
-	TimestampTz claimed_at;
-} TaskToken;
-
 /*
  * The token of an attempt: "attempt.claim-time.run_id-length.run_id step_id", the run_id's
  * length telling where the step_id begins. Opaque to workers; no secret (a role may act on its
@@ -82,18 +73,22 @@ token_text(const char *run_id, const char *step_id, int attempt, TimestampTz cla
 static void
 token_arg(FunctionCallInfo fcinfo, int argno, TaskToken *t)
 {
-	char	   *arg;
-	char	   *p;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("token must not be null")));
+	ds_task_token_parse(text_to_cstring(PG_GETARG_TEXT_PP(argno)), t);
+}
+
+void
+ds_task_token_parse(const char *arg, TaskToken *t)
+{
+	const char *p;
 	char	   *end;
 	long		attempt;
 	long long	claimed_at;
 	unsigned long run_len;
 
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("token must not be null")));
-	arg = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	/* its identities are cut by byte counts: only whole characters are valid */
 	if (!pg_verifymbstr(arg, strlen(arg), true))
 		goto malformed;
@@ -224,6 +219,19 @@ record_outcome(StepRecord *rec, AttemptOutcome *o)
 	 */
 	if (rec->status != STEP_RETRYING && rec->status != STEP_PENDING)
 		ds_run_wake_for_step_outcome(rec->run_id, rec->step_id);
+}
+
+bool
+ds_lock_task_lease(const TaskToken *t, StepRecord *rec)
+{
+	lock_task(t, rec);
+	return lease_held(rec, t, GetCurrentTimestamp());
+}
+
+void
+ds_record_task_outcome(StepRecord *rec, AttemptOutcome *o)
+{
+	record_outcome(rec, o);
 }
 
 /*
