@@ -1,9 +1,16 @@
 // The worker of durable_steps' tasks: steps whose body is a handler of the application's
 // (`ds_task_step`, DurableSteps.taskStep). A Worker claims due tasks of its names with
-// ds_claim_tasks, as many as it has free slots, runs their handlers, keeps their leases with
-// ds_heartbeat, and records each attempt's outcome with ds_complete_task or ds_fail_task -- in
-// the handler's own transaction when it uses ctx.transaction, so that its writes and the step's
-// outcome commit together or not at all.
+// ds_claim_tasks, for its free slots and a small buffer ahead of them (`prefetch`), runs their
+// handlers, keeps their leases with ds_heartbeat, and records each attempt's outcome: the
+// successes of handlers that returned without ctx.transaction together, many in one statement
+// and one commit (ds_complete_tasks); a success inside ctx.transaction with ds_complete_task in
+// the handler's own transaction, so that its writes and the step's outcome commit together or
+// not at all; a failure with ds_fail_task.
+//
+// - Claimed ahead: a task waits in the buffer until a slot frees. Its lease runs meanwhile and
+//   is not renewed: a buffered task not started by half its lease (or half the time to its
+//   deadline) is given back uncounted (ds_release_task), long before it could be recorded lost,
+//   and the worker claims no further ahead until a handler finishes.
 //
 // - No polling on an idle queue: when a claim finds nothing, the worker waits in
 //   `CALL ds_wait_for_tasks(...)` (one statement, no LISTEN: it works through PgBouncer in
@@ -93,6 +100,17 @@ export interface WorkerOptions<P extends TaskPool = TaskPool> {
     tasks: Record<string, TaskHandler<any, unknown, ClientOf<P>>>;
     /** how many handlers run at once (10) */
     concurrency?: number;
+    /**
+     * How many claimed tasks may wait for a free slot (concurrency; 0: claim only for free
+     * slots). The buffer is refilled once it is half empty; its tasks are given back uncounted
+     * when the worker stops or when they wait half their lease.
+     */
+    prefetch?: number;
+    /**
+     * How long the successes of handlers that returned without ctx.transaction wait to be
+     * recorded together (0: those of the same turn of the event loop), in milliseconds.
+     */
+    completeBatchDelayMs?: number;
     /** milliseconds a claim and each heartbeat hold the lease (30 000); heartbeats every third */
     lease?: number;
     /** only tasks of these queues (all by default) */
@@ -150,8 +168,9 @@ interface ClaimedRow {
     ds_server_now: Date;
 }
 
-/** ds_claim_tasks' largest max */
+/** ds_claim_tasks' largest max, and ds_complete_tasks' most tokens */
 const MAX_CLAIM = 1000;
+const MAX_BATCH = 1000;
 const MAX_ERROR_CODE = 64;
 const MAX_MESSAGE = 4000;
 const MAX_DETAIL = 8000;
@@ -325,6 +344,23 @@ class Attempt<C extends TaskClient> {
 /** A connection, inside the Worker. */
 type C = TaskClient;
 
+/** A claimed task waiting for a free slot. */
+interface Buffered {
+    row: ClaimedRow;
+    /** the server's clock minus ours, when the claim answered */
+    offset: number;
+    /** when it is given back if it has not started (this machine's clock) */
+    useBy: number;
+}
+
+/** A success waiting to be recorded with others (ds_complete_tasks). */
+interface PendingCompletion {
+    a: Attempt<C>;
+    json: string | null;
+    value: unknown;
+    done: () => void;
+}
+
 const defaultLogger: WorkerLogger = {
     error: (message, ...meta) => console.error(message, ...meta),
     warn: (message, ...meta) => console.warn(message, ...meta),
@@ -345,6 +381,8 @@ const defaultLogger: WorkerLogger = {
 export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEvents> {
     readonly name: string;
     readonly concurrency: number;
+    readonly prefetch: number;
+    readonly completeBatchDelayMs: number;
     readonly lease: number;
     readonly pollInterval: number;
     readonly graceMs: number;
@@ -367,6 +405,18 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
     private wake: (() => void) | null = null;
     /** the connection the loop waits on in ds_wait_for_tasks, given up by stop() */
     private waiting: { client: C; released: boolean } | null = null;
+    /** claimed tasks whose handlers have not started, oldest first */
+    private buffer: Buffered[] = [];
+    private bufferTimer: ReturnType<typeof setTimeout> | null = null;
+    /** a buffered task waited too long: claim no further ahead until a handler finishes */
+    private prefetchHeld = false;
+    /** successes waiting for ds_complete_tasks, and how many are waiting or being recorded */
+    private pending: PendingCompletion[] = [];
+    private completing = 0;
+    private flushing = false;
+    private flushScheduled = false;
+    /** the extension has no ds_complete_tasks (an older version): one call per success */
+    private noBatch = false;
 
     constructor(options: WorkerOptions<P>) {
         super();
@@ -393,11 +443,16 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         if (!Number.isInteger(this.concurrency) || this.concurrency < 1) {
             throw new RangeError(`concurrency must be an integer >= 1, not ${this.concurrency}`);
         }
+        this.prefetch = options.prefetch ?? this.concurrency;
+        if (!Number.isInteger(this.prefetch) || this.prefetch < 0 || this.prefetch > MAX_CLAIM) {
+            throw new RangeError(`prefetch must be an integer from 0 to ${MAX_CLAIM}, not ${this.prefetch}`);
+        }
+        this.completeBatchDelayMs = options.completeBatchDelayMs ?? 0;
         this.lease = options.lease ?? 30_000;
         this.pollInterval = options.pollInterval ?? 10_000;
         this.graceMs = options.graceMs ?? 10_000;
         for (const [what, value, min] of [['lease', this.lease, 1], ['pollInterval', this.pollInterval, 1],
-            ['graceMs', this.graceMs, 0]] as const) {
+            ['graceMs', this.graceMs, 0], ['completeBatchDelayMs', this.completeBatchDelayMs, 0]] as const) {
             if (typeof value !== 'number' || !Number.isFinite(value) || value < min) {
                 throw new RangeError(`${what} must be a number of milliseconds >= ${min}, not ${value}`);
             }
@@ -440,8 +495,9 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
 
     private async begin(): Promise<void> {
         let rows: ClaimedRow[];
+        const want = this.wanted();
         try {
-            rows = await this.claim(this.concurrency);
+            rows = await this.claim(want);
         } catch (e) {
             this.state = 'stopped';
             throw toDurableStepsError(e);
@@ -451,8 +507,8 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             await this.release(rows);
             return;
         }
-        this.launch(rows);
-        this.loopDone = this.loop(rows.length >= Math.min(this.concurrency, MAX_CLAIM) ? null : rows.length)
+        this.accept(rows);
+        this.loopDone = this.loop(rows.length >= want ? null : rows.length)
             .catch((e) => this.report(e, null));
     }
 
@@ -478,6 +534,8 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             this.abandonWait();
             await this.starting?.catch(() => undefined);
             await this.loopDone;
+            // claims whose handlers never started: given back uncounted
+            await this.release(this.takeBuffer(this.buffer.length));
             if (this.running.size > 0 && !(await this.settleWithin(this.graceMs))) {
                 for (const a of this.running) {
                     a.abort(new WorkerStoppedError(`the worker stopped and its grace period (${this.graceMs} ms) passed`));
@@ -516,23 +574,40 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
     }
 
     /**
-     * Claims as many as there are free slots; when a claim answers fewer than it asked for,
-     * waits in ds_wait_for_tasks until one may be due. `claimed`: how many the last claim
-     * answered, fewer than it asked for (null: claim at once).
+     * How many to claim now: the free slots and the room in the buffer, once it is half empty
+     * (0: nothing yet). Nothing while too many successes wait to be recorded.
+     */
+    private wanted(): number {
+        if (this.completing >= MAX_BATCH) {
+            return 0;
+        }
+        const free = Math.max(0, this.concurrency - this.running.size);
+        const ahead = this.prefetchHeld ? 0 : this.prefetch;
+        if (free === 0 && this.buffer.length > Math.floor(ahead / 2)) {
+            return 0;
+        }
+        return Math.min(MAX_CLAIM, free + Math.max(0, ahead - this.buffer.length));
+    }
+
+    /**
+     * Claims for the free slots and the buffer; when a claim answers fewer than it asked for,
+     * waits in ds_wait_for_tasks until one may be due, and claims on that same connection when
+     * it says so. `claimed`: how many the last claim answered, fewer than it asked for (null:
+     * claim at once).
      */
     private async loop(claimed: number | null): Promise<void> {
         let failures = 0;
         let emptyWakes = 0;
         while (!this.stopping) {
             if (claimed === null) {
-                const free = this.concurrency - this.running.size;
-                if (free <= 0) {
+                const want = this.wanted();
+                if (want <= 0) {
                     await this.idle(this.pollInterval);
                     continue;
                 }
                 let rows: ClaimedRow[];
                 try {
-                    rows = await this.claim(free);
+                    rows = await this.claim(want);
                     failures = 0;
                 } catch (e) {
                     await this.failed(e, ++failures);
@@ -542,16 +617,16 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
                     await this.release(rows);
                     break;
                 }
-                this.launch(rows);
-                if (rows.length >= Math.min(free, MAX_CLAIM)) {
+                this.accept(rows);
+                if (rows.length >= want) {
                     emptyWakes = 0;
                     continue;
                 }
                 claimed = rows.length;
             }
-            let due: boolean;
+            let woke: { due: boolean; rows: ClaimedRow[] | null; asked: number };
             try {
-                due = await this.waitForTasks();
+                woke = await this.waitForTasks();
                 failures = 0;
             } catch (e) {
                 if (this.stopping) {
@@ -561,17 +636,26 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
                 claimed = null;
                 continue;
             }
+            if (woke.rows !== null) {
+                if (this.stopping) {
+                    await this.release(woke.rows);
+                    break;
+                }
+                this.accept(woke.rows);
+            }
             // a wake that finds nothing to claim, again and again (another worker is quicker,
             // or a queue limit holds what is due): back off a little instead of spinning
-            if (due && claimed === 0) {
+            if (woke.due && woke.rows !== null && woke.rows.length === 0) {
                 emptyWakes++;
                 if (emptyWakes > 2) {
                     await this.idle(Math.min(this.pollInterval, 10 * 2 ** Math.min(emptyWakes - 2, 7)));
                 }
-            } else {
-                emptyWakes = 0;
+                claimed = 0;
+                continue;
             }
-            claimed = null;
+            emptyWakes = 0;
+            // a claim on the wake's connection that took all it asked for: claim again at once
+            claimed = woke.rows !== null && woke.rows.length < woke.asked ? woke.rows.length : null;
         }
     }
 
@@ -603,16 +687,20 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         wake?.();
     }
 
-    private async claim(max: number): Promise<ClaimedRow[]> {
-        const { rows } = await this.pool.query(
+    private async claim(max: number, on: Queryable = this.pool): Promise<ClaimedRow[]> {
+        const { rows } = await on.query(
             `SELECT c.*, clock_timestamp() AS ds_server_now
                FROM ${this.prefix}ds_claim_tasks($1::text[], $2::integer, $3::interval, $4::text, $5::text[]) AS c`,
             [this.names, Math.min(max, MAX_CLAIM), ms(this.lease), this.name, this.queues]);
         return rows as ClaimedRow[];
     }
 
-    /** CALL ds_wait_for_tasks on a connection of its own, that stop() can give up. */
-    private async waitForTasks(): Promise<boolean> {
+    /**
+     * CALL ds_wait_for_tasks on a connection of its own, that stop() can give up; when a task is
+     * due, the claim follows on that same connection (rows: its answer; null when it did not
+     * claim).
+     */
+    private async waitForTasks(): Promise<{ due: boolean; rows: ClaimedRow[] | null; asked: number }> {
         const client = await this.pool.connect();
         const held = { client, released: false };
         this.waiting = held;
@@ -620,12 +708,17 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         let broken: Error | undefined;
         try {
             if (this.stopping) {
-                return false;
+                return { due: false, rows: null, asked: 0 };
             }
             const { rows } = await client.query(
                 `CALL ${this.prefix}ds_wait_for_tasks($1::text[], $2::interval, $3::text[])`,
                 [this.names, ms(this.pollInterval), this.queues]);
-            return rows[0]?.due === true;
+            const due = rows[0]?.due === true;
+            const want = this.wanted();
+            if (!due || want <= 0 || this.stopping || held.released) {
+                return { due, rows: null, asked: 0 };
+            }
+            return { due, rows: await this.claim(want, client), asked: want };
         } catch (e) {
             broken = asError(e);
             throw e;
@@ -649,13 +742,13 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
     }
 
     /** Gives back claims whose handlers never started: not counted, the steps wait as before. */
-    private async release(rows: ClaimedRow[]): Promise<void> {
+    private async release(rows: (ClaimedRow | Buffered)[]): Promise<void> {
         if (rows.length === 0) {
             return;
         }
         try {
             await this.pool.query(`SELECT ${this.prefix}ds_release_task(t) FROM unnest($1::text[]) AS t`,
-                [rows.map((r) => r.token)]);
+                [rows.map((r) => ('row' in r ? r.row : r).token)]);
         } catch (e) {
             this.report(toDurableStepsError(e), null);
         }
@@ -663,15 +756,75 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
 
     // --- running ----------------------------------------------------------------------------
 
-    private launch(rows: ClaimedRow[]): void {
+    /** Claimed rows: into the buffer, and as many as there are free slots started. */
+    private accept(rows: ClaimedRow[]): void {
+        const now = Date.now();
         for (const row of rows) {
-            const offset = row.ds_server_now.getTime() - Date.now();
+            const offset = row.ds_server_now.getTime() - now;
+            // given back by half its lease (or half the time to its deadline) if it waits so long
+            let left = row.lease_expires_at.getTime() - offset - now;
+            if (row.deadline !== null) {
+                left = Math.min(left, row.deadline.getTime() - offset - now);
+            }
+            this.buffer.push({ row, offset, useBy: now + Math.max(0, left) / 2 });
+        }
+        this.startNext();
+    }
+
+    /** Starts buffered tasks while there are free slots. */
+    private startNext(): void {
+        if (this.stopping) {
+            return;
+        }
+        const n = Math.min(this.buffer.length, this.concurrency - this.running.size);
+        if (n > 0) {
+            this.launch(this.takeBuffer(n));
+        }
+        this.armBufferTimer();
+    }
+
+    /** The `n` oldest buffered tasks, out of the buffer. */
+    private takeBuffer(n: number): Buffered[] {
+        const taken = this.buffer.splice(0, n);
+        if (this.buffer.length === 0 && this.bufferTimer !== null) {
+            clearTimeout(this.bufferTimer);
+            this.bufferTimer = null;
+        }
+        return taken;
+    }
+
+    /** Gives back the buffered tasks that waited too long, at the earliest use-by. */
+    private armBufferTimer(): void {
+        if (this.bufferTimer !== null) {
+            clearTimeout(this.bufferTimer);
+            this.bufferTimer = null;
+        }
+        if (this.buffer.length === 0 || this.stopping) {
+            return;
+        }
+        const first = Math.min(...this.buffer.map((b) => b.useBy));
+        this.bufferTimer = setTimeout(() => {
+            this.bufferTimer = null;
+            const now = Date.now();
+            const stale = this.buffer.filter((b) => b.useBy <= now);
+            if (stale.length > 0) {
+                this.buffer = this.buffer.filter((b) => b.useBy > now);
+                // the handlers are slower than the claims ahead of them: claim for free slots only
+                this.prefetchHeld = true;
+                void this.release(stale);
+            }
+            this.armBufferTimer();
+        }, Math.min(MAX_TIMER, Math.max(0, first - Date.now())));
+    }
+
+    private launch(taken: Buffered[]): void {
+        for (const { row, offset } of taken) {
             const a = new Attempt<C>(row, offset, this.name, (at, fn) => this.transaction(at, fn));
             this.running.add(a);
             a.start(Math.max(1, Math.floor(this.lease / 3)), () => void this.heartbeat(a));
             const settled = this.execute(a).catch((e) => this.report(e, a.ctx)).finally(() => {
                 a.stopTimers();
-                this.running.delete(a);
+                this.handlerDone(a);
                 this.settled.delete(a);
                 this.nudge();
             });
@@ -694,6 +847,8 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             thrown = e;
         }
         a.stopTimers();
+        // the slot is free once the handler returned: its outcome is recorded meanwhile
+        this.handlerDone(a);
         if (a.abandoned) {
             return;
         }
@@ -711,6 +866,15 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             await this.fail(a, thrown);
         } else {
             await this.complete(a, value);
+        }
+    }
+
+    /** A handler returned: its slot goes to the next buffered task. */
+    private handlerDone(a: Attempt<C>): void {
+        if (this.running.delete(a)) {
+            this.prefetchHeld = false;
+            this.startNext();
+            this.nudge();
         }
     }
 
@@ -816,6 +980,10 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         }
     }
 
+    /**
+     * Records a success with the others of the same turn of the event loop (or of
+     * completeBatchDelayMs): one ds_complete_tasks, one commit. Resolves once it is recorded.
+     */
     private async complete(a: Attempt<C>, value: unknown): Promise<void> {
         let json: string | null;
         try {
@@ -824,6 +992,101 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             await this.fail(a, e);
             return;
         }
+        a.phase = 'completing';
+        this.completing++;
+        try {
+            await new Promise<void>((done) => {
+                this.pending.push({ a, json, value, done });
+                this.scheduleFlush();
+            });
+        } finally {
+            this.completing--;
+        }
+    }
+
+    private scheduleFlush(): void {
+        if (this.flushing || this.flushScheduled || this.pending.length === 0) {
+            return;
+        }
+        this.flushScheduled = true;
+        const run = (): void => {
+            this.flushScheduled = false;
+            void this.flush();
+        };
+        if (this.completeBatchDelayMs > 0) {
+            setTimeout(run, this.completeBatchDelayMs);
+        } else {
+            setImmediate(run);
+        }
+    }
+
+    /** One batch at a time: what comes meanwhile goes in the next, at once. */
+    private async flush(): Promise<void> {
+        this.flushing = true;
+        try {
+            while (this.pending.length > 0) {
+                await this.recordBatch(this.pending.splice(0, MAX_BATCH));
+            }
+        } finally {
+            this.flushing = false;
+            this.nudge();
+        }
+    }
+
+    private async recordBatch(batch: PendingCompletion[]): Promise<void> {
+        if (this.noBatch || batch.length === 1) {
+            await Promise.all(batch.map((p) => this.completeOne(p)));
+            return;
+        }
+        let rows: { token: string; status: string; held: boolean }[];
+        try {
+            ({ rows } = await this.pool.query(
+                `SELECT c.token, c.status, c.held FROM ${this.prefix}ds_complete_tasks($1::text[], $2::jsonb[]) AS c`,
+                [batch.map((p) => p.a.token), batch.map((p) => p.json)]));
+        } catch (e) {
+            const err = toDurableStepsError(e);
+            const code = sqlstateOf(err);
+            if (code === '42883') {
+                // an extension without ds_complete_tasks: one call per success from now on
+                this.noBatch = true;
+            }
+            if (code !== null) {
+                // the server refused the batch (a result too large, an outcome hook's error...):
+                // each success on its own, with its own answer
+                await Promise.all(batch.map((p) => this.completeOne(p)));
+                return;
+            }
+            for (const p of batch) {
+                p.a.phase = 'running';
+                this.report(err as Error, p.a.ctx);
+                p.done();
+            }
+            return;
+        }
+        const answers = new Map(rows.map((r) => [r.token, r]));
+        for (const p of batch) {
+            const r = answers.get(p.a.token);
+            if (r?.held === true) {
+                p.a.phase = 'done';
+                this.notify('completed', p.a.ctx, p.value);
+            } else {
+                this.lost(p.a, new LeaseLostError(`the attempt no longer held its lease when its success was`
+                    + ` recorded: the step is ${r?.status ?? 'unknown'}`));
+            }
+            p.done();
+        }
+    }
+
+    /** One success, on its own (ds_complete_task). */
+    private async completeOne(p: PendingCompletion): Promise<void> {
+        try {
+            await this.completeAlone(p.a, p.json, p.value);
+        } finally {
+            p.done();
+        }
+    }
+
+    private async completeAlone(a: Attempt<C>, json: string | null, value: unknown): Promise<void> {
         a.phase = 'completing';
         try {
             await this.pool.query(`SELECT status FROM ${this.prefix}ds_complete_task($1::text, $2::jsonb)`,

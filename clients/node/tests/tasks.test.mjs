@@ -548,6 +548,136 @@ describe('stop()', () => {
     });
 });
 
+describe('batched completions and claims ahead', () => {
+    test('successes of the same moment go in one ds_complete_tasks; a stale token does not affect the others', async () => {
+        const task = env.unique('batched');
+        const run = env.unique('run');
+        const own = env.makePool(8);
+        const batches = [];
+        // the worker's pool, which notes the batches it records
+        const noting = {
+            options: own.options,
+            connect: () => own.connect(),
+            query: (text, values) => {
+                if (text.includes('ds_complete_tasks')) {
+                    batches.push(values[0].length);
+                }
+                return own.query(text, values);
+            },
+        };
+        const completed = [];
+        const lost = [];
+        const errors = [];
+        const worker = new Worker({
+            pool: noting, concurrency: 3, prefetch: 0, completeBatchDelayMs: 300, logger: quietLogger(),
+            tasks: {
+                [task]: async (input, ctx) => {
+                    if (input.cancel) {
+                        // cancelled after its handler ran and before its success is recorded
+                        await pool.query('SELECT ds_cancel_step($1, $2)', [ctx.runId, ctx.stepId]);
+                    }
+                    return { n: input.n };
+                },
+            },
+        });
+        worker.on('completed', (t, result) => completed.push([t.stepId, result]));
+        worker.on('lost', (t) => lost.push(t.stepId));
+        worker.on('error', (e) => errors.push(e));
+        try {
+            await client.taskStep(run, 'a', task, { n: 1 });
+            await client.taskStep(run, 'b', task, { n: 2, cancel: true });
+            await client.taskStep(run, 'c', task, { n: 3 });
+            await worker.start();
+            await env.until('the batch to be recorded', () => completed.length + lost.length === 3, 20_000);
+            assert.deepEqual(batches, [3]);
+            assert.deepEqual(completed.sort(), [['a', { n: 1 }], ['c', { n: 3 }]]);
+            assert.deepEqual(lost, ['b']);
+            assert.deepEqual(errors, []);
+            assert.deepEqual((await step(run, 'a')).result, { n: 1 });
+            assert.equal((await step(run, 'b')).status, 'cancelled');
+            assert.deepEqual((await step(run, 'c')).result, { n: 3 });
+        } finally {
+            await worker.stop();
+            await own.end();
+        }
+    });
+
+    test('claimed tasks waiting in the buffer are given back uncounted at stop()', async () => {
+        const task = env.unique('prefetched');
+        const run = env.unique('run');
+        let started = 0;
+        let release;
+        const gate = new Promise((resolve) => {
+            release = resolve;
+        });
+        const w = makeWorker({
+            [task]: async () => {
+                started++;
+                await gate;
+                return 'done';
+            },
+        }, { concurrency: 1, prefetch: 2 });
+        try {
+            for (const id of ['s1', 's2', 's3']) {
+                await client.taskStep(run, id, task);
+            }
+            await w.worker.start();
+            await env.until('the first handler to start', () => started === 1, 10_000);
+            // one running, two claimed ahead
+            const { rows: [claimed] } = await pool.query(
+                `SELECT count(*)::int AS n FROM ds_steps WHERE run_id = $1 AND status = 'running'`, [run]);
+            assert.equal(claimed.n, 3);
+            const stopping = w.worker.stop();
+            setTimeout(release, 100);
+            await stopping;
+            assert.equal(started, 1);
+            const done = ['s1', 's2', 's3'].map((id) => step(run, id));
+            const [s1, s2, s3] = await Promise.all(done);
+            assert.equal(s1.status, 'succeeded');
+            for (const s of [s2, s3]) {
+                assert.equal(s.status, 'pending');
+                assert.equal(s.attempt, 0);
+            }
+            assert.deepEqual(w.errors, []);
+        } finally {
+            await w.close();
+        }
+    });
+
+    test('a buffered task that waits half its lease is given back, then runs as attempt 1', async () => {
+        const task = env.unique('aged');
+        const run = env.unique('run');
+        const order = [];
+        const w = makeWorker({
+            [task]: async (input, ctx) => {
+                order.push([ctx.stepId, ctx.attempt]);
+                if (order.length === 1) {
+                    // the first to start holds the only slot past the lease of the one buffered
+                    await env.sleep(1_500);
+                }
+                return ctx.attempt;
+            },
+        }, { concurrency: 1, prefetch: 1, lease: 600 });
+        try {
+            await client.taskStep(run, 'one', task);
+            await client.taskStep(run, 'two', task);
+            await w.worker.start();
+            for (const id of ['one', 'two']) {
+                assert.equal((await stopped(run, id)).status, 'succeeded');
+            }
+            // the buffered one was given back uncounted: its only attempt is 1, never lost
+            assert.equal(order.length, 2);
+            const { rows } = await pool.query(
+                'SELECT attempt, class FROM ds_attempts WHERE run_id = $1 AND step_id = $2', [run, order[1][0]]);
+            assert.deepEqual(rows, [{ attempt: 1, class: 'completed' }]);
+            assert.equal(order[1][1], 1);
+            assert.deepEqual(w.errors, []);
+        } finally {
+            await w.close();
+        }
+    });
+});
+
 test('two workers x concurrency 10 over 2,000 tasks: each step completes once, each attempt runs once', async () => {
     const task = env.unique('many');
     const run = env.unique('run');
