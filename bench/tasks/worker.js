@@ -18,6 +18,8 @@
 // Environment:
 //   TB_CONNECTION   connection string (required)
 //   TB_CONCURRENCY  [10]  handlers at once (ds: concurrency; gw: concurrency; pb: see TB_PB_LOOPS)
+//   TB_DS_PREFETCH  []    ds: the Worker's prefetch (unset: its default, concurrency)
+//   TB_DS_BATCH_DELAY []  ds: the Worker's completeBatchDelayMs (unset: its default, 0)
 //   TB_STARTS       []    file of start times (latency runs)
 //   TB_GW_CONFIG    [default]  gw: "default" (only concurrency set: everything else is
 //                   graphile-worker's default) or "LQ:DELAY": preset.worker.localQueue.size LQ,
@@ -56,13 +58,17 @@ function makeSystem() {
     let pool = null;
     let worker = null;
     return {
-      settings: () => ({ concurrency, pool: concurrency + 2 }),
+      settings: () => ({ concurrency, pool: concurrency + 2,
+        prefetch: process.env.TB_DS_PREFETCH || "default", completeBatchDelayMs: process.env.TB_DS_BATCH_DELAY || "default" }),
       async start() {
         pool = new Pool({ connectionString, max: concurrency + 2 });
         const noop = record
           ? async (input) => { if (input && typeof input.i === "number") record(input.i); }
           : async () => {};
-        worker = new Worker({ pool, concurrency, tasks: { noop } });
+        const options = { pool, concurrency, tasks: { noop } };
+        if (process.env.TB_DS_PREFETCH) options.prefetch = Number(process.env.TB_DS_PREFETCH);
+        if (process.env.TB_DS_BATCH_DELAY) options.completeBatchDelayMs = Number(process.env.TB_DS_BATCH_DELAY);
+        worker = new Worker(options);
         worker.on("completed", () => { done++; });
         worker.on("error", (e) => console.error(`durable_steps worker error: ${e.message}`));
         await worker.start();

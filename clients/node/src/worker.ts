@@ -408,6 +408,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
     /** claimed tasks whose handlers have not started, oldest first */
     private buffer: Buffered[] = [];
     private bufferTimer: ReturnType<typeof setTimeout> | null = null;
+    private bufferTimerAt = Infinity;
     /** a buffered task waited too long: claim no further ahead until a handler finishes */
     private prefetchHeld = false;
     /** successes waiting for ds_complete_tasks, and how many are waiting or being recorded */
@@ -759,6 +760,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
     /** Claimed rows: into the buffer, and as many as there are free slots started. */
     private accept(rows: ClaimedRow[]): void {
         const now = Date.now();
+        let first = Infinity;
         for (const row of rows) {
             const offset = row.ds_server_now.getTime() - now;
             // given back by half its lease (or half the time to its deadline) if it waits so long
@@ -766,9 +768,12 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             if (row.deadline !== null) {
                 left = Math.min(left, row.deadline.getTime() - offset - now);
             }
-            this.buffer.push({ row, offset, useBy: now + Math.max(0, left) / 2 });
+            const useBy = now + Math.max(0, left) / 2;
+            first = Math.min(first, useBy);
+            this.buffer.push({ row, offset, useBy });
         }
         this.startNext();
+        this.armBufferTimer(first);
     }
 
     /** Starts buffered tasks while there are free slots. */
@@ -780,7 +785,6 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         if (n > 0) {
             this.launch(this.takeBuffer(n));
         }
-        this.armBufferTimer();
     }
 
     /** The `n` oldest buffered tasks, out of the buffer. */
@@ -789,20 +793,26 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         if (this.buffer.length === 0 && this.bufferTimer !== null) {
             clearTimeout(this.bufferTimer);
             this.bufferTimer = null;
+            this.bufferTimerAt = Infinity;
         }
         return taken;
     }
 
-    /** Gives back the buffered tasks that waited too long, at the earliest use-by. */
-    private armBufferTimer(): void {
-        if (this.bufferTimer !== null) {
-            clearTimeout(this.bufferTimer);
-            this.bufferTimer = null;
-        }
-        if (this.buffer.length === 0 || this.stopping) {
+    /**
+     * Gives back the buffered tasks that waited too long: a timer at the earliest use-by, armed
+     * again only for an earlier one (it finds nothing to do when they started meanwhile).
+     */
+    private armBufferTimer(first: number): void {
+        if (this.buffer.length === 0 || this.stopping || first === Infinity) {
             return;
         }
-        const first = Math.min(...this.buffer.map((b) => b.useBy));
+        if (this.bufferTimer !== null && this.bufferTimerAt <= first) {
+            return;
+        }
+        if (this.bufferTimer !== null) {
+            clearTimeout(this.bufferTimer);
+        }
+        this.bufferTimerAt = first;
         this.bufferTimer = setTimeout(() => {
             this.bufferTimer = null;
             const now = Date.now();
@@ -813,7 +823,8 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
                 this.prefetchHeld = true;
                 void this.release(stale);
             }
-            this.armBufferTimer();
+            this.bufferTimerAt = Infinity;
+            this.armBufferTimer(Math.min(...this.buffer.map((b) => b.useBy)));
         }, Math.min(MAX_TIMER, Math.max(0, first - Date.now())));
     }
 
