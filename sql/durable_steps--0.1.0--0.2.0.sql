@@ -272,7 +272,9 @@ ALTER TABLE durable_steps.steps
 DROP INDEX durable_steps.steps_due_idx;
 CREATE INDEX steps_due_idx ON durable_steps.steps (queue, priority, next_attempt_at)
     WHERE next_attempt_at IS NOT NULL AND task IS NULL;
-CREATE INDEX steps_task_due_idx ON durable_steps.steps (task, priority, next_attempt_at)
+-- By owner within a name: a claim reads the ranges of the roles it may run tasks of, and one
+-- role's backlog is never read by another role's claims.
+CREATE INDEX steps_task_due_idx ON durable_steps.steps (task, owner, priority, next_attempt_at)
     WHERE next_attempt_at IS NOT NULL AND task IS NOT NULL;
 
 -- The views read waiting and running steps through both indexes, and show the tasks' columns.
