@@ -10,6 +10,8 @@
 //     key, recorded once in `receipts` with that key; the step succeeded in one attempt
 //   * another body under that key: 422 with sqlstate DS422 and the server's message, not the
 //     statement's text; a body without an email address: 400
+//   * SIGTERM while a receipt is in flight at the sink (which answers 3 s late): the service exits
+//     0 once the worker's handler recorded it; the step succeeded in one attempt, one delivery
 //   * the service killed (SIGKILL) while its charge is in flight at the provider (which answers
 //     8 s late) and its receipt in flight at the sink (which delivers it and answers 8 s late):
 //     the client's retry with the same key, to a restarted service, gets the order charged,
@@ -220,6 +222,34 @@ async function scenarios(path, orm, databaseUrl, db) {
         check(noAddress.status === 400, `${name}: a body without an email address is answered 400 (${noAddress.status})`);
     } finally {
         await kill(proc);
+    }
+
+    // SIGTERM while a receipt is in flight at the mail sink (which answers 3 s late): the service
+    // stops gracefully, its worker lets the handler finish and record the receipt, and it exits 0
+    {
+        const key = `node-${stamp}-term`;
+        ({ proc, base } = await startService(orm, databaseUrl, chargeUrl, `${MAIL_URL}?fault=delay&secs=3`));
+        try {
+            const answer = await untilCharged(base, key, { item: 'pen', amount: 250, email: 'alan@example.com' },
+                await post(base, key, { item: 'pen', amount: 250, email: 'alan@example.com' }));
+            check(answer.status === 201, `${name}: a checkout before SIGTERM answered 201 (${answer.status})`);
+            const deadline = Date.now() + 60_000;
+            while (Date.now() < deadline && ((await providerCounts()).mail_requests[`checkout:${key}`] ?? 0) === 0) {
+                await sleep(50);
+            }
+            const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+            proc.kill('SIGTERM');
+            const timeout = sleep(30_000).then(() => ({ code: 'still running 30 s after SIGTERM', signal: null }));
+            const { code, signal } = await Promise.race([exited, timeout]);
+            check(code === 0 && signal === null, `${name}: SIGTERM with a receipt in flight: the service exited 0 (${code ?? signal})`);
+            const receipt = await receiptOf(db, `checkout:${key}`, 10_000);
+            check(receipt.step.status === 'succeeded' && receipt.step.attempt === 1 && receipt.delivered === 1
+                    && receipt.requests === 1 && receipt.recorded.length === 1,
+                `${name}: the receipt in flight at SIGTERM was sent and recorded before the exit (${receipt.step.status}, `
+                + `attempt ${receipt.step.attempt}, ${receipt.delivered} delivered, ${receipt.recorded.length} recorded)`);
+        } finally {
+            await kill(proc);
+        }
     }
 
     // the service killed while the charge is in flight at the provider and the receipt at the

@@ -108,7 +108,13 @@ def make_app(database_url, charge_url):
     return app
 
 
+def create_app():
+    """The app of DATABASE_URL and CHARGE_URL, for a WSGI server (gunicorn 'shop:create_app()')
+    or `flask --app shop run`."""
+    return make_app(os.environ["DATABASE_URL"], os.environ["CHARGE_URL"])
+
+
 if __name__ == "__main__":
     port = int(sys.argv[1])
-    app = make_app(os.environ["DATABASE_URL"], os.environ["CHARGE_URL"])
+    app = create_app()
     app.run(host="127.0.0.1", port=port, threaded=True)
