@@ -1,9 +1,10 @@
 /*
  * task_store.c -- the statements of tasks (task_store.h).
  *
- * The worker-facing statements name the extension's schema explicitly, as every statement of the
- * store does: they run as the tables' owner, with the caller's role passed as an argument
- * wherever it decides which rows are the caller's.
+ * Most run in the sessions of application workers, as the tables' owner, under the caller's
+ * search_path: every name is qualified, every operator too (OPERATOR(pg_catalog.=)), or a role
+ * could put an operator of its own first on its path and have it run as the owner. The caller's
+ * role is passed as an argument wherever it decides which rows are the caller's.
  */
 #include "base/compat.h"
 
@@ -25,19 +26,25 @@ static SPIPlanPtr next_task_plan = NULL;
 /*
  * The waiting tasks of one name that the caller may run: a range of steps_task_due_idx, read in
  * (priority, next_attempt_at) order. `n.task` is the name; parameter `queues` the queues, or
- * NULL for all; `caller` the calling role.
+ * NULL for all; `caller` the calling role. A task of a paused or full queue is not one: a wait
+ * must not end for a task no claim may take.
  */
 #define WAITING_TASKS_OF_NAME(queues, caller) \
 	" FROM durable_steps.steps s" \
-	" WHERE s.task = n.task AND s.next_attempt_at IS NOT NULL AND s.task IS NOT NULL" \
-	"  AND s.status IN ('pending', 'retrying')" \
-	"  AND (" queues "::pg_catalog.text[] IS NULL OR s.queue = ANY (" queues "))" \
+	" WHERE s.task OPERATOR(pg_catalog.=) n.task AND s.next_attempt_at IS NOT NULL" \
+	"  AND s.task IS NOT NULL AND s.status OPERATOR(pg_catalog.=) ANY ('{pending,retrying}')" \
+	"  AND (" queues "::pg_catalog.text[] IS NULL" \
+	"       OR s.queue OPERATOR(pg_catalog.=) ANY (" queues "))" \
 	"  AND pg_catalog.pg_has_role(" caller ", s.owner::pg_catalog.oid, 'USAGE')" \
+	"  AND NOT EXISTS (SELECT FROM durable_steps.queues q" \
+	"   WHERE q.name OPERATOR(pg_catalog.=) s.queue AND q.concurrency IS NOT NULL" \
+	"    AND q.concurrency OPERATOR(pg_catalog.<=) (SELECT pg_catalog.count(*)" \
+	"     FROM durable_steps.steps r WHERE r.running_queue OPERATOR(pg_catalog.=) s.queue))" \
 	"  AND durable_steps.ds_partition_owned(s.run_id)"
 
 /* The names of $1, each once, in the C collation of the task column. */
 #define TASK_NAMES \
-	"(SELECT DISTINCT u.task COLLATE \"C\" AS task FROM pg_catalog.unnest($1::pg_catalog.text[]) u(task)" \
+	"(SELECT DISTINCT u.task COLLATE pg_catalog.\"C\" AS task FROM pg_catalog.unnest($1::pg_catalog.text[]) u(task)" \
 	"  WHERE u.task IS NOT NULL) n"
 
 uint64
@@ -57,7 +64,7 @@ ds_store_lock_due_tasks(ArrayType *tasks, ArrayType *queues, Oid caller, int lim
 							"SELECT t.ctid, t.queue FROM " TASK_NAMES
 							" CROSS JOIN LATERAL (SELECT s.ctid, s.queue, s.priority, s.next_attempt_at"
 							WAITING_TASKS_OF_NAME("$2", "$3")
-							"  AND s.next_attempt_at <= $5"
+							"  AND s.next_attempt_at OPERATOR(pg_catalog.<=) $5"
 							"  ORDER BY s.priority, s.next_attempt_at LIMIT $4"
 							"  FOR UPDATE OF s SKIP LOCKED) t"
 							" ORDER BY t.priority, t.next_attempt_at LIMIT $4",
@@ -77,7 +84,7 @@ ds_store_task_queue_room(const char *queue)
 
 	args[0] = CStringGetTextDatum(queue);
 	if (ds_store_execute(&queue_limit_plan,
-						 "SELECT concurrency FROM durable_steps.queues WHERE name = $1 FOR UPDATE",
+						 "SELECT concurrency FROM durable_steps.queues WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 						 1, types, args, NULL, false, 0, SPI_OK_SELECT, "queue limit query") == 0)
 		return -1;
 	concurrency = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
@@ -86,7 +93,7 @@ ds_store_task_queue_room(const char *queue)
 		return -1;
 	(void) ds_store_execute(&running_in_queue_plan,
 							"SELECT pg_catalog.count(*) FROM durable_steps.steps"
-							" WHERE running_queue = $1",
+							" WHERE running_queue OPERATOR(pg_catalog.=) $1",
 							1, types, args, NULL, false, 0, SPI_OK_SELECT, "running step count");
 	running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 										  &isnull));
@@ -127,15 +134,16 @@ ds_store_mark_tasks_running(ArrayType *tids, TimestampTz now, int pid, const cha
 	 * through steps_limited_running_idx, which then holds every one
 	 */
 						 "UPDATE durable_steps.steps s SET status = 'running',"
-						 "  attempts = s.attempts + 1, updated_at = $2,"
-						 "  lease_expires_at = $2 + CASE WHEN s.timeout IS NULL THEN $5"
+						 "  attempts = s.attempts OPERATOR(pg_catalog.+) 1, updated_at = $2,"
+						 "  lease_expires_at = $2 OPERATOR(pg_catalog.+) CASE WHEN s.timeout IS NULL THEN $5"
 						 "   ELSE least($5, s.timeout) END,"
 						 "  claimed_by = $3, running_queue = s.queue, worker = $4"
-						 " WHERE s.ctid = ANY ($1) AND s.next_attempt_at IS NOT NULL"
-						 "  AND s.task IS NOT NULL AND s.status IN ('pending', 'retrying')"
+						 " WHERE s.ctid OPERATOR(pg_catalog.=) ANY ($1) AND s.next_attempt_at IS NOT NULL"
+						 "  AND s.task IS NOT NULL"
+						 "  AND s.status OPERATOR(pg_catalog.=) ANY ('{pending,retrying}')"
 						 " RETURNING s.run_id, s.step_id, s.task, s.input, s.attempts,"
-						 "  s.attempt_base + s.max_attempts, s.lease_expires_at,"
-						 "  $2 + s.timeout, s.priority, s.next_attempt_at",
+						 "  s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts, s.lease_expires_at,"
+						 "  $2 OPERATOR(pg_catalog.+) s.timeout, s.priority, s.next_attempt_at",
 						 5, types, args, nulls, false, 0, SPI_OK_UPDATE_RETURNING,
 						 "claiming tasks");
 	AtEOXact_GUC(true, guc_level);
@@ -154,7 +162,7 @@ ds_store_expired_task_leases(TimestampTz now, int limit)
 	return ds_store_execute(&expired_plan,
 							"SELECT run_id, step_id FROM durable_steps.steps"
 							" WHERE running_queue IS NOT NULL AND task IS NOT NULL"
-							" AND status = 'running' AND lease_expires_at <= $1"
+							" AND status OPERATOR(pg_catalog.=) 'running' AND lease_expires_at OPERATOR(pg_catalog.<=) $1"
 							" AND durable_steps.ds_partition_owned(run_id)"
 							" LIMIT $2",
 							2, types, args, NULL, false, 0, SPI_OK_SELECT,
@@ -167,7 +175,7 @@ ds_store_next_task_lease_end(void)
 	return ds_store_query_time(&next_lease_end_plan,
 							   "SELECT pg_catalog.min(lease_expires_at) FROM durable_steps.steps"
 							   " WHERE running_queue IS NOT NULL AND task IS NOT NULL"
-							   " AND status = 'running'"
+							   " AND status OPERATOR(pg_catalog.=) 'running'"
 							   " AND durable_steps.ds_partition_owned(run_id)",
 							   0, NULL, NULL, NULL, "next task lease end");
 }
@@ -192,14 +200,14 @@ ds_store_next_task_time(ArrayType *tasks, ArrayType *queues, Oid caller, Timesta
 		return ds_store_query_time(&first_task_plan,
 								   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
 								   WAITING_TASKS_OF_NAME("$2", "$3")
-								   "  AND s.next_attempt_at <= $4"
+								   "  AND s.next_attempt_at OPERATOR(pg_catalog.<=) $4"
 								   "  ORDER BY s.priority, s.next_attempt_at LIMIT 1))"
 								   " FROM " TASK_NAMES,
 								   4, types, args, nulls, "first waiting task");
 	return ds_store_query_time(&next_task_plan,
 							   "SELECT pg_catalog.min((SELECT pg_catalog.min(s.next_attempt_at)"
 							   WAITING_TASKS_OF_NAME("$2", "$3")
-							   "  AND s.next_attempt_at <= $4))"
+							   "  AND s.next_attempt_at OPERATOR(pg_catalog.<=) $4))"
 							   " FROM " TASK_NAMES,
 							   4, types, args, nulls, "next waiting task");
 }

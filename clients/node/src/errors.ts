@@ -275,6 +275,11 @@ export class InvalidParameterValueError extends DurableStepsError {
     static override readonly sqlstate = '22023';
 }
 
+/** 25000 invalid_transaction_state: `ds_claim_tasks` at the REPEATABLE READ or SERIALIZABLE isolation level. */
+export class InvalidTransactionStateError extends DurableStepsError {
+    static override readonly sqlstate = '25000';
+}
+
 /** 25001 active_sql_transaction: `ds_claim_tasks` inside a transaction block (a claim commits by itself). */
 export class ActiveSqlTransactionError extends DurableStepsError {
     static override readonly sqlstate = '25001';
@@ -356,7 +361,7 @@ export const ERRORS_BY_SQLSTATE: ReadonlyMap<string, typeof DurableStepsError> =
         WrongPartitionError, VersionMismatchError, StepNotFoundError, EventTimeoutError, InProgressError, LeaseLostError,
         StepConflictError,
         CardinalityViolationError, NullValueNotAllowedError, InvalidParameterValueError,
-        ActiveSqlTransactionError, ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
+        InvalidTransactionStateError, ActiveSqlTransactionError, ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
         SqlSyntaxError, DuplicateObjectError, DatatypeMismatchError, WrongObjectTypeError,
         UndefinedFunctionError, OutOfMemoryError, ProgramLimitExceededError,
         ObjectNotInPrerequisiteStateError, QueryCanceledError,
