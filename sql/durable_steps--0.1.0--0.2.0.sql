@@ -20,6 +20,7 @@ CREATE FUNCTION @extschema@.ds_idempotent_renew(
 -- (ds_set_queue) and 'default': any role names a queue when it stores a step, and a label per
 -- name would let any role make the metrics' label sets as many as it likes. Every other queue's
 -- steps are counted under the queue '(unconfigured)' (docs/operations.md, "Numbers for operators").
+-- Runs waiting for a task (ds_task) are counted under the reason 'task'.
 CREATE OR REPLACE FUNCTION @extschema@.ds_stats(
         OUT metric text, OUT queue text, OUT kind text, OUT label text, OUT value double precision)
     RETURNS SETOF record
@@ -53,6 +54,7 @@ live_runs AS (
                 WHEN r.wait_event IS NOT NULL OR r.wait_reason LIKE 'event %' THEN 'event'
                 WHEN r.wait_reason LIKE 'sleep %' THEN 'sleep'
                 WHEN r.wait_reason LIKE 'http: %' THEN 'http step'
+                WHEN r.wait_reason LIKE 'task: %' THEN 'task'
                 WHEN r.wait_reason LIKE 'retry of step %' THEN 'step retry'
                 WHEN r.wait_reason LIKE 'step % is blocked: %' THEN 'blocked step'
                 WHEN r.wait_reason LIKE 'step %' OR r.wait_reason LIKE 'running step %' THEN 'step'
@@ -272,7 +274,9 @@ ALTER TABLE durable_steps.steps
 DROP INDEX durable_steps.steps_due_idx;
 CREATE INDEX steps_due_idx ON durable_steps.steps (queue, priority, next_attempt_at)
     WHERE next_attempt_at IS NOT NULL AND task IS NULL;
-CREATE INDEX steps_task_due_idx ON durable_steps.steps (task, priority, next_attempt_at)
+-- By owner within a name: a claim reads the ranges of the roles it may run tasks of, and one
+-- role's backlog is never read by another role's claims.
+CREATE INDEX steps_task_due_idx ON durable_steps.steps (task, owner, priority, next_attempt_at)
     WHERE next_attempt_at IS NOT NULL AND task IS NOT NULL;
 
 -- The views read waiting and running steps through both indexes, and show the tasks' columns.
@@ -430,85 +434,6 @@ CREATE FUNCTION @extschema@.ds_task(
         on_lost text DEFAULT 'retry')
     RETURNS jsonb
     AS 'MODULE_PATHNAME', 'ds_task' LANGUAGE C VOLATILE;
-
--- ds_stats() counts the runs waiting for a task under the reason 'task'.
-CREATE OR REPLACE FUNCTION @extschema@.ds_stats(
-        OUT metric text, OUT queue text, OUT kind text, OUT label text, OUT value double precision)
-    RETURNS SETOF record
-    LANGUAGE sql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp
-    SET enable_seqscan = off
-    AS $$
-WITH c AS (SELECT durable_steps.ds_step_counters() AS j),
-live_by_queue AS (
-    SELECT s.queue, s.kind, s.status, pg_catalog.count(*) AS n,
-           pg_catalog.count(*) FILTER (WHERE s.status OPERATOR(pg_catalog.<>) 'running'
-               AND s.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) AS due,
-           pg_catalog.min(s.next_attempt_at) FILTER (WHERE s.status OPERATOR(pg_catalog.<>) 'running'
-               AND s.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) AS oldest_due
-      FROM durable_steps.steps s
-     -- waiting and running steps, through the two indexes that hold them (steps_due_idx and
-     -- steps_task_due_idx)
-     WHERE s.next_attempt_at IS NOT NULL AND (s.task IS NULL OR s.task IS NOT NULL)
-     GROUP BY s.queue, s.kind, s.status),
-live AS (
-    SELECT CASE WHEN l.queue OPERATOR(pg_catalog.=) 'default'
-                  OR EXISTS (SELECT FROM durable_steps.queues q WHERE q.name OPERATOR(pg_catalog.=) l.queue)
-                THEN l.queue ELSE '(unconfigured)' END AS queue,
-           l.kind, l.status, pg_catalog.sum(l.n) AS n, pg_catalog.sum(l.due) AS due,
-           pg_catalog.min(l.oldest_due) AS oldest_due
-      FROM live_by_queue l
-     GROUP BY 1, l.kind, l.status),
-live_runs AS (
-    SELECT r.status,
-           CASE WHEN r.status OPERATOR(pg_catalog.<>) 'waiting' THEN NULL
-                WHEN r.wait_event IS NOT NULL OR r.wait_reason LIKE 'event %' THEN 'event'
-                WHEN r.wait_reason LIKE 'sleep %' THEN 'sleep'
-                WHEN r.wait_reason LIKE 'http: %' THEN 'http step'
-                WHEN r.wait_reason LIKE 'task: %' THEN 'task'
-                WHEN r.wait_reason LIKE 'retry of step %' THEN 'step retry'
-                WHEN r.wait_reason LIKE 'step % is blocked: %' THEN 'blocked step'
-                WHEN r.wait_reason LIKE 'step %' OR r.wait_reason LIKE 'running step %' THEN 'step'
-                WHEN r.wait_reason LIKE 'queue % is paused' THEN 'paused queue'
-                WHEN r.wait_reason LIKE 'turn %' THEN 'lost turn'
-                ELSE 'other' END AS reason
-      FROM durable_steps.runs r
-     WHERE r.status OPERATOR(pg_catalog.=) ANY ('{pending,waiting}'::text[])
-    UNION ALL
-    SELECT r.status, NULL FROM durable_steps.runs r WHERE r.status OPERATOR(pg_catalog.=) 'running')
-SELECT 'steps', l.queue, l.kind, l.status, l.n::double precision FROM live l
-UNION ALL
-SELECT 'steps_due', l.queue, l.kind, NULL, pg_catalog.sum(l.due)::double precision
-  FROM live l WHERE l.status OPERATOR(pg_catalog.<>) 'running' GROUP BY l.queue, l.kind
-UNION ALL
-SELECT 'oldest_due_seconds', l.queue, l.kind, NULL,
-       coalesce(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()
-                OPERATOR(pg_catalog.-) pg_catalog.min(l.oldest_due)), 0)
-  FROM live l WHERE l.status OPERATOR(pg_catalog.<>) 'running' GROUP BY l.queue, l.kind
-UNION ALL
-SELECT 'runs', NULL, NULL, r.status, pg_catalog.count(*)::double precision
-  FROM live_runs r GROUP BY r.status
-UNION ALL
-SELECT 'runs_waiting', NULL, NULL, r.reason, pg_catalog.count(*)::double precision
-  FROM live_runs r WHERE r.status OPERATOR(pg_catalog.=) 'waiting' GROUP BY r.reason
-UNION ALL
-SELECT m.metric, NULL, k.key, v.key, v.value::text::double precision
-  FROM c, (VALUES ('attempts_total', 'attempts'), ('attempts_last_minute', 'recent'),
-                  ('attempt_outcomes_total', 'outcomes')) m(metric, field),
-       pg_catalog.jsonb_each(c.j OPERATOR(pg_catalog.->) m.field) k,
-       pg_catalog.jsonb_each(k.value) v
-UNION ALL
-SELECT 'lost_attempts_total', NULL, k.key, NULL, k.value::text::double precision
-  FROM c, pg_catalog.jsonb_each(c.j OPERATOR(pg_catalog.->) 'lost') k
-UNION ALL
-SELECT 'http_responses_total', NULL, 'http', h.key, h.value::text::double precision
-  FROM c, pg_catalog.jsonb_each(c.j OPERATOR(pg_catalog.->) 'http') h
-UNION ALL
-SELECT w.metric, NULL, NULL, NULL, (c.j OPERATOR(pg_catalog.->>) w.field)::double precision
-  FROM c, (VALUES ('executors', 'executors'), ('executors_busy', 'executors_busy'),
-                  ('http_workers', 'http_workers'), ('counters_since', 'since')) w(metric, field)
- WHERE c.j IS NOT NULL
-$$;
 
 -- Tasks: the successes of many attempts recorded in one statement, in the caller's transaction
 -- (docs/tasks.md, "The lifecycle"); a token no longer holding its lease answers held = false.

@@ -24,28 +24,35 @@ static SPIPlanPtr next_lease_end_plan = NULL;
 static SPIPlanPtr next_task_plan = NULL;
 
 /*
- * The waiting tasks of one name that the caller may run: a range of steps_task_due_idx, read in
- * (priority, next_attempt_at) order. `n.task` is the name; parameter `queues` the queues, or
- * NULL for all; `caller` the calling role. A task of a paused or full queue is not one: a wait
- * must not end for a task no claim may take.
+ * The waiting tasks of one name and one owner: a range of steps_task_due_idx (task, owner,
+ * priority, next_attempt_at), read in (priority, next_attempt_at) order. `n.task` is the name,
+ * `o.owner` the owner; parameter `queues` the queues, or NULL for all. A task of a paused or
+ * full queue is not one: a wait must not end for a task no claim may take. Each owner is a range
+ * of its own, so one role's backlog is never read by a claim of another role's tasks.
  */
-#define WAITING_TASKS_OF_NAME(queues, caller) \
+#define WAITING_TASKS_OF_NAME(queues) \
 	" FROM durable_steps.steps s" \
-	" WHERE s.task OPERATOR(pg_catalog.=) n.task AND s.next_attempt_at IS NOT NULL" \
+	" WHERE s.task OPERATOR(pg_catalog.=) n.task" \
+	"  AND s.owner::pg_catalog.oid OPERATOR(pg_catalog.=) o.owner" \
+	"  AND s.next_attempt_at IS NOT NULL" \
 	"  AND s.task IS NOT NULL AND s.status OPERATOR(pg_catalog.=) ANY ('{pending,retrying}')" \
 	"  AND (" queues "::pg_catalog.text[] IS NULL" \
 	"       OR s.queue OPERATOR(pg_catalog.=) ANY (" queues "))" \
-	"  AND pg_catalog.pg_has_role(" caller ", s.owner::pg_catalog.oid, 'USAGE')" \
 	"  AND NOT EXISTS (SELECT FROM durable_steps.queues q" \
 	"   WHERE q.name OPERATOR(pg_catalog.=) s.queue AND q.concurrency IS NOT NULL" \
 	"    AND q.concurrency OPERATOR(pg_catalog.<=) (SELECT pg_catalog.count(*)" \
 	"     FROM durable_steps.steps r WHERE r.running_queue OPERATOR(pg_catalog.=) s.queue))" \
 	"  AND durable_steps.ds_partition_owned(s.run_id)"
 
-/* The names of $1, each once, in the C collation of the task column. */
-#define TASK_NAMES \
-	"(SELECT DISTINCT u.task COLLATE pg_catalog.\"C\" AS task FROM pg_catalog.unnest($1::pg_catalog.text[]) u(task)" \
-	"  WHERE u.task IS NOT NULL) n"
+/*
+ * The names of $1, each once, in the C collation of the task column, with every role whose
+ * tasks role `caller` may run (its own, and those whose privileges it has): n(task), o(owner).
+ */
+#define TASK_NAMES_AND_OWNERS(caller) \
+	"(SELECT DISTINCT u.task COLLATE pg_catalog.\"C\" AS task" \
+	"  FROM pg_catalog.unnest($1::pg_catalog.text[]) u(task) WHERE u.task IS NOT NULL) n" \
+	" CROSS JOIN (SELECT r.oid AS owner FROM pg_catalog.pg_roles r" \
+	"  WHERE pg_catalog.pg_has_role(" caller ", r.oid, 'USAGE')) o"
 
 uint64
 ds_store_lock_due_tasks(ArrayType *tasks, ArrayType *queues, Oid caller, int limit,
@@ -61,13 +68,20 @@ ds_store_lock_due_tasks(ArrayType *tasks, ArrayType *queues, Oid caller, int lim
 	args[3] = Int32GetDatum(limit);
 	args[4] = TimestampTzGetDatum(now);
 	return ds_store_execute(&due_tasks_plan,
-							"SELECT t.ctid, t.queue FROM " TASK_NAMES
-							" CROSS JOIN LATERAL (SELECT s.ctid, s.queue, s.priority, s.next_attempt_at"
-							WAITING_TASKS_OF_NAME("$2", "$3")
+
+	/*
+	 * Fair share between the owners: within a priority, every owner's first
+	 * due task comes before any owner's second.
+	 */
+							"SELECT t.ctid, t.queue FROM " TASK_NAMES_AND_OWNERS("$3")
+							" CROSS JOIN LATERAL (SELECT s.ctid, s.queue, s.priority, s.next_attempt_at,"
+							"  s.owner" WAITING_TASKS_OF_NAME("$2")
 							"  AND s.next_attempt_at OPERATOR(pg_catalog.<=) $5"
 							"  ORDER BY s.priority, s.next_attempt_at LIMIT $4"
 							"  FOR UPDATE OF s SKIP LOCKED) t"
-							" ORDER BY t.priority, t.next_attempt_at LIMIT $4",
+							" ORDER BY t.priority, pg_catalog.row_number() OVER"
+							"  (PARTITION BY t.owner, t.priority ORDER BY t.next_attempt_at),"
+							"  t.next_attempt_at LIMIT $4",
 							5, types, args, nulls, false, 0, SPI_OK_SELECT, "due task query");
 }
 
@@ -199,15 +213,15 @@ ds_store_next_task_time(ArrayType *tasks, ArrayType *queues, Oid caller, Timesta
 		/* the first in index order: one entry read when a task is due */
 		return ds_store_query_time(&first_task_plan,
 								   "SELECT pg_catalog.min((SELECT s.next_attempt_at"
-								   WAITING_TASKS_OF_NAME("$2", "$3")
+								   WAITING_TASKS_OF_NAME("$2")
 								   "  AND s.next_attempt_at OPERATOR(pg_catalog.<=) $4"
 								   "  ORDER BY s.priority, s.next_attempt_at LIMIT 1))"
-								   " FROM " TASK_NAMES,
+								   " FROM " TASK_NAMES_AND_OWNERS("$3"),
 								   4, types, args, nulls, "first waiting task");
 	return ds_store_query_time(&next_task_plan,
 							   "SELECT pg_catalog.min((SELECT pg_catalog.min(s.next_attempt_at)"
-							   WAITING_TASKS_OF_NAME("$2", "$3")
+							   WAITING_TASKS_OF_NAME("$2")
 							   "  AND s.next_attempt_at OPERATOR(pg_catalog.<=) $4))"
-							   " FROM " TASK_NAMES,
+							   " FROM " TASK_NAMES_AND_OWNERS("$3"),
 							   4, types, args, nulls, "next waiting task");
 }
