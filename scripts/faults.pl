@@ -97,7 +97,7 @@
 #
 # Options: --trials N --steps N --runs N --seed S --clients N --short --verbose
 #          --standby (every trial) / --no-standby (none; --short: trial 2), --no-hog
-#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in nine
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in ten
 #          known ways (see tamper()); the run must then fail with exactly those violations
 #          (and committed state too when a client saw the step it marks failed succeed)
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
@@ -3005,6 +3005,10 @@ UPDATE durable_steps.steps SET result = jsonb_set(result, '{body,charge}', '2')
  WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
                               WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND kind = 'http'
                               ORDER BY run_id, step_id LIMIT 1);
+-- a succeeded task's effect committed twice: [task effect]
+INSERT INTO fh_task_effects(run_id, step_id, attempt, kind, idem_key, attempt_key, worker, os_pid)
+SELECT run_id, step_id, attempt, kind, idem_key, attempt_key, worker, os_pid FROM fh_task_effects
+ WHERE run_id LIKE '$prefix%' AND kind = 'success effect' ORDER BY id LIMIT 1;
 -- a run that succeeded with an output its steps did not make: [run end state]
 UPDATE durable_steps.runs SET output = output || '{"s1": 99}'
  WHERE run_id IN (SELECT run_id FROM durable_steps.runs
@@ -3012,7 +3016,7 @@ UPDATE durable_steps.runs SET output = output || '{"s1": 99}'
 EOF
 	die "tampering failed: $err\n" if $rc;
 	die "tampering failed: no worker attempt of partition $p to move into its fence\n" unless $out =~ /^moved$US/m;
-	print "  (--tamper: trial 1's rows were corrupted by hand in nine ways)\n";
+	print "  (--tamper: trial 1's rows were corrupted by hand in ten ways)\n";
 }
 
 sub run_trial
@@ -3241,8 +3245,10 @@ sub run_trial
 	my @waited;
 	for my $r (0 .. $#ROLES)
 	{
-		# (an identity with a tab or a CR, which some HTTP steps have, would not fit a line)
-		my @theirs = grep { $_->{role} eq $ROLES[$r] && "$_->{run}/$_->{step}" =~ m{^[\w/-]+$} } @steps;
+		# (an identity with a tab or a CR, which some HTTP steps have, would not fit a line; a
+		# run's step exists only if its run gets that far, and a wait for one that never does
+		# would last until the clients' deadline)
+		my @theirs = grep { $_->{role} eq $ROLES[$r] && !$_->{run_step} && "$_->{run}/$_->{step}" =~ m{^[\w/-]+$} } @steps;
 		my @pick = @{ shuffled(@theirs) }[ 0 .. ($cfg{waited} < @theirs ? $cfg{waited} : scalar @theirs) - 1 ];
 		push @waited, [ $ROLES[$r], \@pick ];
 	}
@@ -3349,6 +3355,7 @@ sub run_trial
 		usleep(100_000);
 	}
 	my $settle_time = time() - $settle_start;
+	note(sprintf("  trial %d +%.2fs: settled in %.2fs", $t, time() - $t0, $settle_time));
 
 	# the hog flooded until now: what of its work was unfinished as the others settled (or did
 	# not), then its stop sign, the end of its sessions, its steps settling, and the sampler's end
@@ -3399,7 +3406,12 @@ sub run_trial
 		}
 	}
 	# the task workers stop gracefully (their logs are read below)
-	task_workers_stop(\@harness_errs) if @tasks;
+	if (@tasks)
+	{
+		my $t1 = time();
+		task_workers_stop(\@harness_errs);
+		note(sprintf("  trial %d +%.2fs: the task workers stopped in %.2fs", $t, time() - $t0, time() - $t1));
+	}
 	tamper($prefix, \%fc) if $opt{tamper} && $t == 1;
 	my $pc = provider_counts();
 
