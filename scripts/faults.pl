@@ -82,6 +82,23 @@
 # its script says (stubborn hook, end state); the executor's end charged no other step an attempt
 # (batch charged); the summary counts the executors stubborn code ended.
 #
+# Tasks (make_task, TASK_WORKER): each trial also stores --tasks tasks (--short 6, else 24) with
+# ds_task_step from the client sessions, scripted like the SQL steps (succeed; fail retryably once
+# or twice, then succeed; fail permanently; block, then re-armed by rearm_main), a fifth of those
+# that succeed stored with on_lost => 'uncertain'. Two task workers run them: clients/python's
+# Worker, each a python3 child process of ours, as fh_tasker (a member of both owners), with a
+# lease of 1.5 s. The handler logs each execution (fh_task_runs, autocommit), then writes the
+# attempt's effect with its keys (fh_task_effects) inside ctx.transaction(), so that the effect
+# commits with the outcome or not at all. Their faults, in the same rounds as the others: kill -9
+# of a task worker (and a new one started), SIGSTOP of one past its lease (SIGCONT later: its late
+# outcomes are refused, DS410) and pg_terminate_backend of all its connections; the server's
+# restarts, crashes and the failover cut them too. Checks: a succeeded task has exactly one
+# effect, of the attempt recorded as completed, with its keys, and a task that did not succeed has
+# none (task effect); no attempt number was handed to two executions (task attempt); the attempts
+# of a killed or stopped worker were recorded lost, DS007 (lease); an on_lost => 'uncertain' task
+# runs nothing after a lost lease and ends uncertain (uncertain task); every task settles, each
+# attempt ends as its script says or lost (end state), with the other checks of a step.
+#
 # --standby (and trial 2 of --short): the primary has a synchronous streaming standby
 # (pg_basebackup -R, synchronous_standby_names, synchronous_commit on), and once in the trial the
 # fault `failover` (preferably while an HTTP request without a key is in flight) kills the
@@ -95,7 +112,7 @@
 # uncertain check holds), no tag was asked for or charged that no step of the trial has (unknown
 # charge); and all the usual checks, on the new primary.
 #
-# Options: --trials N --steps N --runs N --seed S --clients N --short --verbose
+# Options: --trials N --steps N --runs N --tasks N --seed S --clients N --short --verbose
 #          --standby (every trial) / --no-standby (none; --short: trial 2), --no-hog
 #          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in ten
 #          known ways (see tamper()); the run must then fail with exactly those violations
@@ -1180,9 +1197,9 @@ my %TASK_ACTION = (
 	bk => [ 'correctable', 'fh_bk' ],
 );
 # The failures a task's worker records when a fault cut its handler's connection (the class of
-# psycopg2's exception, or of the extension's error it maps: a fence refused the outcome with
-# DS201, and the worker then recorded that as a failure): retryable, like a lost lease
-my $TASK_CUT_RE = qr/^(?:OperationalError|InterfaceError|DatabaseError|AdminShutdown|CrashShutdown|CannotConnectNow|ReadOnlySqlTransaction|WrongPartition)$/;
+# psycopg2's exception: the connection lost, the server shutting down or starting, the old
+# primary of a failover): retryable, like a lost lease
+my $TASK_CUT_RE = qr/^(?:OperationalError|InterfaceError|DatabaseError|AdminShutdown|CrashShutdown|CannotConnectNow|ReadOnlySqlTransaction)$/;
 
 sub pick { return $_[ int rand @_ ] }
 
@@ -2204,8 +2221,8 @@ my @fault_bag;
 # and the kinds a trial may have once: the hog's flood (hog_main), the failover to the standby
 my @KINDS = (@FAULTS, qw(failover hog));
 
-# Every kind of fault comes once in each round of seven, in a random order; the rounds run on from
-# trial to trial, so that a run of seven faults or more has had every kind.
+# Every kind of fault comes once in each round of ten (seven without tasks: --tasks 0), in a random
+# order; the rounds run on from trial to trial, so that a run of ten faults or more has had every kind.
 sub next_fault
 {
 	@fault_bag = grep { $cfg{tasks} || !/^task_/ } @FAULTS unless @fault_bag;
