@@ -1448,12 +1448,13 @@ sub make_hog_http_step
 #   rearm      fails retryably 0-1 times, then BlockedError; rearm_main re-arms it with a
 #              corrected input (ds_retry_step) once it has stopped, and it succeeds (20 %)
 # A fifth of the ok and retry tasks are stored with on_lost => 'uncertain': a lost lease makes
-# them uncertain, never run again by themselves. Handlers sleep in their transaction, after their
-# effect: 20-150 ms, a third 300-900 ms, one in eight 1.8-2.5 s (past the lease: heartbeats
-# keep it), a window for the faults.
+# them uncertain, never run again by themselves ($uncertain: one of those, ok or retry, whatever
+# the draw). Handlers sleep in their transaction, after their effect: 20-150 ms, a third
+# 300-900 ms, one in eight 1.8-2.5 s (past the lease: heartbeats keep it), a window for the faults.
 sub make_task
 {
-	my $r = rand();
+	my ($uncertain) = @_;
+	my $r = $uncertain ? rand(0.65) : rand();
 	my $fail = sub { return map { pick('ra', 'rx') } 1 .. $_[0] };
 	my ($kind, @p, $m);
 	if ($r < 0.30) { $kind = 'ok'; $m = 1 + int rand 3; }
@@ -1478,7 +1479,7 @@ sub make_task
 		@p = ($fail->($j), 'bk');
 		$m = $j + 1 + int rand 3;
 	}
-	my $uncertain = ($kind eq 'ok' || $kind eq 'retry') && rand() < 0.2 ? 1 : 0;
+	$uncertain = 1 if ($kind eq 'ok' || $kind eq 'retry') && rand() < 0.2;
 	my $s = rand();
 	my $sleep = $s < 0.125 ? 1800 + int rand 700 : $s < 0.45 ? 300 + int rand 600 : 20 + int rand 130;
 	my $ra = 100 + int rand 300;
@@ -1489,7 +1490,7 @@ sub make_task
 		backoff => $backoff, multiplier => 2 };
 	return {
 		task => 1, kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra,
-		uncertain => $uncertain, defer => 0, queue => 'default', delay => $delay, backoff => $backoff,
+		uncertain => $uncertain ? 1 : 0, defer => 0, queue => 'default', delay => $delay, backoff => $backoff,
 		input => $json->encode($input), policy => $json->encode($policy),
 		fixed_input => $json->encode({ %$input, p => [], fixed => JSON::PP::true }),
 	};
@@ -3199,11 +3200,12 @@ sub run_trial
 	my $failover_at = $standby && $STANDBY ? $t0 + 1 + rand($fw > 0.5 ? $fw : 0.5) : undef;
 	# the tasks (make_task; after everything else, which a seed thus makes as before): a call
 	# each from a client of its owner, 40 % one or two duplicate calls (answered with the stored
-	# state), each placed at a random moment of that client's queue
+	# state), each placed at a random moment of that client's queue; the last one stored with
+	# on_lost => 'uncertain' when no other is
 	my @tasks;
 	for my $i (1 .. $cfg{tasks})
 	{
-		my $st = make_task();
+		my $st = make_task($i == $cfg{tasks} && !grep { $_->{uncertain} } @tasks);
 		$st->{run}  = $prefix . 't' . ($i % 3);
 		$st->{step} = $st->{tag_step} = "k$i";
 		my $c = int rand $nc;
