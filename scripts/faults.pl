@@ -805,25 +805,31 @@ sub task_workers_stop
 	}
 }
 
-# A task worker to strike: preferably one whose handler is running a task of the trial now
-# (ds_steps.worker; waits up to 0.5 s for one), not a stopped one. Returns the worker, and
-# whether it was running a task, or ().
+# A task worker to strike, not a stopped one: preferably one with a handler inside its
+# transaction now (a session of the worker idle in transaction: the effect written, the outcome
+# not yet), waiting up to 1 s for one; else one running a task of the trial (ds_steps.worker).
+# Returns the worker, and whether it was running a task, or ().
 sub pick_task_worker
 {
 	my ($prefix) = @_;
 	my @live = grep { !defined $_->{stopped_until} } task_workers_live();
 	return () unless @live;
 	my %by = map { ($_->{name} => $_) } @live;
-	my $deadline = time() + 0.5;
+	my $deadline = time() + 1;
+	my @running;
 	while (1)
 	{
-		my ($rc, $out) = psql($SU, "SELECT DISTINCT worker FROM ds_steps WHERE kind = 'task' "
+		my ($rc, $out) = psql($SU, "SELECT application_name, 2 FROM pg_stat_activity WHERE application_name LIKE 'fhw%' "
+			  . "AND state = 'idle in transaction' UNION SELECT worker, 1 FROM ds_steps WHERE kind = 'task' "
 			  . "AND status = 'running' AND run_id LIKE '$prefix%'", timeout => 10);
-		my @busy = $rc == 0 ? grep { $by{$_} } split /\n/, $out : ();
-		return ($by{ $busy[ int rand @busy ] }, 1) if @busy;
+		my @r = $rc == 0 ? grep { $by{ $_->[0] } } map { [ split /$US/ ] } grep { $_ ne '' } split /\n/, $out : ();
+		my @in = grep { $_->[1] == 2 } @r;
+		return ($by{ $in[ int rand @in ][0] }, 1) if @in;
+		@running = grep { $_->[1] == 1 } @r;
 		last if time() > $deadline;
 		usleep(20_000);
 	}
+	return ($by{ $running[ int rand @running ][0] }, 1) if @running;
 	return ($live[ int rand @live ], 0);
 }
 
