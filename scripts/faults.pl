@@ -2121,11 +2121,13 @@ sub hog_main
 # Holds the xmin horizon until $stopfile exists: a REPEATABLE READ transaction with an xid stays
 # open for 20 s at a time (a new one at once after it, or after its connection was lost to a
 # fault), so that VACUUM removes no row version the trial's steps leave dead and the claims read
-# past them from their floors (docs/internals.md, "Claims under a held horizon"). Writes
-# "hold held reconnects" at the end.
+# past them from their floors (docs/internals.md, "Claims under a held horizon"). Its sessions are
+# named fh_hold (application_name), so that the harness can end the one open when it puts
+# $stopfile up. Writes "hold held reconnects" at the end.
 sub hold_main
 {
 	my ($outfile, $stopfile, $deadline) = @_;
+	$ENV{PGAPPNAME} = 'fh_hold';
 	open my $fh, '>', $outfile or die "$outfile: $!";
 	my ($held, $reconnects) = (0, 0);
 	while (!-e $stopfile && time() < $deadline)
@@ -3418,10 +3420,19 @@ sub run_trial
 		open my $sf, '>', $stopfile or die "$stopfile: $!";
 		close $sf;
 		my $sampler_reap = time() + 30;
+		my $hold_ended = 0;
 		while (%child && time() < $sampler_reap)
 		{
 			my $pid = waitpid(-1, POSIX::WNOHANG());
 			if ($pid > 0) { child_ended($pid, \%child, \@harness_errs); next }
+			# the horizon's session sleeps 20 s at a time: end it (again, should a new one have
+			# begun as the stop sign went up)
+			if ((grep { $_ eq 'hold' } values %child) && time() > $hold_ended + 0.5)
+			{
+				psql($SU, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'fh_hold'",
+					timeout => 10);
+				$hold_ended = time();
+			}
 			usleep(50_000);
 		}
 		if (%child)
