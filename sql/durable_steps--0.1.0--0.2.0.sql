@@ -20,6 +20,7 @@ CREATE FUNCTION @extschema@.ds_idempotent_renew(
 -- (ds_set_queue) and 'default': any role names a queue when it stores a step, and a label per
 -- name would let any role make the metrics' label sets as many as it likes. Every other queue's
 -- steps are counted under the queue '(unconfigured)' (docs/operations.md, "Numbers for operators").
+-- Runs waiting for a task (ds_task) are counted under the reason 'task'.
 CREATE OR REPLACE FUNCTION @extschema@.ds_stats(
         OUT metric text, OUT queue text, OUT kind text, OUT label text, OUT value double precision)
     RETURNS SETOF record
@@ -53,6 +54,7 @@ live_runs AS (
                 WHEN r.wait_event IS NOT NULL OR r.wait_reason LIKE 'event %' THEN 'event'
                 WHEN r.wait_reason LIKE 'sleep %' THEN 'sleep'
                 WHEN r.wait_reason LIKE 'http: %' THEN 'http step'
+                WHEN r.wait_reason LIKE 'task: %' THEN 'task'
                 WHEN r.wait_reason LIKE 'retry of step %' THEN 'step retry'
                 WHEN r.wait_reason LIKE 'step % is blocked: %' THEN 'blocked step'
                 WHEN r.wait_reason LIKE 'step %' OR r.wait_reason LIKE 'running step %' THEN 'step'
@@ -272,7 +274,9 @@ ALTER TABLE durable_steps.steps
 DROP INDEX durable_steps.steps_due_idx;
 CREATE INDEX steps_due_idx ON durable_steps.steps (queue, priority, next_attempt_at)
     WHERE next_attempt_at IS NOT NULL AND task IS NULL;
-CREATE INDEX steps_task_due_idx ON durable_steps.steps (task, priority, next_attempt_at)
+-- By owner within a name: a claim reads the ranges of the roles it may run tasks of, and one
+-- role's backlog is never read by another role's claims.
+CREATE INDEX steps_task_due_idx ON durable_steps.steps (task, owner, priority, next_attempt_at)
     WHERE next_attempt_at IS NOT NULL AND task IS NOT NULL;
 
 -- The views read waiting and running steps through both indexes, and show the tasks' columns.
@@ -416,3 +420,18 @@ CREATE FUNCTION @extschema@.ds_fail_task(
     AS 'MODULE_PATHNAME', 'ds_fail_task' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_release_task(token text) RETURNS boolean
     AS 'MODULE_PATHNAME', 'ds_release_task' LANGUAGE C VOLATILE;
+
+-- Tasks in SQL workflows (docs/tasks.md, "In SQL workflows"): ds_task acts on the current run,
+-- inside its workflow, as ds_http does. The run waits for an application worker ('task: ...').
+CREATE FUNCTION @extschema@.ds_task(
+        step_id text,
+        task text,
+        input jsonb DEFAULT NULL,
+        policy jsonb DEFAULT NULL,
+        queue text DEFAULT 'default',
+        priority integer DEFAULT 0,
+        timeout interval DEFAULT NULL,
+        on_lost text DEFAULT 'retry')
+    RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_task' LANGUAGE C VOLATILE;
+

@@ -25,9 +25,20 @@ response again and charges nothing: one charge per key. Faults, by query paramet
 A fault that charges strikes only the first request of its key (or of its tag without a key);
 later requests are answered normally (or from the stored response).
 
+Every request to /mail/TAG (TAG percent-decoded: a mail sink for tasks' receipts) delivers a
+message to TAG. A request with an Idempotency-Key header that was answered before gets the
+stored answer again, with Idempotent-Replayed: true, and delivers nothing: one delivery per key.
+A delivery answers 200 {"delivered": TAG, "message_id": ID, "message": n}. Its faults, by query
+parameter `fault`, strike only the first request of its key (or of its tag without a key):
+
+    delay&secs=N   deliver (and store the answer), then wait N seconds before answering
+    503            answer 503 without delivering
+
 GET /counts answers {"charges": {TAG: n}, "requests": {TAG: n}, "keys": {TAG: [keys seen]},
 "connections": n, "auth": {TAG: [Authorization values seen]},
-"header_names": {TAG: [[header names of each request, lower case]]}}.
+"header_names": {TAG: [[header names of each request, lower case]]},
+"mail": {TAG: deliveries}, "mail_requests": {TAG: n}, "mail_keys": {TAG: [keys seen]},
+"mail_messages": {TAG: [the body of each delivery, parsed when JSON]}}.
 """
 import email.utils
 import json
@@ -37,7 +48,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 LOCK = threading.Lock()
 CHARGES = {}
@@ -49,6 +60,12 @@ STORED = {}     # idempotency key -> (status, headers, body)
 STRUCK = set()  # keys/tags a one-time fault has struck
 FAILS = {}      # tag -> failures answered so far
 CONNECTIONS = [0]
+MAIL = {}           # tag -> deliveries
+MAIL_REQUESTS = {}
+MAIL_KEYS = {}
+MAIL_MESSAGES = {}
+MAIL_STORED = {}    # idempotency key -> the answer of its delivery
+MAIL_STRUCK = set()
 CLOSE = '--close' in sys.argv
 
 
@@ -86,7 +103,11 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 return self.answer(200, {'charges': CHARGES, 'requests': REQUESTS, 'keys': KEYS,
                                          'connections': CONNECTIONS[0], 'auth': AUTH,
-                                         'header_names': HEADER_NAMES})
+                                         'header_names': HEADER_NAMES, 'mail': MAIL,
+                                         'mail_requests': MAIL_REQUESTS, 'mail_keys': MAIL_KEYS,
+                                         'mail_messages': MAIL_MESSAGES})
+        if url.path.startswith('/mail/'):
+            return self.mail(unquote(url.path[len('/mail/'):]), q, payload)
         if not url.path.startswith('/charge/'):
             return self.answer(404, {'error': 'no such path'})
         tag = url.path[len('/charge/'):]
@@ -153,6 +174,42 @@ class Handler(BaseHTTPRequestHandler):
             return True
         try:
             return self.answer(status, body, headers)
+        except (BrokenPipeError, ConnectionResetError):
+            return True
+
+    def mail(self, tag, q, payload):
+        """A mail sink: one delivery per idempotency key, a repeat answered from its record."""
+        key = self.headers.get('Idempotency-Key')
+        fault = q.get('fault', '')
+        text = payload.decode('utf-8', 'replace')
+        try:
+            message = json.loads(text)
+        except ValueError:
+            message = text
+        with LOCK:
+            MAIL_REQUESTS[tag] = MAIL_REQUESTS.get(tag, 0) + 1
+            MAIL_KEYS.setdefault(tag, []).append(key)
+            stored = MAIL_STORED.get(key) if key is not None else None
+            strike = stored is None and fault in ('delay', '503') and (key or tag) not in MAIL_STRUCK
+            if strike:
+                MAIL_STRUCK.add(key or tag)
+            if stored is None and not (strike and fault == '503'):
+                # the delivery, and its answer stored under its key in the same breath: a
+                # repeat that comes while this one is delayed is answered from the record
+                MAIL[tag] = MAIL.get(tag, 0) + 1
+                MAIL_MESSAGES.setdefault(tag, []).append(message)
+                body = {'delivered': tag, 'message_id': 'msg-%d' % sum(MAIL.values()),
+                        'message': MAIL[tag]}
+                if key is not None:
+                    MAIL_STORED[key] = body
+        if stored is not None:
+            return self.answer(200, stored, {'Idempotent-Replayed': 'true'})
+        if strike and fault == '503':
+            return self.answer(503, {'error': 'unavailable'})
+        if strike and fault == 'delay':
+            time.sleep(float(q.get('secs', '3')))
+        try:
+            return self.answer(200, body)
         except (BrokenPipeError, ConnectionResetError):
             return True
 

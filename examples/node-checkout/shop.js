@@ -5,31 +5,40 @@
 //
 // 1. the library's Express middleware calls ds_idempotent(), which stores, under the client's
 //    key, the request and the response of a handler that creates the charge as an HTTP step
-//    (ds_http_step): the response (202, the order) commits with the step, and a repeat of the
-//    request replays it without running the handler again, with the header
-//    `Idempotent-Replayed: true`. A repeat while the first is in flight waits for it
-//    (wait => 10 s); another request under the key is refused (DS422 -> 422).
+//    (ds_http_step) and the receipt as a task (ds_task_step): the response (202, the order)
+//    commits with both steps, and a repeat of the request replays it without running the
+//    handler again, with the header `Idempotent-Replayed: true`. A repeat while the first is in
+//    flight waits for it (wait => 10 s); another request under the key is refused (DS422 -> 422).
 // 2. waitStep() (ds_wait_step) waits, in one statement, for the charge's outcome: no LISTEN
 //    (which a transaction-mode PgBouncer cannot carry), no polling loop.
+//
+// The receipt is sent by the task worker this process runs beside the server (the library's
+// Worker, started with it and stopped on SIGTERM): its handler POSTs the receipt to the mail
+// service with the step's idempotency key, then records it in `receipts` in ctx.transaction(),
+// so that the row and the step's outcome commit together.
 //
 // The handler goes to the server as a bind parameter, never spliced into a statement: Knex
 // rewrites `?` inside raw SQL, and the handler's own `$1` must reach durable_steps untouched.
 //
 // Run: DATABASE_URL=postgresql://app@127.0.0.1:6432/shop CHARGE_URL='http://127.0.0.1:8000/charge/{key}' \
-//          node shop.js 5000
+//          MAIL_URL='http://127.0.0.1:8000/mail/{order}' node shop.js 5000
 // It prints "listening on http://127.0.0.1:PORT" once it accepts requests (port 0: any free port).
+// TASK_LEASE_MS sets the worker's lease (30 000 ms by default).
 
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
-import { DurableStepsError, expressIdempotency, keepRawBody } from 'durable-steps';
+import { DurableStepsError, NonRetriableError, RetryAfterError, Worker, expressIdempotency, keepRawBody }
+    from 'durable-steps';
 import express from 'express';
 
 import { openDrizzleStore } from './store-drizzle.js';
 import { openKnexStore } from './store-knex.js';
 
 // The handler ds_idempotent runs once per key: one statement, $1 the stored request. It creates
-// the charge as an HTTP step whose run_id is the checkout's key, and answers 202 with the order.
+// the charge as an HTTP step whose run_id is the checkout's key, and the receipt as a task of the
+// same run (the outbox: it is stored with the order's transaction, or not at all), and answers
+// 202 with the order.
 export const HANDLER = `
 SELECT 202, jsonb_build_object('order', s.run_id)
   FROM ds_http_step('checkout:' || ($1->>'idempotency_key'), 'charge',
@@ -39,8 +48,64 @@ SELECT 202, jsonb_build_object('order', s.run_id)
                                        '{key}', $1->>'idempotency_key'),
                         'headers', jsonb_build_object('Content-Type', 'application/json'),
                         'body', ($1->'body')::text),
-                    policy => '{"max_attempts": 5, "initial_delay": "100 ms"}') s
+                    policy => '{"max_attempts": 5, "initial_delay": "100 ms"}') s,
+       ds_task_step('checkout:' || ($1->>'idempotency_key'), 'receipt', 'send-receipt',
+                    jsonb_build_object(
+                        'order', 'checkout:' || ($1->>'idempotency_key'),
+                        'to', $1->'body'->>'email',
+                        'item', $1->'body'->'item',
+                        'amount', $1->'body'->'amount'),
+                    policy => '{"max_attempts": 10, "initial_delay": "1 s"}') r
 `;
+
+/**
+ * The handler of the task 'send-receipt': sends the receipt to the mail service under the step's
+ * idempotency key (the same for every attempt: a retry after a crash is answered from the mail
+ * service's record, not sent again), then records it in `receipts` in ctx.transaction(): the row
+ * and the step's outcome commit together, or neither does.
+ *
+ * @param {import('./store-knex.js').CheckoutStore} store
+ * @param {string} mailUrl the mail service's URL, `{order}` replaced by the order
+ * @returns {import('durable-steps').TaskHandler}
+ */
+export function sendReceipt(store, mailUrl) {
+    return async (input, ctx) => {
+        const r = await fetch(mailUrl.replace('{order}', encodeURIComponent(input.order)), {
+            method: 'POST',
+            headers: { 'Content-Type': 'application/json', 'Idempotency-Key': ctx.idempotencyKey },
+            body: JSON.stringify({
+                to: input.to,
+                subject: `Your order ${input.order}`,
+                order: input.order,
+                item: input.item,
+                amount: input.amount,
+            }),
+            // aborted at the task's timeout, on cancellation, when the lease is lost or on stop()
+            signal: ctx.signal,
+        });
+        if (r.status === 429 || r.status === 503) {
+            const after = Number(r.headers.get('Retry-After'));
+            throw new RetryAfterError(`the mail service answered ${r.status}`, after > 0 ? after * 1000 : 5_000);
+        }
+        if (r.status >= 400 && r.status < 500) {
+            // the message itself is refused: retrying would not help
+            throw new NonRetriableError(`the mail service refused the receipt: ${r.status} ${await r.text()}`);
+        }
+        if (!r.ok) {
+            throw new Error(`the mail service answered ${r.status}`);   // retried by the policy
+        }
+        const sent = await r.json();
+        return ctx.transaction(async (client) => {
+            await store.recordReceipt(client, {
+                order: input.order,
+                to: input.to,
+                messageId: sent.message_id,
+                idempotencyKey: ctx.idempotencyKey,
+            });
+            return { message_id: sent.message_id, to: input.to };
+        });
+    };
+}
 
 // the statuses ds_wait_step answers for a charge that will not succeed without a person
 const DECLINED = new Set(['failed', 'blocked', 'uncertain', 'cancelled']);
@@ -61,6 +126,8 @@ export function makeApp(store) {
             res.status(400).json({ error: 'an Idempotency-Key header of 1 to 200 characters is required' });
         } else if (req.body === null || typeof req.body !== 'object' || Array.isArray(req.body)) {
             res.status(400).json({ error: 'a JSON object is required' });
+        } else if (typeof req.body.email !== 'string' || !req.body.email.includes('@')) {
+            res.status(400).json({ error: 'an email address to send the receipt to is required' });
         } else {
             next();
         }
@@ -122,17 +189,43 @@ export function openStore(orm, databaseUrl) {
 
 async function main() {
     const port = Number(process.argv[2] ?? 5000);
-    const { DATABASE_URL, CHARGE_URL, ORM = 'knex' } = process.env;
-    if (!DATABASE_URL || !CHARGE_URL) {
-        throw new Error('DATABASE_URL and CHARGE_URL are required');
+    const { DATABASE_URL, CHARGE_URL, MAIL_URL, ORM = 'knex', TASK_LEASE_MS = '30000' } = process.env;
+    if (!DATABASE_URL || !CHARGE_URL || !MAIL_URL) {
+        throw new Error('DATABASE_URL, CHARGE_URL and MAIL_URL are required');
     }
     const store = openStore(ORM, DATABASE_URL);
     await store.setup(CHARGE_URL);
+    // the receipts' worker, in this process: it claims 'send-receipt' tasks as they commit
+    // (waiting in ds_wait_for_tasks when none is due: no polling, no LISTEN), up to 5 at once,
+    // on the store's pool (which has room for its 5 handlers, their heartbeats and its wait)
+    const worker = new Worker({
+        pool: store.pool,
+        concurrency: 5,
+        lease: Number(TASK_LEASE_MS),
+        tasks: { 'send-receipt': sendReceipt(store, MAIL_URL) },
+    });
+    worker.on('error', (e) => console.error('receipts worker:', e.message));
+    await worker.start();
     const server = makeApp(store).listen(port, '127.0.0.1', () => {
         const address = /** @type {import('node:net').AddressInfo} */ (server.address());
         console.log(`listening on http://127.0.0.1:${address.port} (ORM=${ORM})`);
     });
-    const stop = () => server.close(() => store.close().then(() => process.exit(0)));
+    // SIGTERM: no new requests, no new claims; the requests being answered finish, and the
+    // receipts being sent within the worker's grace period (claims not started are given back
+    // uncounted); then the pool closes
+    let stopping = false;
+    const stop = () => {
+        if (stopping) {
+            return;
+        }
+        stopping = true;
+        Promise.all([new Promise((resolve) => server.close(resolve)), worker.stop()])
+            .then(() => store.close())
+            .then(() => process.exit(0), (e) => {
+                console.error(e);
+                process.exit(1);
+            });
+    };
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);
 }

@@ -1,6 +1,6 @@
-// The checkout's database layer in Drizzle ORM over a node-postgres Pool: the charge URL with
-// Drizzle's query builder; the durable_steps calls with the client library (clients/node) on the
-// same Pool.
+// The checkout's database layer in Drizzle ORM over a node-postgres Pool: the charge URL and the
+// receipts with Drizzle's query builder; the durable_steps calls with the client library
+// (clients/node) and the task worker on the same Pool.
 //
 // Drizzle's sql`` binds every ${interpolation}, and only sql.raw() splices text; the library
 // binds every SQL text it sends (the handler included), so nothing of the handler is ever
@@ -9,12 +9,20 @@
 import { DurableSteps } from 'durable-steps';
 import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
-import { pgTable, text } from 'drizzle-orm/pg-core';
+import { pgTable, text, timestamp } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 
 const shopConfig = pgTable('shop_config', {
     name: text('name').primaryKey(),
     value: text('value').notNull(),
+});
+
+const receipts = pgTable('receipts', {
+    orderId: text('order_id').primaryKey(),
+    sentTo: text('sent_to').notNull(),
+    messageId: text('message_id').notNull(),
+    idempotencyKey: text('idempotency_key').notNull(),
+    sentAt: timestamp('sent_at', { withTimezone: true }).notNull().defaultNow(),
 });
 
 /**
@@ -36,11 +44,26 @@ export function openDrizzleStore(databaseUrl) {
             // IF NOT EXISTS: replicas of the service may start at once
             await db.execute(sql`CREATE TABLE IF NOT EXISTS shop_config (
                 name text PRIMARY KEY, value text NOT NULL)`);
+            await db.execute(sql`CREATE TABLE IF NOT EXISTS receipts (
+                order_id text PRIMARY KEY, sent_to text NOT NULL, message_id text NOT NULL,
+                idempotency_key text NOT NULL, sent_at timestamptz NOT NULL DEFAULT now())`);
             await db.insert(shopConfig).values({ name: 'charge_url', value: chargeUrl })
                 .onConflictDoUpdate({ target: shopConfig.name, set: { value: chargeUrl } });
         },
 
         durableSteps: new DurableSteps(pool),
+        pool,
+
+        async recordReceipt(client, receipt) {
+            // Drizzle over the handler's own client: the insert runs in its transaction (a
+            // db.transaction() would take another connection, outside the step's outcome)
+            await drizzle({ client }).insert(receipts).values({
+                orderId: receipt.order,
+                sentTo: receipt.to,
+                messageId: receipt.messageId,
+                idempotencyKey: receipt.idempotencyKey,
+            });
+        },
 
         async close() {
             await pool.end();

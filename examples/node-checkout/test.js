@@ -1,16 +1,24 @@
 // Tests of the Node checkout example (examples/README.md), run by ./test (examples/run-tests).
 //
 // For each path to the database -- direct, and through PgBouncer in transaction mode -- and each
-// database layer (ORM=knex, ORM=drizzle), it starts the service (shop.js) as a real process and,
-// against the fake provider:
+// database layer (ORM=knex, ORM=drizzle), it starts the service (shop.js, with its receipts'
+// worker) as a real process and, against the fake provider and its mail sink:
 //
 //   * 20 concurrent identical requests under one key: one charge at the provider; every answer
-//     is the same order, charged; exactly one was not replayed (the rest say Idempotent-Replayed)
+//     is the same order, charged; exactly one was not replayed (the rest say Idempotent-Replayed);
+//     one receipt delivered by the sink, to the order's address, with the task step's idempotency
+//     key, recorded once in `receipts` with that key; the step succeeded in one attempt
 //   * another body under that key: 422 with sqlstate DS422 and the server's message, not the
-//     statement's text
+//     statement's text; a body without an email address: 400
+//   * SIGTERM while a receipt is in flight at the sink (which answers 3 s late): the service exits
+//     0 once the worker's handler recorded it; the step succeeded in one attempt, one delivery
 //   * the service killed (SIGKILL) while its charge is in flight at the provider (which answers
-//     8 s late): the client's retry with the same key, to a restarted service, gets the order
-//     charged, replayed, and the provider charged once
+//     8 s late) and its receipt in flight at the sink (which delivers it and answers 8 s late):
+//     the client's retry with the same key, to a restarted service, gets the order charged,
+//     replayed, and the provider charged once; the killed attempt's lease runs out, it is
+//     recorded lost, and the restarted worker sends the receipt again under the same key: the
+//     sink answers it from its record (one delivery, two requests, one key), the step succeeded
+//     on its second attempt, and `receipts` has its one row
 //
 // and, without a database, the SQLSTATE mapping of the client library (durable-steps) that the
 // service's answers rely on. Prints "ok - ..." or
@@ -24,9 +32,13 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 import * as ds from 'durable-steps';
+import pg from 'pg';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const PROVIDER = required('DS_PROVIDER_URL');
+const MAIL_URL = `${PROVIDER}/mail/{order}`;
+// the receipts' worker's lease in the tests: a killed worker's attempt is recorded lost soon
+const LEASE_MS = '4000';
 let failures = 0;
 
 function required(name) {
@@ -49,6 +61,9 @@ const sorted = (v) => (v && typeof v === 'object' && !Array.isArray(v)
     ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, sorted(v[k])])) : v);
 const sameJson = (a, b) => JSON.stringify(sorted(a)) === JSON.stringify(sorted(b));
 
+// the statuses of a step that will not change without a person
+const DECLINED = new Set(['failed', 'blocked', 'uncertain', 'cancelled']);
+
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function providerCounts() {
@@ -60,11 +75,12 @@ async function providerCounts() {
  * Starts shop.js on a free port; resolves once it listens.
  * @returns {Promise<{proc: import('node:child_process').ChildProcess, base: string}>}
  */
-function startService(orm, databaseUrl, chargeUrl) {
+function startService(orm, databaseUrl, chargeUrl, mailUrl = MAIL_URL) {
     const logName = join(process.env.TMPDIR || tmpdir(), `shop-${orm}-${process.pid}-${Date.now()}.log`);
     const log = openSync(logName, 'w');
     const proc = spawn(process.execPath, [join(HERE, 'shop.js'), '0'], {
-        env: { ...process.env, DATABASE_URL: databaseUrl, CHARGE_URL: chargeUrl, ORM: orm },
+        env: { ...process.env, DATABASE_URL: databaseUrl, CHARGE_URL: chargeUrl, MAIL_URL: mailUrl, ORM: orm,
+               TASK_LEASE_MS: LEASE_MS },
         stdio: ['ignore', 'pipe', log],
     });
     return new Promise((resolve, reject) => {
@@ -119,7 +135,36 @@ async function untilCharged(base, key, body, answer, timeoutMs = 60_000) {
     return answer;
 }
 
-async function scenarios(path, orm, databaseUrl) {
+/**
+ * Waits for the receipt's task step to stop (succeeded, or failed for good), as ds_wait_step
+ * answers it, then reads what the database and the sink say of it.
+ */
+async function receiptOf(db, order, timeoutMs = 90_000) {
+    const deadline = Date.now() + timeoutMs;
+    const stopped = (status) => status === 'succeeded' || DECLINED.has(status);
+    let step = await db.waitStep(order, 'receipt', '10 s');
+    while (!stopped(step.status) && Date.now() < deadline) {
+        step = await db.waitStep(order, 'receipt', '10 s');
+    }
+    const { rows: attempts } = await db.db.query(
+        `SELECT attempt, class, error_code, idempotency_key FROM ds_attempts
+          WHERE run_id = $1 AND step_id = 'receipt' ORDER BY attempt`, [order]);
+    const { rows: recorded } = await db.db.query(
+        'SELECT sent_to, message_id, idempotency_key FROM receipts WHERE order_id = $1', [order]);
+    const counts = await providerCounts();
+    return {
+        step,
+        attempts,
+        keys: [...new Set(attempts.map((a) => a.idempotency_key))],
+        recorded,
+        delivered: counts.mail[order] ?? 0,
+        requests: counts.mail_requests[order] ?? 0,
+        sentKeys: counts.mail_keys[order] ?? [],
+        messages: counts.mail_messages[order] ?? [],
+    };
+}
+
+async function scenarios(path, orm, databaseUrl, db) {
     const name = `${path}/${orm}`;
     const stamp = `${path}-${orm}-${Date.now()}`;
     const chargeUrl = `${PROVIDER}/charge/{key}`;
@@ -128,7 +173,7 @@ async function scenarios(path, orm, databaseUrl) {
     try {
         // 20 concurrent identical requests
         const key = `node-${stamp}-dup`;
-        const body = { item: 'book', amount: 1999 };
+        const body = { item: 'book', amount: 1999, email: 'ada@example.com' };
         const first = await Promise.all(Array.from({ length: 20 }, () => post(base, key, body)));
         // (on a loaded machine the charge may outlast the service's 10 s wait: a 202 is asked again)
         const answers = await Promise.all(first.map((a) => untilCharged(base, key, body, a)));
@@ -151,30 +196,82 @@ async function scenarios(path, orm, databaseUrl) {
         const charges = (await providerCounts()).charges[key] ?? 0;
         check(charges === 1, `${name}: the provider charged once (${charges})`);
 
+        // the receipt: one task step for the 20 requests, one delivery under the step's key
+        const receipt = await receiptOf(db, `checkout:${key}`);
+        check(receipt.step.status === 'succeeded' && receipt.step.attempt === 1,
+            `${name}: the receipt's task succeeded in one attempt (${receipt.step.status}, attempt ${receipt.step.attempt})`);
+        check(receipt.delivered === 1 && receipt.keys.length === 1
+                && receipt.sentKeys.length >= 1 && receipt.sentKeys.every((k) => k === receipt.keys[0]),
+            `${name}: one receipt delivered, with the step's idempotency key (${receipt.delivered} delivered, `
+            + `keys sent ${JSON.stringify(receipt.sentKeys)}, the step's ${JSON.stringify(receipt.keys)})`);
+        check(receipt.messages.length === 1 && receipt.messages[0].to === 'ada@example.com'
+                && receipt.messages[0].order === `checkout:${key}` && receipt.messages[0].amount === 1999,
+            `${name}: the receipt went to the order's address with the order (${JSON.stringify(receipt.messages)})`);
+        check(receipt.recorded.length === 1 && receipt.recorded[0].idempotency_key === receipt.keys[0]
+                && receipt.recorded[0].message_id === receipt.step.result?.message_id,
+            `${name}: the receipt recorded once, with the step's outcome (${JSON.stringify(receipt.recorded)} ${JSON.stringify(receipt.step.result)})`);
+
         // another body under the key
-        const other = await post(base, key, { item: 'book', amount: 1 });
+        const other = await post(base, key, { item: 'book', amount: 1, email: 'ada@example.com' });
         check(other.status === 422 && other.body.sqlstate === 'DS422',
             `${name}: another body under the key is refused with 422 / DS422 (${other.status} ${JSON.stringify(other.body)})`);
         check(typeof other.body.error === 'string' && other.body.error.length > 0
                 && !other.body.error.includes('ds_idempotent') && !other.body.error.includes('jsonb'),
             `${name}: the 422 carries the server's message, not the statement (${JSON.stringify(other.body.error)})`);
+        const noAddress = await post(base, `${key}-no-address`, { item: 'book', amount: 1 });
+        check(noAddress.status === 400, `${name}: a body without an email address is answered 400 (${noAddress.status})`);
     } finally {
         await kill(proc);
     }
 
-    // the service killed while the charge is in flight (the provider answers 8 s late, within
-    // the service's 10 s wait: time enough to kill it first, even on a loaded machine)
+    // SIGTERM while a receipt is in flight at the mail sink (which answers 3 s late): the service
+    // stops gracefully, its worker lets the handler finish and record the receipt, and it exits 0
+    {
+        const key = `node-${stamp}-term`;
+        ({ proc, base } = await startService(orm, databaseUrl, chargeUrl, `${MAIL_URL}?fault=delay&secs=3`));
+        try {
+            const answer = await untilCharged(base, key, { item: 'pen', amount: 250, email: 'alan@example.com' },
+                await post(base, key, { item: 'pen', amount: 250, email: 'alan@example.com' }));
+            check(answer.status === 201, `${name}: a checkout before SIGTERM answered 201 (${answer.status})`);
+            const deadline = Date.now() + 60_000;
+            while (Date.now() < deadline && ((await providerCounts()).mail_requests[`checkout:${key}`] ?? 0) === 0) {
+                await sleep(50);
+            }
+            const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+            proc.kill('SIGTERM');
+            const timeout = sleep(30_000).then(() => ({ code: 'still running 30 s after SIGTERM', signal: null }));
+            const { code, signal } = await Promise.race([exited, timeout]);
+            check(code === 0 && signal === null, `${name}: SIGTERM with a receipt in flight: the service exited 0 (${code ?? signal})`);
+            const receipt = await receiptOf(db, `checkout:${key}`, 10_000);
+            check(receipt.step.status === 'succeeded' && receipt.step.attempt === 1 && receipt.delivered === 1
+                    && receipt.requests === 1 && receipt.recorded.length === 1,
+                `${name}: the receipt in flight at SIGTERM was sent and recorded before the exit (${receipt.step.status}, `
+                + `attempt ${receipt.step.attempt}, ${receipt.delivered} delivered, ${receipt.recorded.length} recorded)`);
+        } finally {
+            await kill(proc);
+        }
+    }
+
+    // the service killed while the charge is in flight at the provider and the receipt at the
+    // mail sink (both answer 8 s late, within the service's 10 s wait: time enough to kill it
+    // first, even on a loaded machine)
     const key = `node-${stamp}-kill`;
-    const order = { item: 'lamp', amount: 4500 };
-    ({ proc, base } = await startService(orm, databaseUrl, `${PROVIDER}/charge/{key}?fault=delay&secs=8`));
+    const order = { item: 'lamp', amount: 4500, email: 'grace@example.com' };
+    ({ proc, base } = await startService(orm, databaseUrl, `${PROVIDER}/charge/{key}?fault=delay&secs=8`,
+        `${MAIL_URL}?fault=delay&secs=8`));
     try {
         const pending = post(base, key, order).then(() => 'answered', () => 'cut off');
         const deadline = Date.now() + 60_000;
-        while (Date.now() < deadline && ((await providerCounts()).requests[key] ?? 0) === 0) {
+        let counts = await providerCounts();
+        while (Date.now() < deadline
+               && ((counts.requests[key] ?? 0) === 0 || (counts.mail_requests[`checkout:${key}`] ?? 0) === 0)) {
             await sleep(50);
+            counts = await providerCounts();
         }
-        const requests = (await providerCounts()).requests[key] ?? 0;
+        const requests = counts.requests[key] ?? 0;
         check(requests === 1, `${name}: the charge reached the provider (${requests} request)`);
+        const sent = counts.mail_requests[`checkout:${key}`] ?? 0;
+        check(sent === 1, `${name}: the receipt reached the mail sink (${sent} request)`);
         await kill(proc);
         check(await pending === 'cut off', `${name}: the client's first request was cut off with the service`);
     } finally {
@@ -187,6 +284,18 @@ async function scenarios(path, orm, databaseUrl) {
             `${name}: the client's retry got the order charged, replayed (${answer.status} ${JSON.stringify(answer.body)} ${answer.replayed})`);
         const charges = (await providerCounts()).charges[key] ?? 0;
         check(charges === 1, `${name}: the provider charged once across the kill (${charges})`);
+        const receipt = await receiptOf(db, `checkout:${key}`);
+        check(receipt.step.status === 'succeeded' && receipt.step.attempt === 2,
+            `${name}: the receipt's task succeeded on its second attempt (${receipt.step.status}, attempt ${receipt.step.attempt})`);
+        check(receipt.attempts.length === 2 && receipt.attempts[0].error_code === 'DS007',
+            `${name}: the killed attempt was recorded lost (${JSON.stringify(receipt.attempts)})`);
+        check(receipt.delivered === 1 && receipt.requests === 2 && receipt.keys.length === 1
+                && receipt.sentKeys.length === 2 && receipt.sentKeys.every((k) => k === receipt.keys[0]),
+            `${name}: the receipt delivered once across the kill, both sends with the step's key (${receipt.delivered} `
+            + `delivered of ${receipt.requests} requests, keys sent ${JSON.stringify(receipt.sentKeys)}, the step's ${JSON.stringify(receipt.keys)})`);
+        check(receipt.recorded.length === 1 && receipt.recorded[0].sent_to === 'grace@example.com'
+                && receipt.recorded[0].idempotency_key === receipt.keys[0],
+            `${name}: the receipt recorded once (${JSON.stringify(receipt.recorded)})`);
     } finally {
         await kill(proc);
     }
@@ -224,12 +333,19 @@ async function main() {
         ['pgbouncer', `postgresql://${user}@${required('DS_POOLED_HOST')}:${required('DS_POOLED_PORT')}/${db}`],
     ];
     for (const [path, url] of paths) {
-        for (const orm of ['knex', 'drizzle']) {
-            try {
-                await scenarios(path, orm, url);
-            } catch (e) {
-                check(false, `${path}/${orm}: ${e.stack ?? e}`);
+        // the test's own view of the database, through the same path
+        const pool = new pg.Pool({ connectionString: url, max: 2 });
+        const db = new ds.DurableSteps(pool);
+        try {
+            for (const orm of ['knex', 'drizzle']) {
+                try {
+                    await scenarios(path, orm, url, db);
+                } catch (e) {
+                    check(false, `${path}/${orm}: ${e.stack ?? e}`);
+                }
             }
+        } finally {
+            await pool.end();
         }
     }
     console.log(`${failures} failed`);

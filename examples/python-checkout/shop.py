@@ -10,6 +10,9 @@ Flask over SQLAlchemy (Core) and psycopg2, all from Debian's packages. One reque
 2. ds_wait_step() waits, in one statement, for the charge's outcome: no LISTEN (which a
    transaction-mode PgBouncer cannot carry), no polling loop.
 
+The same handler stores the order's receipt as a task (ds_task_step), with the order's
+transaction (the outbox); receipts.py, the worker process of the deployment, sends it.
+
 The calls go through the Python client of durable_steps (clients/python, the package
 durable_steps) on the DBAPI connection under SQLAlchemy's: it passes every SQL text -- the
 handler here -- as a bound value, never spliced into a statement (SQLAlchemy's text() rewrites
@@ -19,6 +22,7 @@ documented SQLSTATE (durable_steps.Conflict for DS422, ...), which carries its H
 
 Run: PYTHONPATH=../../clients/python DATABASE_URL=postgresql://app@127.0.0.1:6432/shop \
          CHARGE_URL='http://127.0.0.1:8000/charge/{key}' python3 shop.py 5000
+and the receipts' worker beside it: python3 receipts.py (README.md).
 """
 import os
 import sys
@@ -29,7 +33,8 @@ from sqlalchemy import create_engine, text
 import durable_steps as ds
 
 # The handler ds_idempotent runs once per key: one statement, $1 the stored request. It creates
-# the charge as an HTTP step whose run_id is the checkout's key, and answers 202 with the order.
+# the charge as an HTTP step whose run_id is the checkout's key, and the receipt as a task of the
+# same run (stored with the order's transaction, or not at all), and answers 202 with the order.
 HANDLER = """
 SELECT 202, jsonb_build_object('order', s.run_id)
   FROM ds_http_step('checkout:' || ($1->>'idempotency_key'), 'charge',
@@ -39,8 +44,23 @@ SELECT 202, jsonb_build_object('order', s.run_id)
                                        '{key}', $1->>'idempotency_key'),
                         'headers', jsonb_build_object('Content-Type', 'application/json'),
                         'body', ($1->'body')::text),
-                    policy => '{"max_attempts": 5, "initial_delay": "100 ms"}') s
+                    policy => '{"max_attempts": 5, "initial_delay": "100 ms"}') s,
+       ds_task_step('checkout:' || ($1->>'idempotency_key'), 'receipt', 'send-receipt',
+                    jsonb_build_object(
+                        'order', 'checkout:' || ($1->>'idempotency_key'),
+                        'to', $1->'body'->>'email',
+                        'item', $1->'body'->'item',
+                        'amount', $1->'body'->'amount'),
+                    policy => '{"max_attempts": 10, "initial_delay": "1 s"}') r
 """
+
+SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS shop_config (name text PRIMARY KEY, value text NOT NULL)",
+    # the receipts sent, each written by the task's handler with the step's outcome (receipts.py)
+    "CREATE TABLE IF NOT EXISTS receipts (order_id text PRIMARY KEY, sent_to text NOT NULL, "
+    "message_id text NOT NULL, idempotency_key text NOT NULL, "
+    "sent_at timestamptz NOT NULL DEFAULT now())",
+]
 
 
 def make_app(database_url, charge_url):
@@ -49,7 +69,8 @@ def make_app(database_url, charge_url):
     engine = create_engine(database_url, pool_size=30, max_overflow=10, pool_pre_ping=True,
                            isolation_level="AUTOCOMMIT")
     with engine.connect() as c:
-        c.execute(text("CREATE TABLE IF NOT EXISTS shop_config (name text PRIMARY KEY, value text NOT NULL)"))
+        for statement in SCHEMA:
+            c.execute(text(statement))
         c.execute(text("INSERT INTO shop_config VALUES ('charge_url', :url) "
                        "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value"), {"url": charge_url})
 
@@ -67,6 +88,8 @@ def make_app(database_url, charge_url):
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
             return jsonify(error="a JSON object is required"), 400
+        if not isinstance(body.get("email"), str) or "@" not in body["email"]:
+            return jsonify(error="an email address to send the receipt to is required"), 400
         stored = {"idempotency_key": key, "body": body}
         # the DBAPI (psycopg2) connection under SQLAlchemy's, in autocommit: each call is a
         # transaction; a durable_steps error is raised as its class (the handler above answers it)
@@ -85,7 +108,13 @@ def make_app(database_url, charge_url):
     return app
 
 
+def create_app():
+    """The app of DATABASE_URL and CHARGE_URL, for a WSGI server (gunicorn 'shop:create_app()')
+    or `flask --app shop run`."""
+    return make_app(os.environ["DATABASE_URL"], os.environ["CHARGE_URL"])
+
+
 if __name__ == "__main__":
     port = int(sys.argv[1])
-    app = make_app(os.environ["DATABASE_URL"], os.environ["CHARGE_URL"])
+    app = create_app()
     app.run(host="127.0.0.1", port=port, threaded=True)

@@ -11,7 +11,7 @@
  * allowed hosts, the request, the idempotency header) and the step commits with the run's wait.
  *
  * The HTTP worker sends it once that commits; when it records an outcome the run must see (not
- * a retry, which it handles itself), it wakes the run (ds_run_wake_for_http_step); so do
+ * a retry, which it handles itself), it wakes the run (ds_run_wake_for_step_outcome); so do
  * ds_retry_step and ds_resolve_step for a step a person settles.
  */
 #include "base/compat.h"

@@ -320,8 +320,9 @@ end_turn(ClaimedRun *run, const RunOutcome *o, bool may_continue)
  * The turn ended at a step whose attempt is due: run it now, in this transaction, isolated as
  * the role the workflow called it as (like a worker attempt), through ds_run_step -- which
  * records the attempt and the step's new state with the step's effect -- and record the run as
- * the step left it. Or it ended at a new HTTP step (ds_http): create it the same way, through
- * ds_http_step, and the run waits for the HTTP worker.
+ * the step left it. Or it ended at a new HTTP step (ds_http) or task (ds_task): create it the
+ * same way, through ds_http_step or ds_task_step, and the run waits for the HTTP worker or an
+ * application worker.
  */
 static void
 run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
@@ -332,6 +333,10 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 	int			n_handed;
 	int			n_kept;
 	bool		http = susp->work == TURN_WORK_HTTP;
+	bool		task = susp->work == TURN_WORK_TASK;
+
+	/* a step another process runs, which the turn only creates */
+	bool		created = http || task;
 	StepBody	body;
 	ClassOverrides no_overrides;
 	AttemptOutcome outcome;
@@ -340,7 +345,7 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 	char	   *next_at;
 	char	   *paused;
 
-	if (!http && (paused = ds_run_step_paused_queue(run->run_id, susp->step_id)) != NULL)
+	if (!created && (paused = ds_run_step_paused_queue(run->run_id, susp->step_id)) != NULL)
 	{
 		/*
 		 * ds_set_queue(queue, 0) holds runs' steps too; it wakes the run when
@@ -365,6 +370,18 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 							" idempotency_header => $1 OPERATOR(pg_catalog.->>) 'idempotency_header',"
 							" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval) r",
 							quote_identifier(get_namespace_name(ds_extension_schema())));
+	else if (task)
+		body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_task_step("
+							"run_id => $1 OPERATOR(pg_catalog.->>) 'run_id',"
+							" step_id => $1 OPERATOR(pg_catalog.->>) 'step_id',"
+							" task => $1 OPERATOR(pg_catalog.->>) 'task',"
+							" input => $1 OPERATOR(pg_catalog.->) 'input',"
+							" policy => $1 OPERATOR(pg_catalog.->) 'policy',"
+							" queue => $1 OPERATOR(pg_catalog.->>) 'queue',"
+							" priority => ($1 OPERATOR(pg_catalog.->>) 'priority')::pg_catalog.int4,"
+							" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval,"
+							" on_lost => $1 OPERATOR(pg_catalog.->>) 'on_lost') r",
+							quote_identifier(get_namespace_name(ds_extension_schema())));
 	else
 		body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_run_step("
 							"run_id => $1 OPERATOR(pg_catalog.->>) 'run_id',"
@@ -385,14 +402,14 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 	 * the step's own timeout stops its attempt first: this bound is the
 	 * backstop
 	 */
-	body.timeout = http ? 0 : susp->step_timeout + 5 * USECS_PER_SEC;
+	body.timeout = created ? 0 : susp->step_timeout + 5 * USECS_PER_SEC;
 	body.isolate_as = OidIsValid(susp->owner) ? susp->owner : run->owner;
 	body.cancel_key = ds_attempt_cancel_key(run->run_id, DS_TURN_STEP_ID, run->turn);
 	body.search_path = susp->search_path;
 	body.overrides = &no_overrides;
 	n_handed = 0;
 	n_kept = 0;
-	if (!http)
+	if (!created)
 	{
 		/*
 		 * only the run owner's step: another role's step under the same name
@@ -425,7 +442,7 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 	}
 	ds_execute_step_attempt(&body, run->turn, run->turn, &outcome);
 	ds_turn_hand_unrecorded_attempts(NULL, NULL, 0, NULL);
-	if (!http && outcome.cls != ATTEMPT_CANCELLED && outcome.sqlerrcode != ERRCODE_QUERY_CANCELED &&
+	if (!created && outcome.cls != ATTEMPT_CANCELLED && outcome.sqlerrcode != ERRCODE_QUERY_CANCELED &&
 		n_kept != run->n_unrecorded)
 	{
 		/*
@@ -472,12 +489,13 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 	if (status_name == NULL)
 		elog(ERROR, "ds_run_step answered no status");
 	status = ds_step_status_from_name(status_name);
-	if (http)
+	if (created)
 	{
 		/*
-		 * A new HTTP step (ds_http): the HTTP worker sends it once this
-		 * commits, and wakes the run when it has an outcome the run must see.
-		 * One created meanwhile is replayed.
+		 * A new HTTP step (ds_http) or task (ds_task): the HTTP worker sends
+		 * it, or an application worker claims it, once this commits, and
+		 * wakes the run when it has an outcome the run must see. One created
+		 * meanwhile is replayed.
 		 */
 		if (status == STEP_PENDING || status == STEP_RETRYING || status == STEP_RUNNING)
 		{
@@ -594,7 +612,8 @@ ds_run_turn(ClaimedRun *run, bool may_continue, char **awaited)
 	}
 	if (susp.suspended)
 	{
-		if (susp.work == TURN_WORK_STEP || susp.work == TURN_WORK_HTTP)
+		if (susp.work == TURN_WORK_STEP || susp.work == TURN_WORK_HTTP ||
+			susp.work == TURN_WORK_TASK)
 		{
 			AttemptOutcome interrupted;
 

@@ -103,5 +103,11 @@ ds_set_queue(PG_FUNCTION_ARGS)
 	 * after the commit
 	 */
 	ds_worker_wake_at_commit();
+
+	/*
+	 * and the sessions waiting for tasks: the queue's tasks may be claimed
+	 * now, or not
+	 */
+	ds_worker_wake_kind_at_commit(STEP_KIND_TASK);
 	PG_RETURN_VOID();
 }

@@ -31,8 +31,10 @@ typedef enum TurnWork
 								 * out */
 	TURN_WORK_HTTP,				/* create HTTP step `step_id` (ds_http_step
 								 * call in step_call) */
-	TURN_WORK_PATCH				/* record patch step `step_id` answering
+	TURN_WORK_PATCH,			/* record patch step `step_id` answering
 								 * `patched` */
+	TURN_WORK_TASK				/* create task `step_id` (ds_task_step call in
+								 * step_call) */
 } TurnWork;
 
 /* How a turn ended when a call in it had to wait or had work to do. */
@@ -47,8 +49,9 @@ typedef struct TurnSuspension
 	char	   *step_id;
 	char	   *event;			/* the event awaited, or NULL */
 	TurnWork	work;
-	char	   *step_call;		/* TURN_WORK_STEP, _HTTP: ds_run_step's or
-								 * ds_http_step's arguments, as jsonb text */
+	char	   *step_call;		/* TURN_WORK_STEP, _HTTP, _TASK:
+								 * ds_run_step's, ds_http_step's or
+								 * ds_task_step's arguments, as jsonb text */
 	int64		step_timeout;	/* TURN_WORK_STEP: the attempt's limit,
 								 * microseconds */
 	TimestampTz until;			/* TURN_WORK_SLEEP */

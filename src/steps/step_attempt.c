@@ -213,7 +213,7 @@ ds_record_kept_outcome(StepRecord *rec, bool hook_lost)
 	/* a run waiting for the HTTP step (ds_http) goes on, but not for a retry */
 	if (ds_step_kinds[rec->kind].sent_by_http_worker &&
 		rec->status != STEP_RETRYING && rec->status != STEP_PENDING)
-		ds_run_wake_for_http_step(rec->run_id, rec->step_id);
+		ds_run_wake_for_step_outcome(rec->run_id, rec->step_id);
 }
 
 void
@@ -575,5 +575,5 @@ ds_record_lost_attempt(StepRecord *rec)
 	 */
 	if (ds_step_kinds[rec->kind].sent_by_http_worker &&
 		rec->status != STEP_RETRYING && rec->status != STEP_PENDING)
-		ds_run_wake_for_http_step(rec->run_id, rec->step_id);
+		ds_run_wake_for_step_outcome(rec->run_id, rec->step_id);
 }

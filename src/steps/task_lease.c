@@ -35,6 +35,7 @@
 #include "base/key.h"
 #include "base/policy.h"
 #include "ipc/worker_shmem.h"
+#include "store/run_store.h"
 #include "store/step_store.h"
 #include "store/task_store.h"
 #include "steps/step_attempt.h"
@@ -93,6 +94,9 @@ token_arg(FunctionCallInfo fcinfo, int argno, TaskToken *t)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("token must not be null")));
 	arg = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	/* its identities are cut by byte counts: only whole characters are valid */
+	if (!pg_verifymbstr(arg, strlen(arg), true))
+		goto malformed;
 	p = arg;
 	errno = 0;
 	attempt = strtol(p, &end, 10);
@@ -195,7 +199,8 @@ refuse_lost_lease(const StepRecord *rec, const TaskToken *t, TimestampTz now)
 /*
  * Record the outcome of the attempt that holds the lease, in the caller's transaction: the
  * state rules, the hooks (run as the owner, whose privileges the caller has), the attempt's
- * record; its claim is the attempt's start.
+ * record; its claim is the attempt's start. A run waiting for the task is woken when the run
+ * must see the outcome.
  */
 static void
 record_outcome(StepRecord *rec, AttemptOutcome *o)
@@ -206,6 +211,19 @@ record_outcome(StepRecord *rec, AttemptOutcome *o)
 	o->finished_at = GetCurrentTimestamp();
 	ds_apply_attempt_outcome(rec, rec->attempts, o);
 	ds_store_finish_claimed_attempt(rec, rec->attempts, claimed_at, o);
+
+	/*
+	 * the attempt no longer counts against its queue's limit: a session
+	 * waiting for a task of a full queue looks again
+	 */
+	ds_worker_wake_kind_at_commit(STEP_KIND_TASK);
+
+	/*
+	 * a run waiting for the task (ds_task) goes on, but not for a retry: that
+	 * is the workers'
+	 */
+	if (rec->status != STEP_RETRYING && rec->status != STEP_PENDING)
+		ds_run_wake_for_step_outcome(rec->run_id, rec->step_id);
 }
 
 /*
@@ -273,6 +291,17 @@ ds_claim_tasks(PG_FUNCTION_ARGS)
 	 * commits, and a handler could run an attempt that a rollback then
 	 * forgets.
 	 */
+
+	/*
+	 * Under a snapshot taken for the whole transaction, a claim would lock
+	 * rows updated since (a serialization failure) and count the running
+	 * steps of a queue as they were before it waited for the queue's row.
+	 */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("ds_claim_tasks() must run at the READ COMMITTED isolation level"),
+				 errhint("Claim in a session whose default_transaction_isolation is read committed.")));
 	if (IsTransactionBlock())
 		ereport(ERROR,
 				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
@@ -497,7 +526,16 @@ ds_fail_task(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("class must be 'retryable', 'correctable' or 'permanent'")));
-	retry_after = ds_task_interval_arg(fcinfo, 5, "retry_after", -1);
+	/* as ds_retry_after() takes it: 0 (at once) to 24 hours */
+	retry_after = -1;
+	if (!PG_ARGISNULL(5))
+	{
+		retry_after = ds_interval_to_usecs(PG_GETARG_INTERVAL_P(5));
+		if (retry_after < 0 || retry_after > DS_MAX_DELAY_USECS)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("retry_after must be 0 to 24 hours")));
+	}
 	if (retry_after >= 0 && o.cls != ATTEMPT_RETRYABLE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

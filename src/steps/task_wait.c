@@ -14,8 +14,12 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "libpq/libpq.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "tcop/dest.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "ipc/worker_shmem.h"
@@ -23,6 +27,9 @@
 #include "store/task_store.h"
 
 PG_FUNCTION_INFO_V1(ds_wait_for_tasks);
+
+/* How often a waiting session looks whether its client is still there. */
+#define CONNECTION_CHECK_MS 1000
 
 /* CALL ds_wait_for_tasks(tasks, timeout, queues, INOUT due boolean) */
 Datum
@@ -54,18 +61,28 @@ ds_wait_for_tasks(PG_FUNCTION_ARGS)
 		uint64		seen = ds_tasks_generation();
 		TimestampTz now = GetCurrentTimestamp();
 		TimestampTz next;
+		const char *paused;
 		long		ms;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ds_store_next_task_time(tasks, queues, caller, now, false) != 0)
+
+		/*
+		 * the operator's pause holds every claim: nothing is due until the
+		 * timeout
+		 */
+		paused = GetConfigOption("durable_steps.paused", true, false);
+		if (paused != NULL && strcmp(paused, "on") == 0)
+			next = until;
+		else if (ds_store_next_task_time(tasks, queues, caller, now, false) != 0)
 		{
 			due = true;
 			break;
 		}
+		else
+			/* the first one due within the wait, if any, ends it */
+			next = ds_store_next_task_time(tasks, queues, caller, until, true);
 		if (now >= until)
 			break;
-		/* the first one due within the wait, if any, ends it */
-		next = ds_store_next_task_time(tasks, queues, caller, until, true);
 		ms = TimestampDifferenceMilliseconds(now, next != 0 && next < until ? next : until);
 
 		/*
@@ -74,7 +91,28 @@ ds_wait_for_tasks(PG_FUNCTION_ARGS)
 		 */
 		if (nonatomic)
 			SPI_commit();
-		(void) ds_tasks_wait(seen, Max(ms, 1));
+
+		/*
+		 * Slept in slices: a client that went away is noticed within one, not
+		 * at the timeout, so its backend is not kept waiting for nobody.
+		 * Nothing is read again until a commit moved the generation or the
+		 * time to look came.
+		 */
+		ms = Max(ms, 1);
+		while (ms > 0)
+		{
+			long		slice = Min(ms, CONNECTION_CHECK_MS);
+
+			if (ds_tasks_wait(seen, slice))
+				break;
+			ms -= slice;
+			if (whereToSendOutput == DestRemote && !pq_check_connection())
+			{
+				ClientConnectionLost = true;
+				InterruptPending = true;
+				CHECK_FOR_INTERRUPTS();
+			}
+		}
 	}
 	if (nonatomic)
 		SPI_finish();

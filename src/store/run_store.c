@@ -247,7 +247,7 @@ ds_run_wake_for_queue(const char *queue)
 }
 
 void
-ds_run_wake_for_http_step(const char *run_id, const char *step_id)
+ds_run_wake_for_step_outcome(const char *run_id, const char *step_id)
 {
 	static SPIPlanPtr wake_plan = NULL;
 	Oid			types[2] = {TEXTOID, TEXTOID};

@@ -110,12 +110,13 @@ extern uint64 ds_run_statement(SPIPlanPtr *slot, const char *sql, const char *ru
 extern void ds_run_wake_for_step(const char *run_id);
 
 /*
- * HTTP step `step_id` of run `run_id` has an outcome the run must see (it succeeded, failed,
- * or waits for a person): a run waiting for it takes its next turn now. A turn of that run in
- * flight is waited for (its row lock), so that a turn that read the step before this outcome
- * committed is woken once it has recorded its wait.
+ * Step `step_id` of run `run_id`, whose outcome another process records (an HTTP step the HTTP
+ * worker sends, a task an application worker runs), has an outcome the run must see (it
+ * succeeded, failed, was cancelled, or waits for a person): a run waiting for it takes its next
+ * turn now. A turn of that run in flight is waited for (its row lock), so that a turn that read
+ * the step before this outcome committed is woken once it has recorded its wait.
  */
-extern void ds_run_wake_for_http_step(const char *run_id, const char *step_id);
+extern void ds_run_wake_for_step_outcome(const char *run_id, const char *step_id);
 
 /*
  * The queue of the run's step `step_id` ('default' for a new one) when it is paused

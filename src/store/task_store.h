@@ -1,7 +1,7 @@
 /*
  * task_store.h -- the statements of tasks (task_store.c): their claims by name, their leases, and
  * the looks of the sessions that wait for them (docs/tasks.md). Tasks wait in an index of their
- * own, steps_task_due_idx (task, priority, next_attempt_at); a running task's queue is in
+ * own, steps_task_due_idx (task, owner, priority, next_attempt_at); a running task's queue is in
  * running_queue whatever the queue's limit, so steps_limited_running_idx holds every lease.
  *
  * Each runs inside the caller's SPI connection (ds_store_spi_begin), as the tables' owner, and
@@ -17,7 +17,8 @@
 /*
  * The due tasks named in `tasks` (and of `queues` unless it is NULL) that role `caller` has the
  * privileges of, whose runs' partition this server owns, locked (FOR UPDATE SKIP LOCKED): at most
- * `limit`, by priority, then due time. Rows (ctid tid, queue text).
+ * `limit`, by priority, then in turn between their owners (every owner's first before any
+ * owner's second), then due time. Rows (ctid tid, queue text).
  */
 extern uint64 ds_store_lock_due_tasks(ArrayType *tasks, ArrayType *queues, Oid caller, int limit,
 									  TimestampTz now);

@@ -131,7 +131,7 @@ ds_record_http_attempt(HttpAttempt *attempt)
 			 * retry: that is ours
 			 */
 			if (step->status != STEP_RETRYING && step->status != STEP_PENDING)
-				ds_run_wake_for_http_step(step->run_id, step->step_id);
+				ds_run_wake_for_step_outcome(step->run_id, step->step_id);
 		}
 		ds_subtransaction_commit(&sub);
 	}

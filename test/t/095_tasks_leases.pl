@@ -1,4 +1,5 @@
-# Tasks under their leases (docs/tasks.md), what the background worker does with them: a lease
+# Tasks under their leases (docs/tasks.md), what the background worker does with them. A task
+# stored from a trigger commits with its row, or not at all. A lease
 # that runs out is recorded as a lost attempt and retried under the same idempotency key; a task
 # stored with on_lost => 'uncertain' waits for a person instead; a deadline ends the lease with
 # it; a commit that makes a task due wakes a session waiting in ds_wait_for_tasks at once, and
@@ -37,6 +38,23 @@ sub claim
 	return app("SELECT attempt || '|' || idempotency_key || '|' || token"
 		  . " FROM ds_claim_tasks(ARRAY['$task'], 1, '$lease')");
 }
+
+# 0. Stored from a trigger: with the row's transaction, or not at all
+$node->safe_psql('postgres', q{
+CREATE TABLE orders (id int PRIMARY KEY, email text);
+GRANT ALL ON orders TO app;
+CREATE FUNCTION order_receipt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM ds_task_step('order:' || NEW.id, 'receipt', 'mail', jsonb_build_object('to', NEW.email));
+    RETURN NEW;
+END $$;
+CREATE TRIGGER order_receipt AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION order_receipt();
+});
+app(q{BEGIN; INSERT INTO orders VALUES (1, 'a@example.com'); ROLLBACK;
+INSERT INTO orders VALUES (2, 'b@example.com');});
+is(app(q{SELECT string_agg(run_id || ' ' || status || ' ' || (input->>'to'), ',') FROM ds_steps WHERE kind = 'task'}),
+	'order:2 pending b@example.com', 'a trigger stores the task with its row; a rollback leaves none');
+app(q{DELETE FROM orders}); $node->safe_psql('postgres', q{DELETE FROM durable_steps.steps WHERE run_id = 'order:2'});
 
 # 1. A lease that runs out: lost, retried under the same key, and the stale token is refused.
 app(q{SELECT ds_task_step('o1', 'receipt', 'mail', '{"to": "a@example.com"}',

@@ -92,7 +92,7 @@ export interface RetryPolicy {
     max_attempts?: number;
     initial_delay?: string;
     max_delay?: string;
-    backoff?: 'exponential' | 'linear' | 'constant' | string;
+    backoff?: 'exponential' | 'fixed' | string;
     multiplier?: number;
     jitter?: number;
 }
@@ -127,6 +127,26 @@ export interface HttpStepOptions {
     notify?: string;
     retryOnStatus?: string[];
     failOnStatus?: string[];
+}
+
+export interface TaskStepOptions {
+    policy?: RetryPolicy;
+    /** the queue its claims are counted in ('default' by default) */
+    queue?: string;
+    priority?: number;
+    /** not claimed before this time */
+    runAt?: Date | string;
+    /** the handler's deadline per attempt (none by default): ctx.signal is aborted at it */
+    timeout?: Interval;
+    notify?: string;
+    onSuccess?: string;
+    onFailure?: string;
+    /**
+     * What a lease that ran out makes of the attempt: 'retry' (the default: a lost attempt,
+     * DS007, retried by the policy) or 'uncertain' (the step waits for an operator).
+     */
+    onLost?: 'retry' | 'uncertain';
+    nowait?: boolean;
 }
 
 export interface RetryStepOptions {
@@ -349,6 +369,32 @@ export class DurableSteps {
             .arg('retry_on_status', options.retryOnStatus, 'text[]')
             .arg('fail_on_status', options.failOnStatus, 'text[]');
         return this.step<HttpResponse<B>>('ds_http_step', call);
+    }
+
+    /**
+     * ds_task_step: a task, the step `(runId, stepId)` whose body is the handler `task` of a
+     * Worker (./worker.ts), given `input`. Stored with the caller's transaction and claimed by a
+     * worker once that commits; the same definition replays, another is StepConflictError
+     * (DS422). Its result is the step as it is ('pending' until a worker ran it).
+     */
+    taskStep<R = Json>(runId: string, stepId: string, task: string, input?: Json,
+        options: TaskStepOptions = {}): Promise<StepResult<R>> {
+        const call = new Call()
+            .arg('run_id', runId, 'text')
+            .arg('step_id', stepId, 'text')
+            .arg('task', task, 'text')
+            .arg('input', input, 'jsonb')
+            .arg('policy', options.policy, 'jsonb')
+            .arg('queue', options.queue, 'text')
+            .arg('priority', options.priority, 'integer')
+            .arg('run_at', options.runAt, 'timestamptz')
+            .arg('timeout', options.timeout, 'interval')
+            .arg('notify', options.notify, 'text')
+            .arg('on_success', options.onSuccess, 'text')
+            .arg('on_failure', options.onFailure, 'text')
+            .arg('on_lost', options.onLost, 'text')
+            .arg('nowait', options.nowait, 'boolean');
+        return this.step<R>('ds_task_step', call);
     }
 
     /**

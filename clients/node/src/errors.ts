@@ -10,6 +10,8 @@
 // are the analogue of; an error that says the service itself is wrong (a body that does not
 // parse, a missing privilege) is a 500 unless its client can have caused it.
 
+import type { Interval } from './client.js';
+
 /** The fields of node-postgres's DatabaseError this package reads. */
 export interface ServerErrorFields {
     code: string;
@@ -49,22 +51,71 @@ export class DurableStepsError extends Error {
 
 // --- raised by step bodies through the helpers (recorded on the step's attempts) -------------
 
-/** DS001 non_retriable: `ds_non_retriable()`, fail the step at once. */
+// A task's handler (./worker.ts) throws them too, to say what its failure is: `new
+// NonRetriableError(message)` fails the step at once, `new RetryAfterError(message, delayMs)`
+// retries it after the delay, `new BlockedError(message, remediation)` blocks it.
+
+/**
+ * DS001 non_retriable: `ds_non_retriable()`, fail the step at once. Thrown by a task's handler:
+ * the step fails (class 'permanent').
+ */
 export class NonRetriableError extends DurableStepsError {
     static override readonly sqlstate = 'DS001';
     static override readonly httpStatus = 422;
 }
 
-/** DS002 retry_after: `ds_retry_after()`, retry after the given delay. */
+/**
+ * DS002 retry_after: `ds_retry_after()`, retry after the given delay. Thrown by a task's handler
+ * as `new RetryAfterError(message, delayMs)`: the attempt fails and the next one runs after
+ * `delayMs` milliseconds.
+ */
 export class RetryAfterError extends DurableStepsError {
     static override readonly sqlstate = 'DS002';
     static override readonly httpStatus = 503;
+
+    /**
+     * The delay: the milliseconds given, or the interval the server named (`ds_retry_after`'s,
+     * from its DETAIL "Retry after <interval>."); null when neither says one. A task's worker
+     * records at least 1 ms and at most 24 hours.
+     */
+    readonly retryAfter: Interval | null;
+
+    constructor(message: string, delayMs?: number | Partial<ServerErrorFields>, options?: { cause?: unknown }) {
+        const fields = typeof delayMs === 'object' && delayMs !== null ? delayMs : {};
+        super(message, fields, options);
+        if (typeof delayMs === 'number') {
+            if (!Number.isFinite(delayMs) || delayMs < 0) {
+                throw new RangeError(`a retry delay must be a finite number of milliseconds >= 0, not ${delayMs}`);
+            }
+            this.retryAfter = delayMs;
+        } else {
+            this.retryAfter = /^Retry after (.+)\.$/.exec(this.detail ?? '')?.[1] ?? null;
+        }
+    }
+
+    /** The delay in milliseconds when it was given as a number (null otherwise). */
+    get delayMs(): number | null {
+        return typeof this.retryAfter === 'number' ? this.retryAfter : null;
+    }
 }
 
-/** DS003 blocked: `ds_blocked()`, blocked until a person re-arms the step. */
+/**
+ * DS003 blocked: `ds_blocked()`, blocked until a person re-arms the step. Thrown by a task's
+ * handler as `new BlockedError(message, remediation)`: the step is blocked with the remediation
+ * (class 'correctable') until `ds_retry_step` re-arms it.
+ */
 export class BlockedError extends DurableStepsError {
     static override readonly sqlstate = 'DS003';
     static override readonly httpStatus = 409;
+
+    /** What must change before the step is re-armed (the server's HINT for `ds_blocked`). */
+    readonly remediation: string | null;
+
+    constructor(message: string, remediation?: string | Partial<ServerErrorFields>, options?: { cause?: unknown }) {
+        const fields = typeof remediation === 'object' && remediation !== null ? remediation : {};
+        super(message, fields, options);
+        this.remediation = typeof remediation === 'string' ? remediation : this.hint;
+    }
 }
 
 // --- recorded on attempts by the extension (a step's errorCode; raised only by a workflow) ----
@@ -184,6 +235,17 @@ export class EventTimeoutError extends DurableStepsError {
     static override readonly httpStatus = 504;
 }
 
+/**
+ * DS410 lease_lost: a task's token no longer holds its lease (the lease ran out and the attempt
+ * was recorded lost, the step was cancelled, or the attempt already has its outcome):
+ * `ds_complete_task` and `ds_fail_task` refuse it, and the transaction that tried is aborted,
+ * so the handler's own writes in it roll back with it.
+ */
+export class LeaseLostError extends DurableStepsError {
+    static override readonly sqlstate = 'DS410';
+    static override readonly httpStatus = 410;
+}
+
 /** DS409 in_progress: held by another transaction or request; retry later. */
 export class InProgressError extends DurableStepsError {
     static override readonly sqlstate = 'DS409';
@@ -211,6 +273,16 @@ export class NullValueNotAllowedError extends DurableStepsError {
 /** 22023 invalid_parameter_value: a malformed argument (the message names it). */
 export class InvalidParameterValueError extends DurableStepsError {
     static override readonly sqlstate = '22023';
+}
+
+/** 25000 invalid_transaction_state: `ds_claim_tasks` at the REPEATABLE READ or SERIALIZABLE isolation level. */
+export class InvalidTransactionStateError extends DurableStepsError {
+    static override readonly sqlstate = '25000';
+}
+
+/** 25001 active_sql_transaction: `ds_claim_tasks` inside a transaction block (a claim commits by itself). */
+export class ActiveSqlTransactionError extends DurableStepsError {
+    static override readonly sqlstate = '25001';
 }
 
 /** 25006 read_only_sql_transaction: a step created, run or re-armed in a read-only transaction. */
@@ -286,9 +358,10 @@ export const ERRORS_BY_SQLSTATE: ReadonlyMap<string, typeof DurableStepsError> =
         TooManyRowsError, InvocationLostError, HttpStatusError, HttpNotSentError, HttpUncertainError,
         HttpBadResponseError, ResolvedFailedError, NoStepContextError, StepNotSucceededError,
         InvalidStepStateError, StepRecursionError, NoRunContextError, RunSuspendedError,
-        WrongPartitionError, VersionMismatchError, StepNotFoundError, EventTimeoutError, InProgressError, StepConflictError,
+        WrongPartitionError, VersionMismatchError, StepNotFoundError, EventTimeoutError, InProgressError, LeaseLostError,
+        StepConflictError,
         CardinalityViolationError, NullValueNotAllowedError, InvalidParameterValueError,
-        ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
+        InvalidTransactionStateError, ActiveSqlTransactionError, ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
         SqlSyntaxError, DuplicateObjectError, DatatypeMismatchError, WrongObjectTypeError,
         UndefinedFunctionError, OutOfMemoryError, ProgramLimitExceededError,
         ObjectNotInPrerequisiteStateError, QueryCanceledError,

@@ -1,5 +1,6 @@
 // durable-steps: the durable_steps extension's functions as typed calls over node-postgres, its
-// SQLSTATEs as error classes, and idempotent endpoints for Express and Fastify (README.md).
+// SQLSTATEs as error classes, idempotent endpoints for Express and Fastify, and the Worker of
+// tasks, steps whose body is a handler of the application (README.md).
 
 import {
     DurableSteps,
@@ -18,11 +19,13 @@ import {
     type StartRunOptions,
     type StartedRun,
     type StepResult,
+    type TaskStepOptions,
 } from './client.js';
 
 export * from './client.js';
 export * from './errors.js';
 export * from './middleware.js';
+export * from './worker.js';
 
 // The calls as functions of a connection, for code that keeps no DurableSteps object: each is
 // `new DurableSteps(db).<method>(...)`.
@@ -35,6 +38,11 @@ export function runStep<R = Json>(db: Queryable, runId: string, stepId: string, 
 export function httpStep<B = Json>(db: Queryable, runId: string, stepId: string, request: HttpRequest,
     options?: HttpStepOptions): Promise<StepResult<HttpResponse<B>>> {
     return new DurableSteps(db).httpStep<B>(runId, stepId, request, options);
+}
+
+export function taskStep<R = Json>(db: Queryable, runId: string, stepId: string, task: string, input?: Json,
+    options?: TaskStepOptions): Promise<StepResult<R>> {
+    return new DurableSteps(db).taskStep<R>(runId, stepId, task, input, options);
 }
 
 export function waitStep<R = Json>(db: Queryable, runId: string, stepId: string,

@@ -16,4 +16,18 @@ export async function typed(): Promise<void> {
     }
     void doubled;
     void emitted;
+    const worker = new ds.Worker({
+        pool: new pg.Pool(), tasks: {
+            charge: (input: { amount: number }, ctx) => ctx.transaction(async (c) => {
+                const r: pg.QueryResult = await c.query('SELECT $1::int AS amount', [input.amount]);
+                if (ctx.signal.aborted) {
+                    throw new ds.NonRetriableError('aborted');
+                }
+                return r.rows[0];
+            }),
+        },
+    });
+    worker.on('lost', (task: ds.TaskContext, reason: Error) => void [task.attemptKey, reason.message]);
+    await worker.start();
+    await worker.stop();
 }

@@ -15,6 +15,14 @@ import {
     keepRawBody,
     userScope,
     runStep,
+    taskStep,
+    Worker,
+    BlockedError,
+    LeaseLostError,
+    NonRetriableError,
+    RetryAfterError,
+    type FailureClass,
+    type TaskContext,
     type HttpResponse,
     type IdempotentResult,
     type StepResult,
@@ -77,3 +85,37 @@ fastify.post('/spread', { ...hooks }, async () => 'not reached');
 const all = fastifyIdempotency({ client: pool, scope: 'all', handler: 'SELECT 201, $1', required: false });
 fastify.addHook('preParsing', all.preParsing);
 fastify.addHook('preHandler', all);
+
+// a Worker over node-postgres's Pool: ctx.transaction lends a pg.PoolClient
+export async function worker(): Promise<void> {
+    const w = new Worker({
+        pool, concurrency: 4, lease: 10_000, queues: ['mail'], tasks: {
+            'send-receipt': async (input: { order: number }, ctx) => {
+                const key: string = ctx.idempotencyKey;
+                const aborted: boolean = ctx.signal.aborted;
+                return { sent: input.order, key, aborted, attempt: ctx.attempt };
+            },
+            'record-payment': (_input, ctx) => ctx.transaction(async (client) => {
+                const r: pg.QueryResult = await client.query('SELECT 1 AS one');
+                return { recorded: r.rows.length };
+            }),
+            'fail': () => {
+                throw new RetryAfterError('later', 500);
+            },
+            'block': () => {
+                throw new BlockedError('bad address', 'correct the address');
+            },
+        },
+    });
+    w.on('error', (e: Error, task: TaskContext | null) => void [e, task?.runId]);
+    w.on('failed', (_task, _e, cls: FailureClass) => void cls);
+    await w.start();
+    await w.stop();
+    const step: StepResult = await ds.taskStep('order:1', 'receipt', 'send-receipt', { order: 1 },
+        { queue: 'mail', priority: 1, timeout: 5000, onLost: 'uncertain', policy: { max_attempts: 3 } });
+    await taskStep(pool, 'order:1', 'receipt', 'send-receipt');
+    const lost = new LeaseLostError('gone');
+    const delay: number | null = new RetryAfterError('x', 1).delayMs;
+    const blocked: string | null = new BlockedError('x', 'y').remediation;
+    void [step, lost.httpStatus, delay, blocked, new NonRetriableError('no')];
+}

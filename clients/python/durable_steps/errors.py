@@ -176,6 +176,12 @@ class ReadOnlyTransaction(DurableStepsError):
     sqlstate, http_status = "25006", 503
 
 
+class InvalidTransactionState(DurableStepsError):
+    """25000: ds_claim_tasks at the REPEATABLE READ or SERIALIZABLE isolation level: a claim runs
+    at READ COMMITTED."""
+    sqlstate = "25000"
+
+
 class ActiveSqlTransaction(DurableStepsError):
     """25001: ds_claim_tasks inside a transaction block: a claim must commit before its handlers
     run (call it in autocommit mode)."""
