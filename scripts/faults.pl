@@ -82,6 +82,23 @@
 # its script says (stubborn hook, end state); the executor's end charged no other step an attempt
 # (batch charged); the summary counts the executors stubborn code ended.
 #
+# Tasks (make_task, TASK_WORKER): each trial also stores --tasks tasks (--short 6, else 24) with
+# ds_task_step from the client sessions, scripted like the SQL steps (succeed; fail retryably once
+# or twice, then succeed; fail permanently; block, then re-armed by rearm_main), a fifth of those
+# that succeed stored with on_lost => 'uncertain'. Two task workers run them: clients/python's
+# Worker, each a python3 child process of ours, as fh_tasker (a member of both owners), with a
+# lease of 1.5 s. The handler logs each execution (fh_task_runs, autocommit), then writes the
+# attempt's effect with its keys (fh_task_effects) inside ctx.transaction(), so that the effect
+# commits with the outcome or not at all. Their faults, in the same rounds as the others: kill -9
+# of a task worker (and a new one started), SIGSTOP of one past its lease (SIGCONT later: its late
+# outcomes are refused, DS410) and pg_terminate_backend of all its connections; the server's
+# restarts, crashes and the failover cut them too. Checks: a succeeded task has exactly one
+# effect, of the attempt recorded as completed, with its keys, and a task that did not succeed has
+# none (task effect); no attempt number was handed to two executions (task attempt); the attempts
+# of a killed or stopped worker were recorded lost, DS007 (lease); an on_lost => 'uncertain' task
+# runs nothing after a lost lease and ends uncertain (uncertain task); every task settles, each
+# attempt ends as its script says or lost (end state), with the other checks of a step.
+#
 # --standby (and trial 2 of --short): the primary has a synchronous streaming standby
 # (pg_basebackup -R, synchronous_standby_names, synchronous_commit on), and once in the trial the
 # fault `failover` (preferably while an HTTP request without a key is in flight) kills the
@@ -95,9 +112,9 @@
 # uncertain check holds), no tag was asked for or charged that no step of the trial has (unknown
 # charge); and all the usual checks, on the new primary.
 #
-# Options: --trials N --steps N --runs N --seed S --clients N --short --verbose
+# Options: --trials N --steps N --runs N --tasks N --seed S --clients N --short --verbose
 #          --standby (every trial) / --no-standby (none; --short: trial 2), --no-hog
-#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in nine
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in ten
 #          known ways (see tamper()); the run must then fail with exactly those violations
 #          (and committed state too when a client saw the step it marks failed succeed)
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
@@ -121,9 +138,9 @@ $SIG{PIPE} = 'IGNORE';
 
 my %opt = (short => 0, verbose => 0);
 GetOptions(
-	\%opt, 'trials=i', 'steps=i', 'runs=i', 'seed=i', 'clients=i', 'short', 'verbose',
+	\%opt, 'trials=i', 'steps=i', 'runs=i', 'tasks=i', 'seed=i', 'clients=i', 'short', 'verbose',
 	'tamper', 'workdir=s', 'runner=s', 'bindir=s', 'standby!', 'hog!')
-  or die "usage: scripts/faults [--short] [--trials N] [--steps N] [--runs N] [--seed S] [--clients N] "
+  or die "usage: scripts/faults [--short] [--trials N] [--steps N] [--runs N] [--tasks N] [--seed S] [--clients N] "
   . "[--standby | --no-standby] [--no-hog]\n";
 for my $k (qw(workdir runner bindir))
 {
@@ -140,6 +157,11 @@ my %cfg = $opt{short}
 	idem_keys => 12, waited => 8);
 $cfg{trials}  = $opt{trials}  if defined $opt{trials};
 $cfg{runs}    = $opt{runs}    if defined $opt{runs};
+# tasks (make_task): how many a trial stores, and the lease, concurrency and number of the
+# application workers (clients/python's Worker, task_worker_start) that run them
+$cfg{tasks}   = $opt{short} ? 6 : 24;
+$cfg{tasks}   = $opt{tasks}   if defined $opt{tasks};
+%cfg = (%cfg, task_lease => 1.5, task_workers => 2, task_concurrency => 3);
 $cfg{steps}   = $opt{steps}   if defined $opt{steps};
 $cfg{clients} = $opt{clients} if defined $opt{clients};
 $cfg{clients} = 2 if $cfg{clients} < 2;
@@ -182,6 +204,14 @@ my ($DATA, $LOG);                  # the current primary's data directory and lo
 # the HTTP worker's slots (durable_steps.http_max_inflight) and one role's share of them
 my ($HTTP_MAX_INFLIGHT, $HTTP_PER_ROLE) = (8, 3);
 my $HOG    = 'fh_hog';             # the hostile role (hog_main)
+my $TASKER = 'fh_tasker';          # the task workers' login role, a member of both owners
+my $TASK   = 'fh_task';            # the name of every task of the trials (its handler: TASK_WORKER)
+# The trial's task workers (task_worker_start): {n => the last number given, dir => their logs'
+# directory, w => [worker, ...], by_pid => {pid => worker}}, each worker {name, pid, log,
+# stopped_until (the end of a SIGSTOP), stop (its record), gone (our kill -9), exit (its status)}.
+my %TW = (w => [], n => 0);
+# the python3 of the Debian packages (python3-psycopg2), as clients/python/test picks it
+my $PYTHON = $ENV{DS_PYTHON} || (-x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3');
 my @TRIAL_LOGS;                    # [log, offset] of the servers the trial ran on (log_since)
 my $SU     = 'postgres';           # the bootstrap superuser (initdb -U)
 my @ROLES  = qw(fh_alice fh_bob);  # the steps' owners
@@ -373,7 +403,7 @@ sub cluster_create
 listen_addresses = ''
 unix_socket_directories = '$PRIMARY->{sock}'
 port = $PRIMARY->{port}
-max_connections = 60
+max_connections = 100
 shared_preload_libraries = 'durable_steps'
 durable_steps.database = 'postgres'
 durable_steps.max_workers = 2
@@ -579,9 +609,272 @@ END
 	local $?;
 	if ($$ == $parent_pid)
 	{
+		# task workers left by a harness error (a stopped one too)
+		for my $w (grep { !defined $_->{exit} } @{ $TW{w} }) { kill 'CONT', $w->{pid}; kill 'KILL', $w->{pid}; }
 		pg_ctl_on($_, '-m', 'immediate', '-w', 'stop') for grep { $_->{live} } @CLUSTERS;
 	}
 	provider_stop() if $$ == $parent_pid;
+}
+
+# ---- task workers (clients/python's Worker) ------------------------------------------------------
+
+# The application worker of the trials' tasks: the real Worker of clients/python, run by python3
+# with PYTHONPATH at this tree's clients/python, one process each, as $TASKER through the
+# clients' socket (its application_name is its name, fhw<N>, so that the fault task_cut finds
+# its connections). Its handler of $TASK first logs the execution on its own (fh_task_runs,
+# autocommit), then, in ctx.transaction(), writes the attempt's effect (fh_task_effects, with
+# the attempt's keys), sleeps input.sleep ms and ends as input.p scripts attempt n (missing:
+# succeed, returning the attempt number): rx a plain exception (retryable, code ScriptedRetry),
+# ra RetryAfterError (retryable, fh_ra, input.ra ms later), nr NonRetriableError (permanent,
+# fh_nr), bk BlockedError (correctable, fh_bk). Succeeding returns from inside the block: the
+# effect commits with ds_complete_task, or neither does; failing raises inside it: the effect
+# rolls back. Its log (INFO) says when an outcome was refused because the lease was gone.
+my $TASK_WORKER_PY = <<'PYEOF';
+import logging
+import os
+import sys
+import threading
+import time
+
+import psycopg2
+from durable_steps.worker import Worker
+from durable_steps.errors import BlockedError, NonRetriableError, RetryAfterError
+
+dsn, name, lease, concurrency = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                    format="%(asctime)s " + name + " %(levelname)s %(message)s")
+
+
+class ScriptedRetry(Exception):
+    pass
+
+
+def connect():
+    return psycopg2.connect(dsn)
+
+
+local = threading.local()
+
+
+def log_run(ctx):
+    """Logs this execution of the handler, committed before it acts (bounded: a fault may keep
+    the server away; the log is then a lower bound)."""
+    for _ in range(3):
+        try:
+            conn = getattr(local, "conn", None)
+            if conn is None or conn.closed:
+                conn = local.conn = connect()
+                conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO fh_task_runs (run_id, step_id, attempt, idem_key, attempt_key, "
+                            "worker, os_pid) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                            (ctx.run_id, ctx.step_id, ctx.attempt, ctx.idempotency_key,
+                             ctx.attempt_key, name, os.getpid()))
+            return
+        except Exception:
+            try:
+                local.conn.close()
+            except Exception:
+                pass
+            local.conn = None
+            time.sleep(0.05)
+
+
+def handler(input, ctx):
+    log_run(ctx)
+    plan = input.get("p") or []
+    act = plan[ctx.attempt - 1] if ctx.attempt <= len(plan) else "ok"
+    with ctx.transaction() as cur:
+        cur.execute("INSERT INTO fh_task_effects (run_id, step_id, attempt, kind, idem_key, attempt_key, "
+                    "worker, os_pid) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    (ctx.run_id, ctx.step_id, ctx.attempt,
+                     "success effect" if act == "ok" else "failed attempt effect",
+                     ctx.idempotency_key, ctx.attempt_key, name, os.getpid()))
+        if input.get("sleep"):
+            time.sleep(input["sleep"] / 1000.0)
+        what = "scripted %s at attempt %d" % (act, ctx.attempt)
+        if act == "ok":
+            return ctx.attempt
+        if act == "rx":
+            raise ScriptedRetry(what)
+        if act == "ra":
+            raise RetryAfterError(what, input.get("ra", 0) / 1000.0, code="fh_ra")
+        if act == "nr":
+            raise NonRetriableError(what, code="fh_nr")
+        if act == "bk":
+            raise BlockedError(what, "correct the input", code="fh_bk")
+        raise NonRetriableError("unknown action " + act, code="fh_unknown")
+
+
+worker = Worker(connect, concurrency=concurrency, lease=lease, worker=name, grace=1.0,
+                wait_timeout=5.0, tasks={sys.argv[5]: handler})
+worker.run()
+print("stopped", flush=True)
+PYEOF
+
+
+sub task_dsn
+{
+	my ($name) = @_;
+	return "host=$SOCK port=$PORT dbname=postgres user=$TASKER application_name=$name connect_timeout=5";
+}
+
+# Starts one more task worker process.
+sub task_worker_start
+{
+	my $n = ++$TW{n};
+	my $name = "fhw$n";
+	my $log = "$TW{dir}/$name.log";
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', $log or POSIX::_exit(127);
+		open STDERR, '>&', \*STDOUT;
+		$ENV{PYTHONPATH} = "$FindBin::RealBin/../clients/python";
+		$ENV{PYTHONDONTWRITEBYTECODE} = 1;
+		exec $PYTHON, "$WORK/fh_task_worker.py", task_dsn($name), $name, $cfg{task_lease},
+		  $cfg{task_concurrency}, $TASK or POSIX::_exit(127);
+	}
+	my $w = { name => $name, pid => $pid, log => $log, started => time() };
+	push @{ $TW{w} }, $w;
+	$TW{by_pid}{$pid} = $w;
+	return $w;
+}
+
+# The live task workers (not killed, not exited).
+sub task_workers_live { return grep { !$_->{gone} && !defined $_->{exit} } @{ $TW{w} } }
+
+# A task worker process ended ($? its wait status); one we did not kill is a harness error.
+sub task_worker_ended
+{
+	my ($pid, $errs) = @_;
+	my $w = $TW{by_pid}{$pid} or return 0;
+	$w->{exit} = $?;
+	push @$errs, "task worker $w->{name} (pid $pid) ended by itself with "
+	  . (($? & 127) ? 'signal ' . ($? & 127) : 'exit code ' . ($? >> 8)) . " (log: $w->{log})"
+	  unless $w->{gone} || $w->{stopping};
+	return 1;
+}
+
+# Keeps $cfg{task_workers} workers alive: a replacement for each one that ended (a kill -9, or
+# by itself), and SIGCONT for each stopped one whose stop is due to end (or all of them, $all).
+sub task_workers_tend
+{
+	my ($all) = @_;
+	for my $w (task_workers_live())
+	{
+		next unless defined $w->{stopped_until};
+		next if !$all && time() < $w->{stopped_until};
+		my $left = $w->{stopped_until} - time();
+		usleep(1e6 * $left) if $left > 0;
+		kill 'CONT', $w->{pid};
+		$w->{stop}[3] = time();
+		undef $w->{stopped_until};
+	}
+	my $live = () = task_workers_live();
+	task_worker_start() for $live .. $cfg{task_workers} - 1;
+}
+
+# Stops every task worker at the end of a trial: SIGCONT, SIGTERM (the Worker's graceful stop),
+# SIGKILL after 10 s.
+sub task_workers_stop
+{
+	my ($errs) = @_;
+	task_workers_tend(1) if @{ $TW{w} };
+	my @live = task_workers_live();
+	for my $w (@live) { $w->{stopping} = 1; kill 'TERM', $w->{pid}; }
+	my $deadline = time() + 10;
+	for my $w (@live)
+	{
+		while (!defined $w->{exit})
+		{
+			my $r = waitpid($w->{pid}, POSIX::WNOHANG());
+			if ($r == $w->{pid}) { $w->{exit} = $?; last }
+			if (time() > $deadline)
+			{
+				push @$errs, "task worker $w->{name} (pid $w->{pid}) did not stop within 10 s of SIGTERM";
+				kill 'KILL', $w->{pid};
+				waitpid($w->{pid}, 0);
+				$w->{exit} = $?;
+				last;
+			}
+			usleep(50_000);
+		}
+	}
+}
+
+# A task worker to strike, not a stopped one: preferably one with a handler inside its
+# transaction now (a session of the worker idle in transaction: the effect written, the outcome
+# not yet), waiting up to 1 s for one; else one running a task of the trial (ds_steps.worker).
+# Returns the worker, and whether it was running a task, or ().
+sub pick_task_worker
+{
+	my ($prefix) = @_;
+	my @live = grep { !defined $_->{stopped_until} } task_workers_live();
+	return () unless @live;
+	my %by = map { ($_->{name} => $_) } @live;
+	my $deadline = time() + 1;
+	my @running;
+	while (1)
+	{
+		my ($rc, $out) = psql($SU, "SELECT application_name, 2 FROM pg_stat_activity WHERE application_name LIKE 'fhw%' "
+			  . "AND state = 'idle in transaction' UNION SELECT worker, 1 FROM ds_steps WHERE kind = 'task' "
+			  . "AND status = 'running' AND run_id LIKE '$prefix%'", timeout => 10);
+		my @r = $rc == 0 ? grep { $by{ $_->[0] } } map { [ split /$US/ ] } grep { $_ ne '' } split /\n/, $out : ();
+		my @in = grep { $_->[1] == 2 } @r;
+		return ($by{ $in[ int rand @in ][0] }, 1) if @in;
+		@running = grep { $_->[1] == 1 } @r;
+		last if time() > $deadline;
+		usleep(20_000);
+	}
+	return ($by{ $running[ int rand @running ][0] }, 1) if @running;
+	return ($live[ int rand @live ], 0);
+}
+
+# The faults of the task workers: task_kill9 (kill -9 of one, and a new one started), task_stop
+# (SIGSTOP of one for its lease plus 1-2 s; task_workers_tend sends SIGCONT), task_cut
+# (pg_terminate_backend of every connection of one: its claims, heartbeats, outcomes and the
+# handlers' transactions). Each records [worker, pid, from, to] in @{$count->{task_<f>s}}.
+sub inject_task
+{
+	my ($f, $count, $prefix) = @_;
+	my ($w, $busy) = pick_task_worker($prefix);
+	return undef unless $w;
+	$count->{"${f}_busy"}++ if $busy;
+	my $t = time();
+	if ($f eq 'task_kill9')
+	{
+		kill 'KILL', $w->{pid};
+		waitpid($w->{pid}, 0);
+		$w->{gone} = 1;
+		$w->{exit} = $?;
+		push @{ $count->{task_kills} }, [ $w->{name}, $w->{pid}, $t, $t ];
+		my $new = task_worker_start();
+		return "kill -9 task worker $w->{name} pid $w->{pid}" . ($busy ? ' (running a task)' : '')
+		  . ", started $new->{name}";
+	}
+	if ($f eq 'task_stop')
+	{
+		my $hold = $cfg{task_lease} + 1 + rand(1);
+		kill 'STOP', $w->{pid};
+		$w->{stopped_until} = $t + $hold;
+		$w->{stop} = [ $w->{name}, $w->{pid}, $t, undef ];
+		push @{ $count->{task_stops} }, $w->{stop};
+		return sprintf('SIGSTOP task worker %s pid %d for %.1f s%s', $w->{name}, $w->{pid}, $hold,
+			$busy ? ' (running a task)' : '');
+	}
+	if ($f eq 'task_cut')
+	{
+		my ($rc, $out) = psql($SU, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+			  . "WHERE application_name = '$w->{name}'", timeout => 10);
+		return undef if $rc;
+		chomp $out;
+		push @{ $count->{task_cuts} }, [ $w->{name}, $w->{pid}, $t, time() ];
+		return "pg_terminate_backend of task worker $w->{name}'s $out connection(s)" . ($busy ? ' (running a task)' : '');
+	}
+	die "unknown task fault $f";
 }
 
 # ---- the fake provider (test/fake_provider.py) ----------------------------------------------------
@@ -637,6 +930,47 @@ sub setup_database
 CREATE EXTENSION durable_steps;
 SELECT ds_set_queue('fh_serial', 1);
 $roles
+-- the task workers' own login role: a member of both owners, so that it may run their tasks
+-- (docs/tasks.md, "Who may do what")
+CREATE ROLE $TASKER LOGIN;
+GRANT ${\ join(', ', @ROLES)} TO $TASKER;
+
+-- What the task handlers (TASK_WORKER) write, in the transaction that records their attempt's
+-- outcome (ctx.transaction()): one row per attempt whose transaction committed -- 'success
+-- effect' on an attempt scripted to succeed, 'failed attempt effect' otherwise (that row must
+-- roll back with the failure) -- with the keys the attempt was handed and the worker (its name
+-- and process) that ran it. No unique constraint, so that a duplicated effect shows.
+CREATE TABLE fh_task_effects (
+    id          bigserial PRIMARY KEY,
+    run_id      text NOT NULL,
+    step_id     text NOT NULL,
+    attempt     integer NOT NULL,
+    kind        text NOT NULL,
+    idem_key    text NOT NULL,
+    attempt_key text NOT NULL,
+    worker      text NOT NULL,
+    os_pid      integer NOT NULL,
+    who         text NOT NULL DEFAULT current_user,
+    at          timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+GRANT SELECT, INSERT ON fh_task_effects TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_task_effects_id_seq TO PUBLIC;
+
+-- Every execution of a task handler, committed on its own (autocommit) as the handler begins,
+-- before it writes anything: which attempt ran, in which worker process, when.
+CREATE TABLE fh_task_runs (
+    id          bigserial PRIMARY KEY,
+    run_id      text NOT NULL,
+    step_id     text NOT NULL,
+    attempt     integer NOT NULL,
+    idem_key    text NOT NULL,
+    attempt_key text NOT NULL,
+    worker      text NOT NULL,
+    os_pid      integer NOT NULL,
+    at          timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+GRANT SELECT, INSERT ON fh_task_runs TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_task_runs_id_seq TO PUBLIC;
 -- The effect ledger: no unique constraint, so that a duplicated effect shows.
 CREATE TABLE fh_ledger (
     id       bigserial PRIMARY KEY,
@@ -859,6 +1193,19 @@ my %ACTION = (
 	# in the worker it ends its executor, which records it as lost (DS007), as the walk allows
 	ig => [ 'retryable',   'P0001' ],
 );
+
+# A task's scripted actions (TASK_WORKER's handler) and what each records: class and error_code
+my %TASK_ACTION = (
+	ok => [ 'completed',   '' ],
+	rx => [ 'retryable',   'ScriptedRetry' ],
+	ra => [ 'retryable',   'fh_ra' ],
+	nr => [ 'permanent',   'fh_nr' ],
+	bk => [ 'correctable', 'fh_bk' ],
+);
+# The failures a task's worker records when a fault cut its handler's connection (the class of
+# psycopg2's exception: the connection lost, the server shutting down or starting, the old
+# primary of a failover): retryable, like a lost lease
+my $TASK_CUT_RE = qr/^(?:OperationalError|InterfaceError|DatabaseError|AdminShutdown|CrashShutdown|CannotConnectNow|ReadOnlySqlTransaction)$/;
 
 sub pick { return $_[ int rand @_ ] }
 
@@ -1098,6 +1445,63 @@ sub make_hog_http_step
 	};
 }
 
+# A task's script (ds_task_step, run by TASK_WORKER's handler in a task worker), its policy, and
+# what a lost lease does to it. Kinds:
+#   ok         succeeds at attempt 1 (30 %)
+#   retry      fails retryably 1-2 times (rx, or ra: RetryAfterError), then succeeds
+#              (max_attempts above that; 35 %)
+#   permanent  fails retryably 0-1 times, then NonRetriableError (15 %)
+#   rearm      fails retryably 0-1 times, then BlockedError; rearm_main re-arms it with a
+#              corrected input (ds_retry_step) once it has stopped, and it succeeds (20 %)
+# A fifth of the ok and retry tasks are stored with on_lost => 'uncertain': a lost lease makes
+# them uncertain, never run again by themselves ($uncertain: one of those, ok or retry, whatever
+# the draw). Handlers sleep in their transaction, after their effect: 20-150 ms, a third
+# 300-900 ms, one in eight 1.8-2.5 s (past the lease: heartbeats keep it), a window for the faults.
+sub make_task
+{
+	my ($uncertain) = @_;
+	my $r = $uncertain ? rand(0.65) : rand();
+	my $fail = sub { return map { pick('ra', 'rx') } 1 .. $_[0] };
+	my ($kind, @p, $m);
+	if ($r < 0.30) { $kind = 'ok'; $m = 1 + int rand 3; }
+	elsif ($r < 0.65)
+	{
+		$kind = 'retry';
+		my $k = 1 + int rand 2;
+		@p = $fail->($k);
+		$m = $k + 1 + int rand 3;
+	}
+	elsif ($r < 0.80)
+	{
+		$kind = 'permanent';
+		my $j = int rand 2;
+		@p = ($fail->($j), 'nr');
+		$m = $j + 1 + int rand 3;
+	}
+	else
+	{
+		$kind = 'rearm';
+		my $j = int rand 2;
+		@p = ($fail->($j), 'bk');
+		$m = $j + 1 + int rand 3;
+	}
+	$uncertain = 1 if ($kind eq 'ok' || $kind eq 'retry') && rand() < 0.2;
+	my $s = rand();
+	my $sleep = $s < 0.125 ? 1800 + int rand 700 : $s < 0.45 ? 300 + int rand 600 : 20 + int rand 130;
+	my $ra = 100 + int rand 300;
+	my $delay = 10 + int rand 40;
+	my $backoff = pick('fixed', 'exponential');
+	my $input = { k => $kind, p => \@p, sleep => $sleep, ra => $ra };
+	my $policy = { max_attempts => $m, initial_delay => $delay, max_delay => 200,
+		backoff => $backoff, multiplier => 2 };
+	return {
+		task => 1, kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra,
+		uncertain => $uncertain ? 1 : 0, defer => 0, queue => 'default', delay => $delay, backoff => $backoff,
+		input => $json->encode($input), policy => $json->encode($policy),
+		fixed_input => $json->encode({ %$input, p => [], fixed => JSON::PP::true }),
+	};
+}
+
 # A run's SQL step (ds_step in fh_workflow), scripted like a plain step by fh_body's plan:
 #   ok         succeeds at attempt 1 (35 %)
 #   retry      fails retryably 1-2 times, then succeeds (max_attempts above that; 47 %)
@@ -1196,6 +1600,14 @@ sub call_sql
 	# (not part of the step's definition: every call of the step passes the same)
 	my $run_at = defined $st->{run_at} ? sprintf(', run_at => to_timestamp(%.3f)', $st->{run_at}) : '';
 	$sql .= sprintf("SELECT pg_sleep(%.3f);\n", $pause_ms / 1000) if $pause_ms;
+	if ($st->{task})
+	{
+		return $sql . sprintf(
+			"SELECT 'ack', %d, status, coalesce(attempt, 0), replayed FROM ds_task_step(%s, %s, '$TASK', %s::jsonb, %s::jsonb, on_success => %s, on_failure => %s, on_lost => %s);\n",
+			$idx, lit($st->{run}), lit($st->{step}), lit($st->{input}), lit($st->{policy}),
+			lit(hook_sql('on_success', $st)), lit(hook_sql('on_failure', $st)),
+			$st->{uncertain} ? "'uncertain'" : "'retry'");
+	}
 	if ($st->{http})
 	{
 		return $sql . sprintf(
@@ -1709,11 +2121,13 @@ sub hog_main
 # Holds the xmin horizon until $stopfile exists: a REPEATABLE READ transaction with an xid stays
 # open for 20 s at a time (a new one at once after it, or after its connection was lost to a
 # fault), so that VACUUM removes no row version the trial's steps leave dead and the claims read
-# past them from their floors (docs/internals.md, "Claims under a held horizon"). Writes
-# "hold held reconnects" at the end.
+# past them from their floors (docs/internals.md, "Claims under a held horizon"). Its sessions are
+# named fh_hold (application_name), so that the harness can end the one open when it puts
+# $stopfile up. Writes "hold held reconnects" at the end.
 sub hold_main
 {
 	my ($outfile, $stopfile, $deadline) = @_;
+	$ENV{PGAPPNAME} = 'fh_hold';
 	open my $fh, '>', $outfile or die "$outfile: $!";
 	my ($held, $reconnects) = (0, 0);
 	while (!-e $stopfile && time() < $deadline)
@@ -1779,6 +2193,7 @@ sub sampler_main
 sub child_ended
 {
 	my ($pid, $child, $errs) = @_;
+	return if task_worker_ended($pid, $errs);
 	my $name = delete $child->{$pid};
 	return unless defined $name;
 	push @$errs, "$name ended with " . (($? & 127) ? 'signal ' . ($? & 127) : 'exit code ' . ($? >> 8))
@@ -1810,16 +2225,16 @@ sub spawn
 
 # ---- faults -------------------------------------------------------------------------------------
 
-my @FAULTS = qw(kill9 immediate fast_restart terminate cancel reload fence);
+my @FAULTS = qw(kill9 immediate fast_restart terminate cancel reload fence task_kill9 task_stop task_cut);
 my @fault_bag;
 # and the kinds a trial may have once: the hog's flood (hog_main), the failover to the standby
 my @KINDS = (@FAULTS, qw(failover hog));
 
-# Every kind of fault comes once in each round of seven, in a random order; the rounds run on from
-# trial to trial, so that a run of seven faults or more has had every kind.
+# Every kind of fault comes once in each round of ten (seven without tasks: --tasks 0), in a random
+# order; the rounds run on from trial to trial, so that a run of ten faults or more has had every kind.
 sub next_fault
 {
-	@fault_bag = @FAULTS unless @fault_bag;
+	@fault_bag = grep { $cfg{tasks} || !/^task_/ } @FAULTS unless @fault_bag;
 	my $i = int rand @fault_bag;
 	return splice(@fault_bag, $i, 1);
 }
@@ -1941,6 +2356,7 @@ sub inject_one
 		return "reload batch_size=$batch poll_interval=$poll";
 	}
 	return fence($count) if $f eq 'fence';
+	return inject_task($f, $count, $TW{prefix}) if $f =~ /^task_/;
 	die "unknown fault $f";
 }
 
@@ -2046,6 +2462,7 @@ sub check_step
 	push @v, "step $id is marked re-armed but is not a re-arm step" if $fixed && $st->{kind} ne 'rearm';
 	push @v, "step $id is owned by $owner, created by $st->{role}" if $owner ne $st->{role};
 	my @plan = @{ $st->{plan} };
+	my $actions = $st->{task} ? \%TASK_ACTION : \%ACTION;
 	my ($base, $limit, $switched) = (0, $st->{max}, 0);
 	my ($n, $end_status, $end_class, $end_code) = (0);
 	my $lost = 0;
@@ -2059,11 +2476,23 @@ sub check_step
 			push @v, "step $id: attempt $n should exist by its script (step says $status at $attempt)";
 			last if $n >= $attempt;
 			# a hole in the history: walk on as if it had ended as scripted
-			$rec = [ ('') x 3, @{ $ACTION{$act} }, 'missing', 'worker' ];
+			$rec = [ ('') x 3, @{ $actions->{$act} }, 'missing', 'worker' ];
 		}
 		my ($cls, $code, $msg, $executor) = @$rec[ 3 .. 6 ];
 		my $outcome;
-		if ($code eq 'DS007' || $code eq '57014')
+		if ($st->{task} && ($code eq 'DS007' || $code =~ $TASK_CUT_RE))
+		{
+			# a task's lease that ran out (its worker killed, stopped, cut off, the server gone),
+			# recorded by the background worker: retryable, or uncertain for a person when the
+			# task says so; or a handler whose connection a fault cut, its failure recorded as
+			# retryable by its worker
+			$lost++;
+			my $lost_cls = $code eq 'DS007' && $st->{uncertain} ? 'uncertain' : 'retryable';
+			push @v, "task $id attempt $n: lost or cut attempt recorded as $cls/$code/$msg by $executor, not $lost_cls"
+			  unless $cls eq $lost_cls && $executor eq 'worker' && ($code ne 'DS007' || $msg eq 'invocation_lost');
+			$outcome = $lost_cls;
+		}
+		elsif ($code eq 'DS007' || $code eq '57014')
 		{
 			# lost with its executor, or stopped by the harness's pg_cancel_backend(): a
 			# retryable failure of the worker's, whatever the script said -- or, for a run's step,
@@ -2077,13 +2506,14 @@ sub check_step
 		}
 		else
 		{
-			my ($want_cls, $want_code) = @{ $ACTION{$act} };
+			my ($want_cls, $want_code) = @{ $actions->{$act} };
 			push @v, "step $id attempt $n: scripted '$act' ($want_cls $want_code), recorded $cls $code ($msg)"
 			  unless $cls eq $want_cls && $code eq $want_code;
 			$outcome = $cls;
 		}
 		($end_code) = $code;
 		if ($outcome eq 'completed') { $end_status = 'succeeded'; $end_class = ''; }
+		elsif ($outcome eq 'uncertain') { ($end_status, $end_class) = ('uncertain', 'uncertain'); last; }
 		elsif ($outcome eq 'retryable')
 		{
 			next if $n < $base + $limit;
@@ -2110,6 +2540,95 @@ sub check_step
 	push @v, "step $id: re-arm step ended $status without being re-armed" if $st->{kind} eq 'rearm'
 	  && !$fixed && $status ne 'succeeded';
 	return (\@v, $lost);
+}
+
+# A task's effects and the executions of its handler (TASK_WORKER: fh_task_effects,
+# fh_task_runs) against its recorded attempts ($at: ds_attempts rows by number). Returns
+# ([check, line], ...):
+#   task effect     a succeeded task has exactly one effect, 'success effect', written by the
+#                   attempt the step records as completed (its number, and the idempotency and
+#                   attempt keys ds_attempts shows for it), in the worker process whose handler
+#                   ran that attempt; a task that did not succeed has none; no 'failed attempt
+#                   effect' committed
+#   task attempt    no attempt number was handed to two executions of the handler; each execution
+#                   is of an attempt ds_attempts records, with its keys (the idempotency key the
+#                   step's, the same for every attempt)
+#   uncertain task  a task stored with on_lost => 'uncertain' that lost an attempt's lease (DS007)
+#                   is uncertain, with no attempt recorded or run after that one
+sub check_task_effects
+{
+	my ($st, $row, $at, $eff, $runs) = @_;
+	my @v;
+	my $k = "$st->{run}/$st->{step}";
+	my ($status, $attempt) = @$row[ 2, 3 ];
+	my @e = @{ $eff || [] };
+	my @r = @{ $runs || [] };
+	my $f = sub { return join ' | ', @{ $_[0] } };
+	push @v, [ 'task effect', "task $k: the effect of a failed attempt committed: " . $f->($_) ]
+	  for grep { $_->[3] ne 'success effect' } @e;
+	my @ok = grep { $_->[3] eq 'success effect' } @e;
+	if ($status eq 'succeeded')
+	{
+		my $rec = $at->{$attempt};
+		if (@ok != 1)
+		{
+			push @v, [ 'task effect', "task $k succeeded at attempt $attempt with " . scalar(@ok) . " effect(s): "
+				  . join(' ; ', map { $f->($_) } @ok) ];
+		}
+		else
+		{
+			my $x = $ok[0];
+			push @v, [ 'task effect', "task $k succeeded at attempt $attempt ("
+				  . ($rec ? "recorded $rec->[3], keys $rec->[13] $rec->[14]" : 'no such attempt recorded')
+				  . "); its effect is not that attempt's: " . $f->($x) ]
+			  unless $rec && $rec->[3] eq 'completed' && $x->[2] == $attempt && $x->[4] eq $rec->[13]
+			  && $x->[5] eq $rec->[14];
+			my @by = grep { $_->[2] == $x->[2] } @r;
+			push @v, [ 'task effect', "task $k: its effect was written by $x->[6] (pid $x->[7]), its attempt $x->[2] "
+				  . "ran in " . join(', ', map { "$_->[5] (pid $_->[6])" } @by) ]
+			  if @by && !grep { $_->[5] eq $x->[6] && $_->[6] == $x->[7] } @by;
+		}
+	}
+	else
+	{
+		push @v, [ 'task effect', "task $k is $status at attempt $attempt, yet has an effect: " . $f->($_) ] for @ok;
+	}
+	my %n;
+	$n{ $_->[2] }++ for @r;
+	for my $a (sort { $a <=> $b } keys %n)
+	{
+		my @these = grep { $_->[2] == $a } @r;
+		push @v, [ 'task attempt', "task $k: attempt $a was handed to $n{$a} executions of the handler: "
+			  . join(' ; ', map { $f->($_) } @these) ]
+		  if $n{$a} > 1;
+		my $rec = $at->{$a};
+		if (!$rec)
+		{
+			push @v, [ 'task attempt', "task $k: the handler ran attempt $a, which ds_attempts does not record "
+				  . "(the step is at attempt $attempt)" ];
+			next;
+		}
+		push @v, [ 'task attempt', "task $k: the handler ran attempt $a with keys $_->[3] $_->[4], "
+			  . "ds_attempts shows $rec->[13] $rec->[14]" ]
+		  for grep { $_->[3] ne $rec->[13] || $_->[4] ne $rec->[14] } @these;
+	}
+	if ($st->{uncertain})
+	{
+		my ($lost) = grep { $at->{$_}[4] eq 'DS007' } sort { $a <=> $b } keys %$at;
+		if (defined $lost)
+		{
+			push @v, [ 'uncertain task', "task $k (on_lost => 'uncertain') lost attempt $lost, yet attempt $_ was "
+				  . "recorded after it: " . $f->($at->{$_}) ]
+			  for grep { $_ > $lost } sort { $a <=> $b } keys %$at;
+			push @v, [ 'uncertain task', "task $k (on_lost => 'uncertain') lost attempt $lost, yet the handler "
+				  . "ran attempt $_->[2] after it: " . $f->($_) ]
+			  for grep { $_->[2] > $lost } @r;
+			push @v, [ 'uncertain task', "task $k (on_lost => 'uncertain') lost attempt $lost and is $status, "
+				  . "not uncertain" ]
+			  if $status ne 'uncertain';
+		}
+	}
+	return @v;
 }
 
 # An HTTP step, against its script and the provider's ledger ($pc, GET /counts). Returns
@@ -2512,6 +3031,10 @@ UPDATE durable_steps.steps SET result = jsonb_set(result, '{body,charge}', '2')
  WHERE (run_id, step_id) IN (SELECT run_id, step_id FROM durable_steps.steps
                               WHERE run_id LIKE '$prefix%' AND status = 'succeeded' AND kind = 'http'
                               ORDER BY run_id, step_id LIMIT 1);
+-- a succeeded task's effect committed twice: [task effect]
+INSERT INTO fh_task_effects(run_id, step_id, attempt, kind, idem_key, attempt_key, worker, os_pid)
+SELECT run_id, step_id, attempt, kind, idem_key, attempt_key, worker, os_pid FROM fh_task_effects
+ WHERE run_id LIKE '$prefix%' AND kind = 'success effect' ORDER BY id LIMIT 1;
 -- a run that succeeded with an output its steps did not make: [run end state]
 UPDATE durable_steps.runs SET output = output || '{"s1": 99}'
  WHERE run_id IN (SELECT run_id FROM durable_steps.runs
@@ -2519,7 +3042,7 @@ UPDATE durable_steps.runs SET output = output || '{"s1": 99}'
 EOF
 	die "tampering failed: $err\n" if $rc;
 	die "tampering failed: no worker attempt of partition $p to move into its fence\n" unless $out =~ /^moved$US/m;
-	print "  (--tamper: trial 1's rows were corrupted by hand in nine ways)\n";
+	print "  (--tamper: trial 1's rows were corrupted by hand in ten ways)\n";
 }
 
 sub run_trial
@@ -2683,10 +3206,39 @@ sub run_trial
 	# the failover, at a random moment of the fault window's first 60 % (at least 1 s in)
 	my $fw = $cfg{fault_window} * 0.6 - 1;
 	my $failover_at = $standby && $STANDBY ? $t0 + 1 + rand($fw > 0.5 ? $fw : 0.5) : undef;
+	# the tasks (make_task; after everything else, which a seed thus makes as before): a call
+	# each from a client of its owner, 40 % one or two duplicate calls (answered with the stored
+	# state), each placed at a random moment of that client's queue; the last one stored with
+	# on_lost => 'uncertain' when no other is
+	my @tasks;
+	for my $i (1 .. $cfg{tasks})
+	{
+		my $st = make_task($i == $cfg{tasks} && !grep { $_->{uncertain} } @tasks);
+		$st->{run}  = $prefix . 't' . ($i % 3);
+		$st->{step} = $st->{tag_step} = "k$i";
+		my $c = int rand $nc;
+		$st->{role} = $client_role[$c];
+		push @tasks, $st;
+		my @mine = grep { $client_role[$_] eq $st->{role} } 0 .. $nc - 1;
+		my @targets = ([ $c, 0 ]);
+		push @targets, [ pick(@mine), rand() < 0.4 ? 20 + int rand 200 : 0 ] for 1 .. (rand() < 0.4 ? 1 + (rand() < 0.3 ? 1 : 0) : 0);
+		for my $tg (@targets)
+		{
+			my $idx = scalar @calls;
+			my $call = { idx => $idx, st => $st, nowait => 0, dup => ($tg != $targets[0]) };
+			$call->{sql} = call_sql($idx, $st, 0, $tg->[1]);
+			push @calls, $call;
+			my $q = $calls_of[ $tg->[0] ] ||= [];
+			splice @$q, int rand(@$q + 1), 0, $call;
+		}
+	}
+	push @steps, @tasks;
 
 	@TRIAL_LOGS = ([ $LOG, log_size() ]);
 	my %child;
 	my @harness_errs;
+	%TW = (w => [], n => $TW{n}, dir => $dir, prefix => $prefix);
+	task_workers_tend() if @tasks;
 	my $deadline = time() + $cfg{calls_deadline};
 	for my $c (0 .. $nc - 1)
 	{
@@ -2720,8 +3272,10 @@ sub run_trial
 	my @waited;
 	for my $r (0 .. $#ROLES)
 	{
-		# (an identity with a tab or a CR, which some HTTP steps have, would not fit a line)
-		my @theirs = grep { $_->{role} eq $ROLES[$r] && "$_->{run}/$_->{step}" =~ m{^[\w/-]+$} } @steps;
+		# (an identity with a tab or a CR, which some HTTP steps have, would not fit a line; a
+		# run's step exists only if its run gets that far, and a wait for one that never does
+		# would last until the clients' deadline)
+		my @theirs = grep { $_->{role} eq $ROLES[$r] && !$_->{run_step} && "$_->{run}/$_->{step}" =~ m{^[\w/-]+$} } @steps;
 		my @pick = @{ shuffled(@theirs) }[ 0 .. ($cfg{waited} < @theirs ? $cfg{waited} : scalar @theirs) - 1 ];
 		push @waited, [ $ROLES[$r], \@pick ];
 	}
@@ -2780,6 +3334,7 @@ sub run_trial
 	while (time() < $fault_end || defined $failover_at)
 	{
 		while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { child_ended($pid, \%child, \@harness_errs) }
+		task_workers_tend() if @tasks;
 		if (!fg_children(\%child) && !defined $failover_at)
 		{
 			my ($rc, $out) = psql($SU, $busy_sql, timeout => 10);
@@ -2797,6 +3352,8 @@ sub run_trial
 	my $fault_time = time() - $t0;
 	# no partition stays fenced into the settle and the checks (a fence ends within its fault)
 	unfence();
+	# no task worker stays stopped into the settle (each gets its SIGCONT when its stop ends)
+	task_workers_tend(1) if @tasks;
 
 	# the clients end by their deadline; a child still there well after it is a harness fault
 	my $reap_deadline = $deadline + 30;
@@ -2820,9 +3377,12 @@ sub run_trial
 	while (time() - $settle_start < $cfg{settle_timeout})
 	{
 		if (value($busy_sql) == 0) { $settled = 1; last }
+		while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { child_ended($pid, \%child, \@harness_errs) }
+		task_workers_tend() if @tasks;
 		usleep(100_000);
 	}
 	my $settle_time = time() - $settle_start;
+	note(sprintf("  trial %d +%.2fs: settled in %.2fs", $t, time() - $t0, $settle_time));
 
 	# the hog flooded until now: what of its work was unfinished as the others settled (or did
 	# not), then its stop sign, the end of its sessions, its steps settling, and the sampler's end
@@ -2860,10 +3420,19 @@ sub run_trial
 		open my $sf, '>', $stopfile or die "$stopfile: $!";
 		close $sf;
 		my $sampler_reap = time() + 30;
+		my $hold_ended = 0;
 		while (%child && time() < $sampler_reap)
 		{
 			my $pid = waitpid(-1, POSIX::WNOHANG());
 			if ($pid > 0) { child_ended($pid, \%child, \@harness_errs); next }
+			# the horizon's session sleeps 20 s at a time: end it (again, should a new one have
+			# begun as the stop sign went up)
+			if ((grep { $_ eq 'hold' } values %child) && time() > $hold_ended + 0.5)
+			{
+				psql($SU, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'fh_hold'",
+					timeout => 10);
+				$hold_ended = time();
+			}
 			usleep(50_000);
 		}
 		if (%child)
@@ -2871,6 +3440,13 @@ sub run_trial
 			kill 'KILL', keys %child;
 			die "the sampler did not end within 30 s\n";
 		}
+	}
+	# the task workers stop gracefully (their logs are read below)
+	if (@tasks)
+	{
+		my $t1 = time();
+		task_workers_stop(\@harness_errs);
+		note(sprintf("  trial %d +%.2fs: the task workers stopped in %.2fs", $t, time() - $t0, time() - $t1));
 	}
 	tamper($prefix, \%fc) if $opt{tamper} && $t == 1;
 	my $pc = provider_counts();
@@ -2999,7 +3575,7 @@ sub run_trial
 		  . "coalesce(error_message, ''), executor, coalesce(backend_pid, 0), coalesce(role::text, ''), "
 		  . "extract(epoch FROM claimed_at), extract(epoch FROM started_at), "
 		  . "coalesce(extract(epoch FROM finished_at)::text, ''), "
-		  . "regexp_replace(coalesce(error_detail, ''), '\\s+', ' ', 'g'), idempotency_key "
+		  . "regexp_replace(coalesce(error_detail, ''), '\\s+', ' ', 'g'), idempotency_key, attempt_key "
 		  . "FROM ds_attempts WHERE (run_id LIKE '$prefix%' OR run_id LIKE '$hprefix%') ORDER BY run_id, step_id, attempt");
 	my $ledger_rows = rows(
 		"SELECT run_id, step_id, attempt, kind, who, pid, id, extract(epoch FROM at) FROM fh_ledger "
@@ -3015,6 +3591,15 @@ sub run_trial
 	}
 	my %ledger;
 	push @{ $ledger{"$_->[0]/$_->[1]"} }, $_ for @$ledger_rows;
+	# the task handlers' effects, and every execution of a handler (TASK_WORKER)
+	my (%task_eff, %task_runs);
+	push @{ $task_eff{"$_->[0]/$_->[1]"} }, $_ for @{ rows(
+		"SELECT run_id, step_id, attempt, kind, idem_key, attempt_key, worker, os_pid, who, id FROM fh_task_effects "
+		  . "WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt, id") };
+	my $task_run_rows = rows(
+		"SELECT run_id, step_id, attempt, idem_key, attempt_key, worker, os_pid, extract(epoch FROM at), id "
+		  . "FROM fh_task_runs WHERE run_id LIKE '$prefix%' ORDER BY run_id, step_id, attempt, id");
+	push @{ $task_runs{"$_->[0]/$_->[1]"} }, $_ for @$task_run_rows;
 	my $hook_rows = rows(
 		"SELECT run_id, step_id, hook, status, attempt, who FROM fh_hooks "
 		  . "WHERE (run_id LIKE '$prefix%' OR run_id LIKE '$hprefix%') ORDER BY run_id, step_id, attempt, id");
@@ -3130,7 +3715,8 @@ sub run_trial
 	$v->('run cancel', "ds_cancel_run error: $_") for @run_cancel_errs;
 	$v->('settle', "steps still pending, retrying or running after $cfg{settle_timeout} s") unless $settled;
 
-	my (%status_n, %http_status, %run_step_n);
+	my (%status_n, %http_status, %run_step_n, %task_status);
+	my $task_att = 0;
 	my ($http_lost, $http_charges) = (0, 0);
 	my ($lost_n, $n_att, $n_caller, $n_worker, $n_caller_retry, $n_stopped) = (0, 0, 0, 0, 0, 0);
 	my %hog_status;
@@ -3150,11 +3736,12 @@ sub run_trial
 			next if $st->{run_wait};
 		}
 		elsif ($st->{hog}) { $hog_status{ ($st->{http} ? 'http ' : '') . $status }++; }
+		elsif ($st->{task}) { $task_status{$status}++; }
 		else { $status_n{$status}++; }
 		# terminal, and nothing running; cancelled only when ds_cancel_step said so
 		$v->('not terminal', "step: " . $fmt->($row))
 		  unless $status =~ /^(succeeded|failed|blocked)$/
-		  || ($status eq 'uncertain' && $st->{http})
+		  || ($status eq 'uncertain' && ($st->{http} || $st->{uncertain}))
 		  || ($status eq 'cancelled' && ($cancel_ack{$k} // '') eq 'cancelled')
 		  || ($st->{run_step} && $status eq 'cancelled' && $run_cancelled{ $st->{run} });
 		$v->('cancel', "ds_cancel_step answered cancelled, the step is $status: " . $fmt->($row))
@@ -3171,6 +3758,7 @@ sub run_trial
 		for my $n (@nums)
 		{
 			if ($st->{hog}) { $hog_att++; }
+			elsif ($st->{task}) { $task_att++; }
 			else
 			{
 				$n_att++;
@@ -3183,7 +3771,7 @@ sub run_trial
 			# (a run's step: in the turn's ds_run_step, RUNSTEP_FIRST)
 			$v->('first attempt not where it belongs', "attempt: " . $fmt->($at->{$n}))
 			  if $n == 1 && $at->{$n}[6] ne ($st->{run_step} ? RUNSTEP_FIRST
-				: $st->{defer} || $st->{http} ? 'worker' : 'caller');
+				: $st->{defer} || $st->{http} || $st->{task} ? 'worker' : 'caller');
 			$v->('attempt role', "attempt run as $at->{$n}[8], step owned by $row->[8]: " . $fmt->($at->{$n}))
 			  if $at->{$n}[8] ne $row->[8];
 		}
@@ -3218,10 +3806,11 @@ sub run_trial
 		}
 		my $success_rows = grep { $_->[3] eq 'success effect' } @l;
 		$v->('success effect count', "step $k is $status with $success_rows success effect row(s)")
-		  if $success_rows != ($status eq 'succeeded' && !$st->{http} ? 1 : 0);
+		  if $success_rows != ($status eq 'succeeded' && !$st->{http} && !$st->{task} ? 1 : 0);
+		$v->(@$_) for $st->{task} ? check_task_effects($st, $row, $at, $task_eff{$k}, $task_runs{$k}) : ();
 		for my $n (@nums)
 		{
-			next unless $at->{$n}[3] eq 'completed' && !$st->{http};
+			next unless $at->{$n}[3] eq 'completed' && !$st->{http} && !$st->{task};
 			$v->('completed attempt without effect', "attempt: " . $fmt->($at->{$n})) unless $per{$n};
 		}
 		# outcome hooks: on_success once for a succeeded step, with its attempt; on_failure once
@@ -3283,7 +3872,7 @@ sub run_trial
 				next unless $prev->[3] eq 'retryable';
 				# an HTTP 429 answered Retry-After: 1; the HTTP worker computes a delay from the
 				# answer's arrival, which its batched recording may put a few ms before finished_at
-				my $d = $prev->[4] eq 'DS002' ? $st->{ra} / 1000
+				my $d = $prev->[4] eq ($st->{task} ? 'fh_ra' : 'DS002') ? $st->{ra} / 1000
 				  : $st->{http} && $prev->[12] =~ /"status": ?429/ ? 1 : backoff_s($st, $n - 1);
 				my $due = $prev->[11] + $d - ($st->{http} ? 0.05 : 0);
 				$v->('early attempt', sprintf("step %s attempt %d claimed %.6f / started %.6f, due at %.6f "
@@ -3291,6 +3880,29 @@ sub run_trial
 						$n - 1, $prev->[4], $prev->[11], $d))
 				  if $at->{$n}[9] < $due - 0.001 || $at->{$n}[10] < $due - 0.001;
 			}
+		}
+	}
+
+	# leases lost to a fault of a task worker: an attempt whose handler began in a worker before we
+	# killed it (kill -9) or stopped it past its lease (SIGSTOP, then SIGCONT) and that did not end
+	# within 1 s of the fault (an outcome already sent) was recorded lost by the background worker
+	# (DS007, invocation_lost): never an outcome of that worker, dead, or back too late -- its late
+	# outcomes must have been refused (DS410), their transactions with them
+	my $leases_checked = 0;
+	for my $f ((map { [ 'kill -9', @$_ ] } @{ $fc{task_kills} || [] }),
+		(map { [ 'SIGSTOP', @$_ ] } @{ $fc{task_stops} || [] }))
+	{
+		my ($what, $name, $pid, $from, $to) = @$f;
+		for my $r (grep { $_->[5] eq $name && $_->[6] == $pid && $_->[7] < $from } @$task_run_rows)
+		{
+			my $rec = $att{"$r->[0]/$r->[1]"}{ $r->[2] } or next;    # (task attempt)
+			next if $rec->[11] ne '' && $rec->[11] < $from + 1;
+			$leases_checked++;
+			$v->('lease', sprintf("task %s/%s attempt %d, run by %s (pid %d) from %.3f, which a %s at %.3f%s struck, "
+					  . "was recorded %s/%s (%s) at %s, not lost (DS007): %s", $r->[0], $r->[1], $r->[2], $name, $pid,
+					$r->[7], $what, $from, defined $to && $to > $from ? sprintf(' (until %.3f)', $to) : '',
+					$rec->[3], $rec->[4], $rec->[5], $rec->[11] eq '' ? 'no time' : $rec->[11], $fmt->($rec)))
+			  unless $rec->[4] eq 'DS007' && $rec->[5] eq 'invocation_lost' && $rec->[3] =~ /^(?:retryable|uncertain)$/;
 		}
 	}
 
@@ -3547,7 +4159,7 @@ sub run_trial
 	my $dups = grep { $_->{dup} } @calls;
 	my $fdesc = join(' ', map { "$_=" . ($fc{$_} || 0) } @KINDS);
 	my $n_http = grep { $_->{http} && !$_->{hog} } @steps;
-	my $n_plain = grep { !$_->{run_step} && !$_->{hog} } @steps;
+	my $n_plain = grep { !$_->{run_step} && !$_->{hog} && !$_->{task} } @steps;
 	my $n_hog_sql = grep { !$_->{http} } @hog_steps;
 	my $n_hog_http = grep { $_->{http} } @hog_steps;
 	my $hst = sub {
@@ -3562,6 +4174,31 @@ sub run_trial
 		$n_hog_sql, $hst->(0), $n_hog_http, $hst->(1),
 		$hog_att, $hog_lost, $hog_charges, $hog_pending, $hog_max, $HTTP_PER_ROLE, $hog_full, $samples,
 		$other_max, $total_max, $HTTP_MAX_INFLIGHT, $hog_settle_time, $first_wait{sql}, $first_wait{http});
+	# the tasks: their ends, attempts lost and cut, the task workers' faults, and the late outcomes
+	# their logs say were refused (DS410: LeaseLost)
+	my ($task_lost, $task_cut, $late) = (0, 0, 0);
+	for my $st (@tasks)
+	{
+		for my $r (values %{ $att{"$st->{run}/$st->{step}"} || {} })
+		{
+			$task_lost++ if $r->[4] eq 'DS007';
+			$task_cut++ if $r->[4] =~ $TASK_CUT_RE;
+		}
+	}
+	for my $w (@{ $TW{w} })
+	{
+		open my $lf, '<', $w->{log} or next;
+		while (<$lf>) { $late++ if /lost its lease; its outcome|after losing its lease/ }
+		close $lf;
+	}
+	my $n_task_workers = @{ $TW{w} };
+	my $n_uncertain = grep { $_->{uncertain} } @tasks;
+	my $taskdesc = !@tasks ? ''
+	  : sprintf("tasks %d (%d on_lost uncertain): succeeded %d failed %d blocked %d uncertain %d, %d attempts (lost %d, cut %d); "
+		  . "%d task workers: kill9 %d, stop %d, cut %d (%d running a task); %d lost lease(s) checked; %d late outcome(s) refused | ",
+		scalar @tasks, $n_uncertain, map({ $task_status{$_} || 0 } qw(succeeded failed blocked uncertain)),
+		$task_att, $task_lost, $task_cut, $n_task_workers, map({ scalar @{ $fc{$_} || [] } } qw(task_kills task_stops task_cuts)),
+		($fc{task_kill9_busy} || 0) + ($fc{task_stop_busy} || 0) + ($fc{task_cut_busy} || 0), $leases_checked, $late);
 	my $sbdesc = !$standby ? ''
 	  : sprintf('standby %.1fs, failover with %d HTTP requests claimed (%d without a key), ', $standby_time,
 		$fc{failover_http} || 0, $fc{failover_keyless} || 0);
@@ -3576,7 +4213,7 @@ sub run_trial
 	  . "stubborn hooks %d (sql %d, http %d): %d struck, %d executor(s) ended in a hook | "
 	  . "runs %d: succeeded %d failed %d cancelled %d/%d, %d turns, %d run steps (succeeded %d failed %d cancelled %d) | "
 	  . "idempotent %d keys x %d sessions: %d answers (%d replayed), %d effects | waits %d answers on %d steps | "
-	  . "%sreconnects %d, DS201 %d (fences %d; %d window(s) checked) | %s%.1fs (settle %.1fs) | %s\n",
+	  . "%s%sreconnects %d, DS201 %d (fences %d; %d window(s) checked) | %s%.1fs (settle %.1fs) | %s\n",
 	  $t, $cfg{trials}, $tseed, $n_plain, scalar @proc_calls, $proc_calls_n, $proc_refused,
 	  scalar @runs, $calls_n, $dups, $nfaults, $fdesc, $mid,
 	  $status_n{succeeded} || 0, $status_n{failed} || 0, $status_n{blocked} || 0,
@@ -3588,7 +4225,7 @@ sub run_trial
 	  $run_turns, $n_run_steps, $run_step_n{succeeded} || 0, $run_step_n{failed} || 0, $run_step_n{cancelled} || 0,
 	  scalar @idem_keys, scalar @idem_sessions, $n_idem_acks, $n_idem_replays, scalar keys %effect_ids,
 	  $n_wait_answers, scalar keys %wait_answers,
-	  $hogdesc, $reconnects, $ds201, $fc{fence} || 0, scalar @{ $fc{fence_windows} || [] }, $sbdesc,
+	  $taskdesc, $hogdesc, $reconnects, $ds201, $fc{fence} || 0, scalar @{ $fc{fence_windows} || [] }, $sbdesc,
 	  time() - $t0, $settle_time,
 	  $nviol ? "$nviol VIOLATION(S)" : 'ok';
 	for my $check (sort keys %viol)
@@ -3612,6 +4249,16 @@ sub run_trial
 	$tot->{proc_calls} += $proc_calls_n;
 	$tot->{proc_refused} += $proc_refused;
 	$tot->{runs} += @runs;
+	$tot->{tasks} += @tasks;
+	$tot->{tasks_uncertain_on_lost} += $n_uncertain;
+	$tot->{"tasks_$_"} += $task_status{$_} || 0 for qw(succeeded failed blocked uncertain);
+	$tot->{task_attempts} += $task_att;
+	$tot->{task_lost} += $task_lost;
+	$tot->{task_cut} += $task_cut;
+	$tot->{task_workers} += $n_task_workers;
+	$tot->{task_busy} += ($fc{task_kill9_busy} || 0) + ($fc{task_stop_busy} || 0) + ($fc{task_cut_busy} || 0);
+	$tot->{task_leases_checked} += $leases_checked;
+	$tot->{task_late} += $late;
 	$tot->{"runs_$_"} += $run_n{$_} || 0 for qw(succeeded failed cancelled);
 	$tot->{run_cancels} += @runs_to_cancel;
 	$tot->{run_turns} += $run_turns;
@@ -3676,7 +4323,7 @@ sub run_trial
 
 my $start = time();
 my @sb_trials = grep { standby_trial($_) } 1 .. $cfg{trials};
-print "faults: seed $seed, $cfg{trials} trial(s) of $cfg{steps} steps, $cfg{clients} clients"
+print "faults: seed $seed, $cfg{trials} trial(s) of $cfg{steps} steps and $cfg{tasks} tasks, $cfg{clients} clients"
   . ($opt{short} ? ' (short)' : '') . ", hog " . ($cfg{hog} ? 'on' : 'off')
   . ", synchronous standby and failover in " . (@sb_trials ? 'trial(s) ' . join(',', @sb_trials) : 'no trial') . "\n";
 my %tot;
@@ -3685,6 +4332,13 @@ my $ok = eval {
 	provider_start();
 	cluster_create();
 	setup_database();
+	# the task workers' program, and whether python3 can run it (python3-psycopg2, clients/python)
+	open my $pf, '>', "$WORK/fh_task_worker.py" or die "$WORK/fh_task_worker.py: $!\n";
+	print $pf $TASK_WORKER_PY;
+	close $pf;
+	my ($prc, undef, $perr) = run_cmd([ 'env', "PYTHONPATH=$FindBin::RealBin/../clients/python", $PYTHON, '-c',
+		'import psycopg2, durable_steps.worker' ]);
+	die "$PYTHON cannot run the task workers (python3-psycopg2, clients/python):\n$perr\n" if $prc;
 	my $v = rows("SELECT extversion FROM pg_extension WHERE extname = 'durable_steps'");
 	print "faults: durable_steps $v->[0][0] from " . loaded_library() . ", cluster in $DATA, "
 	  . "fake provider on 127.0.0.1:$provider_port\n";
@@ -3707,6 +4361,8 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps (%d by a procedu
   . "worker %d), %d lost (DS007; %d logged by the worker) | "
   . "%d HTTP steps: succeeded %d, failed %d, uncertain %d, blocked %d; %d charges, %d lost; HTTP worker hit by kill9 %d, terminate %d, cancel %d (%d with requests in flight) | "
   . "%d runs: succeeded %d, failed %d, cancelled %d (ds_cancel_run called on %d); %d turns; %d run steps: succeeded %d, failed %d, cancelled %d | "
+  . "%d tasks (%d on_lost uncertain): succeeded %d, failed %d, blocked %d, uncertain %d; %d attempts, %d lost (DS007), %d cut; "
+  . "%d task workers started, %d struck while running a task, %d lost lease(s) checked, %d late outcome(s) refused (DS410) | "
   . "%d executor exit(s) (%d ended by a body that ignored its cancellation, %d by a hook that did; %d claims given back), "
   . "stubborn hooks: %d on SQL steps, %d on HTTP steps, %d struck, "
   . "%d extra executor(s) started, "
@@ -3727,6 +4383,8 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps (%d by a procedu
   $tot{http_charges} || 0, $tot{http_lost} || 0, map({ $tot{"${_}_http"} || 0 } qw(kill9 terminate cancel)), $tot{http_inflight} || 0,
   $tot{runs} || 0, map({ $tot{"runs_$_"} || 0 } qw(succeeded failed cancelled)), $tot{run_cancels} || 0, $tot{run_turns} || 0,
   $tot{run_steps} || 0, map({ $tot{"run_steps_$_"} || 0 } qw(succeeded failed cancelled)),
+  map({ $tot{$_} || 0 } qw(tasks tasks_uncertain_on_lost tasks_succeeded tasks_failed tasks_blocked tasks_uncertain
+	task_attempts task_lost task_cut task_workers task_busy task_leases_checked task_late)),
   $tot{executor_exits} || 0, $tot{ignored} || 0, $tot{hook_exits} || 0, $tot{given_back} || 0,
   $tot{stub_sql} || 0, $tot{stub_http} || 0, $tot{stub_struck} || 0, $tot{extras} || 0,
   $tot{reconnects} || 0, $tot{ds201} || 0, $tot{fence_windows} || 0, $tot{max_settle} || 0,

@@ -8,7 +8,8 @@
 #      refused and its handler's write rolls back with it.
 #   3. Two workers of concurrency 10 over 5,000 tasks: each step completes once, at attempt 1,
 #      each attempt's effect written once.
-#   4. SIGTERM stops a worker gracefully: it gives back nothing it started, and exits 0.
+#   4. A restart of the server: the workers claim again, and complete at the first attempt.
+#   5. SIGTERM stops a worker gracefully: it gives back nothing it started, and exits 0.
 use strict;
 use warnings;
 
@@ -114,7 +115,15 @@ is(app(q{SELECT count(*) FROM ds_steps WHERE run_id = 'bulk' AND attempt <> 1}),
 	'each step completed at its first attempt');
 is(app(q{SELECT count(DISTINCT worker) FROM ds_steps WHERE run_id = 'bulk'}), '2', 'both workers ran tasks');
 
-# 4. SIGTERM: a graceful stop
+# 4. A restart breaks every idle connection of the workers: they claim again, and an outcome
+#    whose connection broke is sent again on a new one, not lost
+$node->restart;
+app(q{SELECT ds_task_step('o1', 'after-restart', 'charge', '{"amount": 1}')});
+ok(poll_until($node, 'postgres', "SELECT status || ' ' || attempt FROM ds_steps WHERE step_id = 'after-restart'",
+		'succeeded 1'),
+	'after a restart, a task completes at its first attempt');
+
+# 5. SIGTERM: a graceful stop
 for my $name (sort keys %workers)
 {
 	my $w = $workers{$name};

@@ -61,6 +61,8 @@ RELEASE = "SELECT ds_release_task(%s)"
 # bounds of what a failure records: error_code is 1..64 bytes (docs/tasks.md, "Failures"); the
 # server cuts the message and the detail to 8 kB, the traceback's end is the part worth keeping
 MAX_CODE_BYTES = 64
+MAX_CLAIM = 1000                # the most ds_claim_tasks takes at once
+MAX_RETRY_AFTER = 86400.0       # the longest retry_after ds_fail_task takes, in seconds
 MAX_MESSAGE = 8000
 MAX_DETAIL = 8000
 
@@ -160,6 +162,8 @@ class _Attempt:
     deadline: Optional[float]           # time.monotonic() of ctx.deadline
     started: bool = False
     done: bool = field(default=False)
+    # the lease is known gone (a heartbeat said so, or it ran out): no more heartbeats
+    gone: bool = False
 
 
 class Worker:
@@ -287,7 +291,8 @@ class Worker:
             dispatcher.start()
             self.logger.info("durable_steps worker %s: tasks %s, concurrency %d", self.name,
                              ", ".join(self.tasks), self.concurrency)
-            while dispatcher.is_alive():
+            # a second stop() returns even from a claim or wait that hangs (daemon threads)
+            while dispatcher.is_alive() and not self._abandon:
                 dispatcher.join(0.2 if self._stopping else 1.0)
                 if self._stopping:
                     self._interrupt_wait()       # a cancel that came before the wait began
@@ -306,14 +311,14 @@ class Worker:
                 self._cond.notify_all()
             self._monitor_stop.set()
             self._wake.set()
-            monitor.join()
+            monitor.join(None if not self._abandon else 1.0)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             with self._cond:
                 self._running = False
                 self._reset()               # the next run() starts afresh
 
-    def stop(self) -> None:
+    def stop(self, interrupt: bool = True) -> None:
         """Stops claiming; running handlers have ``grace`` seconds to return before their
         ``ctx.cancelled`` is set. Returns at once (run() returns when they are done); any thread
         may call it. A second call cancels every handler at once and lets run() return."""
@@ -331,11 +336,14 @@ class Worker:
             self._halt.set()
             self._cond.notify_all()
         self._wake.set()
-        self._interrupt_wait()
+        if interrupt:
+            self._interrupt_wait()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        # no network I/O in a signal handler: run() interrupts the wait (the loop below calls
+        # _interrupt_wait while stopping)
         self.logger.info("durable_steps worker %s: signal %d, stopping", self.name, signum)
-        self.stop()
+        self.stop(interrupt=False)
 
     def _interrupt_wait(self) -> None:
         with self._wait_lock:
@@ -378,7 +386,8 @@ class Worker:
                         conn = self._autocommit()
                     sent = time.monotonic()
                     with conn.cursor() as cur:
-                        cur.execute(CLAIM, (names, free, lease, self.name, self.queues))
+                        cur.execute(CLAIM, (names, min(free, MAX_CLAIM), lease, self.name,
+                                            self.queues))
                         cols = [d[0] for d in cur.description]
                         rows = [dict(zip(cols, r)) for r in cur.fetchall()]
                     failures = 0
@@ -529,7 +538,9 @@ class Worker:
             code, message = e.code, e.message
             klass = e.failure_class
             if isinstance(e, RetryAfterError):
-                retry_after = datetime.timedelta(seconds=e.delay_seconds)
+                # ds_fail_task takes 0 to 24 hours, as ds_retry_after() does
+                retry_after = datetime.timedelta(
+                    seconds=min(max(float(e.delay_seconds), 0.0), MAX_RETRY_AFTER))
             if isinstance(e, BlockedError):
                 remediation = e.remediation
             detail = None
@@ -575,13 +586,16 @@ class Worker:
                     for a in attempts:
                         a.ctx._cancel(STOPPING)
                 soon = now + self.heartbeat / 2.0
-                for a in attempts:
-                    if a.ctx.cancelled.is_set() and a.ctx.cancel_reason != STOPPING:
-                        continue
+                # a handler told to stop (grace over) still holds its lease while it returns
+                live = [a for a in attempts if not a.gone and
+                        (not a.ctx.cancelled.is_set() or a.ctx.cancel_reason == STOPPING)]
+                for a in live:
                     if a.deadline is not None and now >= a.deadline:
+                        a.gone = True               # the lease ends with the deadline
                         a.ctx._cancel(DEADLINE)
                         continue
                     if now >= a.lease_end:
+                        a.gone = True
                         a.ctx._cancel(LEASE_LOST)
                         self.logger.warning("durable_steps worker %s: no heartbeat of %r held "
                                             "its lease in time", self.name, a.ctx)
@@ -589,9 +603,10 @@ class Worker:
                     if a.next_beat <= soon:        # early by half a period at most: batched
                         self._beat(box, a, extend)
                 now = time.monotonic()
-                moments = [a.next_beat for a in attempts if not a.ctx.cancelled.is_set()]
-                moments += [a.lease_end for a in attempts if not a.ctx.cancelled.is_set()]
-                moments += [a.deadline for a in attempts
+                live = [a for a in live if not a.gone and
+                        (not a.ctx.cancelled.is_set() or a.ctx.cancel_reason == STOPPING)]
+                moments = [a.next_beat for a in live] + [a.lease_end for a in live]
+                moments += [a.deadline for a in live
                             if a.deadline is not None and not a.ctx.cancelled.is_set()]
                 if grace_end is not None and not self._graced:
                     moments.append(grace_end)
@@ -613,6 +628,7 @@ class Worker:
             return
         held, cancelled = bool(row[0]), bool(row[1])
         if not held:
+            attempt.gone = True
             attempt.ctx._cancel(CANCELLED if cancelled else LEASE_LOST)
             return
         attempt.lease_end = sent + self.lease
@@ -629,16 +645,24 @@ class _Conn:
         self._conn: Optional[Any] = None
 
     def _cursor_run(self, statement: str, params: Sequence[Any], one: bool) -> Any:
-        if self._conn is None:
-            self._conn = self._worker._autocommit()
-        try:
-            with self._conn.cursor() as cur:
-                cur.execute(statement, params)
-                return cur.fetchone() if one else None
-        except psycopg2.Error as e:
-            if getattr(e, "pgcode", None) is None or self._conn.closed:
-                self.close()           # not PostgreSQL's answer: the connection is suspect
-            raise
+        # A connection that broke while idle (a server restart, a cut) fails the next statement
+        # without PostgreSQL's answer: it is sent again once, on a new connection. The calls
+        # made here are fenced by their token, so a repeat of one that did commit is refused
+        # (DS410) or answered as it stands, never recorded twice.
+        for again in (True, False):
+            if self._conn is None:
+                self._conn = self._worker._autocommit()
+            try:
+                with self._conn.cursor() as cur:
+                    cur.execute(statement, params)
+                    return cur.fetchone() if one else None
+            except psycopg2.Error as e:
+                broken = getattr(e, "pgcode", None) is None
+                if broken or self._conn.closed:
+                    self.close()       # not PostgreSQL's answer: the connection is suspect
+                if not (broken and again):
+                    raise
+        return None
 
     def execute(self, statement: str, params: Sequence[Any]) -> None:
         self._cursor_run(statement, params, False)
