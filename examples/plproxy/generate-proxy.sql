@@ -27,11 +27,13 @@ SET search_path = pg_catalog;
 --   all        RUN ON ALL: a broadcast; the proxy answers with the answers combined (combine)
 --   all_rows   RUN ON ALL: every server's rows
 --   local      not forwarded: meaningful only inside a step or workflow on a server
+--   worker     not forwarded: a task worker connects to each partition server itself
 --   admin      not forwarded: run on each server directly, as a superuser
 CREATE TEMP TABLE routes (name text PRIMARY KEY, route text NOT NULL, combine text) ON COMMIT PRESERVE ROWS;
 INSERT INTO routes VALUES
     ('ds_run_step', 'run_id', NULL), ('ds_retry_step', 'run_id', NULL),
     ('ds_cancel_step', 'run_id', NULL), ('ds_http_step', 'run_id', NULL),
+    ('ds_task_step', 'run_id', NULL),
     ('ds_resolve_step', 'run_id', NULL), ('ds_cancel_run', 'run_id', NULL),
     ('ds_resume_run', 'run_id', NULL), ('ds_wait_step', 'run_id', NULL),
     ('ds_wait_run', 'run_id', NULL), ('ds_partition_of', 'run_id', NULL),
@@ -54,7 +56,13 @@ INSERT INTO routes VALUES
     ('ds_step_id', 'local', NULL), ('ds_non_retriable', 'local', NULL),
     ('ds_retry_after', 'local', NULL), ('ds_blocked', 'local', NULL),
     ('ds_step', 'local', NULL), ('ds_http', 'local', NULL), ('ds_sleep', 'local', NULL),
-    ('ds_await_event', 'local', NULL), ('ds_patched', 'local', NULL),
+    ('ds_await_event', 'local', NULL), ('ds_patched', 'local', NULL), ('ds_task', 'local', NULL),
+    -- a task worker serves the tasks of one server, connected to it: its claims, waits and
+    -- outcomes commit there, the outcome with the handler's own writes (docs/tasks.md)
+    ('ds_claim_tasks', 'worker', NULL), ('ds_wait_for_tasks', 'worker', NULL),
+    ('ds_heartbeat', 'worker', NULL), ('ds_complete_task', 'worker', NULL),
+    ('ds_complete_tasks', 'worker', NULL), ('ds_fail_task', 'worker', NULL),
+    ('ds_release_task', 'worker', NULL),
     -- a schedule is a pg_cron job of one server; moving partitions is a superuser's, per server
     ('ds_schedule', 'admin', NULL), ('ds_unschedule', 'admin', NULL),
     ('ds_schedule_fire', 'admin', NULL), ('ds_partition_export', 'admin', NULL),
@@ -137,7 +145,7 @@ SELECT $q$CREATE OR REPLACE FUNCTION ds_proxy.route_key(run_key text) RETURNS in
 -- a run again replaces what the last one made: views first (they depend on the functions)
 SELECT format('DROP VIEW IF EXISTS %I.%I;', schema, name) FROM ext_relations WHERE kind = 'v' ORDER BY name;
 SELECT format('DROP FUNCTION IF EXISTS %I.%I(%s);', schema, name, pg_get_function_identity_arguments(oid))
-  FROM ext_functions WHERE route NOT IN ('local', 'admin') ORDER BY name;
+  FROM ext_functions WHERE route NOT IN ('local', 'admin', 'worker') ORDER BY name;
 SELECT format('DROP TYPE IF EXISTS %I.%I;', schema, name) FROM ext_relations WHERE kind = 'c' ORDER BY name;
 SELECT format('CREATE TYPE %I.%I AS (%s);', schema, name, columns) FROM ext_relations WHERE kind = 'c' ORDER BY name;
 
