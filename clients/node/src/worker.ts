@@ -163,9 +163,13 @@ interface ClaimedRow {
     idempotency_key: string;
     attempt_key: string;
     token: string;
-    lease_expires_at: Date;
-    deadline: Date | null;
-    ds_server_now: Date;
+    /**
+     * Times as milliseconds since the epoch (float8): an application's own type parser for
+     * timestamptz does not change what the worker reads
+     */
+    lease_expires_ms: number;
+    deadline_ms: number | null;
+    server_now_ms: number;
 }
 
 /** ds_claim_tasks' largest max, and ds_complete_tasks' most tokens */
@@ -255,6 +259,12 @@ class Attempt<C extends TaskClient> {
     readonly ctx: TaskContext<C>;
     phase: Phase = 'running';
     inTransaction = false;
+    /**
+     * The handler's ctx.transaction, settled (null when it opened none): a handler that returned
+     * without awaiting it is completed only once it settled, by it or by its failure
+     */
+    txn: Promise<void> | null = null;
+    txnError: unknown = undefined;
     /** given up by stop(): its outcome is left to the lease */
     abandoned = false;
     heartbeatInFlight = false;
@@ -266,7 +276,7 @@ class Attempt<C extends TaskClient> {
 
     constructor(readonly row: ClaimedRow, readonly offset: number, worker: string,
         transaction: (a: Attempt<C>, fn: (client: C) => unknown) => Promise<unknown>) {
-        this.leaseUntil = this.local(row.lease_expires_at);
+        this.leaseUntil = this.local(row.lease_expires_ms);
         const attempt = this;
         this.ctx = {
             runId: row.run_id,
@@ -276,11 +286,15 @@ class Attempt<C extends TaskClient> {
             maxAttempts: row.max_attempts,
             idempotencyKey: row.idempotency_key,
             attemptKey: row.attempt_key,
-            deadline: row.deadline,
+            deadline: row.deadline_ms === null ? null : new Date(row.deadline_ms),
             worker,
             signal: this.controller.signal,
             transaction<T>(fn: (client: C) => Promise<T> | T): Promise<T> {
-                return transaction(attempt, fn) as Promise<T>;
+                const done = transaction(attempt, fn) as Promise<T>;
+                attempt.txn ??= done.then(() => undefined, (e: unknown) => {
+                    attempt.txnError = e;
+                });
+                return done;
             },
         };
     }
@@ -289,9 +303,13 @@ class Attempt<C extends TaskClient> {
         return this.row.token;
     }
 
-    /** A server time on this machine's clock (offset: the server's clock minus ours). */
-    local(server: Date): number {
-        return server.getTime() - this.offset;
+    /**
+     * A server time (ms since the epoch, with microseconds) on this machine's clock (offset: the
+     * server's clock minus ours), rounded up to the whole millisecond of Date.now(): a timer set
+     * for it never fires before it.
+     */
+    local(server: number): number {
+        return Math.ceil(server - this.offset);
     }
 
     abort(reason: Error): void {
@@ -303,14 +321,14 @@ class Attempt<C extends TaskClient> {
     start(heartbeatEvery: number, heartbeat: () => void): void {
         this.heartbeatTimer = setInterval(heartbeat, heartbeatEvery);
         this.armLeaseTimer();
-        if (this.row.deadline !== null) {
+        if (this.row.deadline_ms !== null) {
             this.deadlineTimer = setTimeout(() => this.abort(this.timedOut()),
-                Math.min(MAX_TIMER, Math.max(0, this.local(this.row.deadline) - Date.now())));
+                Math.min(MAX_TIMER, Math.max(0, this.local(this.row.deadline_ms) - Date.now())));
         }
     }
 
     private timedOut(): StepTimeoutError {
-        return new StepTimeoutError(`the task's timeout passed (its deadline was ${this.row.deadline?.toISOString()})`);
+        return new StepTimeoutError(`the task's timeout passed (its deadline was ${this.row.deadline_ms === null ? 'none' : new Date(this.row.deadline_ms).toISOString()})`);
     }
 
     /** The lease runs out on this side too: abort the handler when no heartbeat renewed it. */
@@ -319,9 +337,13 @@ class Attempt<C extends TaskClient> {
             clearTimeout(this.leaseTimer);
         }
         this.leaseTimer = setTimeout(() => {
+            if (this.phase === 'running' && Date.now() < this.leaseUntil) {
+                this.armLeaseTimer();       // a timer may fire a little early: look again then
+                return;
+            }
             if (this.phase === 'running' && Date.now() >= this.leaseUntil) {
                 // a lease never runs past the deadline: one that ends with it is the timeout
-                const deadline = this.row.deadline === null ? Infinity : this.local(this.row.deadline);
+                const deadline = this.row.deadline_ms === null ? Infinity : this.local(this.row.deadline_ms);
                 this.abort(this.leaseUntil >= deadline - 1 ? this.timedOut()
                     : new LeaseLostError('the lease ran out before a heartbeat renewed it'));
             }
@@ -690,7 +712,11 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
 
     private async claim(max: number, on: Queryable = this.pool): Promise<ClaimedRow[]> {
         const { rows } = await on.query(
-            `SELECT c.*, clock_timestamp() AS ds_server_now
+            `SELECT c.run_id, c.step_id, c.task, c.input, c.attempt, c.max_attempts, c.idempotency_key,
+                    c.attempt_key, c.token,
+                    (extract(epoch FROM c.lease_expires_at) * 1000)::float8 AS lease_expires_ms,
+                    (extract(epoch FROM c.deadline) * 1000)::float8 AS deadline_ms,
+                    (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS server_now_ms
                FROM ${this.prefix}ds_claim_tasks($1::text[], $2::integer, $3::interval, $4::text, $5::text[]) AS c`,
             [this.names, Math.min(max, MAX_CLAIM), ms(this.lease), this.name, this.queues]);
         return rows as ClaimedRow[];
@@ -762,11 +788,11 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         const now = Date.now();
         let first = Infinity;
         for (const row of rows) {
-            const offset = row.ds_server_now.getTime() - now;
+            const offset = row.server_now_ms - now;
             // given back by half its lease (or half the time to its deadline) if it waits so long
-            let left = row.lease_expires_at.getTime() - offset - now;
-            if (row.deadline !== null) {
-                left = Math.min(left, row.deadline.getTime() - offset - now);
+            let left = row.lease_expires_ms - offset - now;
+            if (row.deadline_ms !== null) {
+                left = Math.min(left, row.deadline_ms - offset - now);
             }
             const useBy = now + Math.max(0, left) / 2;
             first = Math.min(first, useBy);
@@ -857,6 +883,14 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             threw = true;
             thrown = e;
         }
+        // a transaction the handler did not await: its outcome, not the handler's return, counts
+        if (a.txn !== null) {
+            await a.txn;
+            if (!threw && a.txnError !== undefined) {
+                threw = true;
+                thrown = a.txnError;
+            }
+        }
         a.stopTimers();
         // the slot is free once the handler returned: its outcome is recorded meanwhile
         this.handlerDone(a);
@@ -896,9 +930,10 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         a.heartbeatInFlight = true;
         try {
             const { rows } = await this.pool.query(
-                `SELECT h.held, h.cancelled, h.lease_expires_at FROM ${this.prefix}ds_heartbeat($1::text, $2::interval) AS h`,
+                `SELECT h.held, h.cancelled, (extract(epoch FROM h.lease_expires_at) * 1000)::float8 AS lease_expires_ms`
+                + ` FROM ${this.prefix}ds_heartbeat($1::text, $2::interval) AS h`,
                 [a.token, ms(this.lease)]);
-            const h = rows[0] as { held: boolean; cancelled: boolean; lease_expires_at: Date | null } | undefined;
+            const h = rows[0] as { held: boolean; cancelled: boolean; lease_expires_ms: number | null } | undefined;
             if (a.phase !== 'running') {
                 return;
             }
@@ -908,8 +943,8 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
                     : 'the lease is no longer held: it ran out and the attempt was recorded lost, or the step ended'));
                 return;
             }
-            if (h.lease_expires_at !== null) {
-                a.leaseUntil = a.local(h.lease_expires_at);
+            if (h.lease_expires_ms !== null) {
+                a.leaseUntil = a.local(h.lease_expires_ms);
                 a.armLeaseTimer();
             }
         } catch (e) {

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import * as ds from 'durable-steps';
+import pg from 'pg';
 
 import env from './env.cjs';
 
@@ -388,6 +389,9 @@ describe('leases', () => {
                                                                AND finished_at IS NOT NULL`, [ctx.runId]);
                                 return r.rows.length > 0;
                             }, 30_000);
+                            // the worker's own clock ends the lease too (after the server's, or
+                            // before it: both run out at the same time)
+                            await env.until('the worker to abort the signal', () => ctx.signal.aborted, 10_000);
                             aborted = ctx.signal.reason;
                             return 'too late';
                         });
@@ -405,7 +409,7 @@ describe('leases', () => {
             await env.until('the handler to settle', () => outcome, 30_000);
             assert.ok(outcome instanceof LeaseLostError, String(outcome));
             assert.equal(outcome.sqlstate, 'DS410');
-            // the worker's own clock told the handler first
+            // the worker's own clock told the handler
             assert.ok(aborted instanceof LeaseLostError, String(aborted));
             await env.until('the worker to let it go', () => worker.active === 0, 10_000);
             assert.equal(lost.length, 1);
@@ -544,6 +548,53 @@ describe('stop()', () => {
             assert.equal(released.attempt, 0);
         } finally {
             await other.close();
+        }
+    });
+});
+
+describe('what an application does around the worker', () => {
+    test('a handler that does not await its ctx.transaction: its failure fails the attempt', async () => {
+        const task = env.unique('unawaited');
+        const run = env.unique('run');
+        const w = makeWorker({
+            [task]: (input, ctx) => {
+                // not awaited: the worker waits for it, and its failure is the attempt's
+                ctx.transaction(async (c) => {
+                    await c.query(`INSERT INTO ${EFFECTS} VALUES ($1, $2, $3, 'unawaited')`, [run, 's', ctx.attempt]);
+                    throw new NonRetriableError('the write was refused');
+                }).catch(() => {});
+                return { claimed: 'success' };
+            },
+        });
+        try {
+            await client.taskStep(run, 's', task, null, { policy: { max_attempts: 3 } });
+            await w.worker.start();
+            const done = await stopped(run, 's');
+            assert.equal(done.status, 'failed');
+            assert.equal(done.errorMessage, 'the write was refused');
+            const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${EFFECTS} WHERE run_id = $1`, [run]);
+            assert.equal(rows[0].n, 0);
+        } finally {
+            await w.close();
+        }
+    });
+
+    test('an application\'s own type parser for timestamptz does not disturb the worker', async () => {
+        const task = env.unique('parsers');
+        const run = env.unique('run');
+        const types = { getTypeParser: (oid, format) => (oid === 1184 ? (v) => `ts:${v}` : pg.types.getTypeParser(oid, format)) };
+        const own = new pg.Pool({ ...env.connection(), max: 14, types });
+        const worker = new Worker({ pool: own, logger: quietLogger(), pollInterval: 5_000, lease: 2_000,
+            tasks: { [task]: async (input, ctx) => ({ deadline: ctx.deadline === null ? null : 'date' }) } });
+        try {
+            await client.taskStep(run, 's', task, null, { timeout: '1 min' });
+            await worker.start();
+            const done = await stopped(run, 's');
+            assert.equal(done.status, 'succeeded');
+            assert.deepEqual(done.result, { deadline: 'date' });
+        } finally {
+            await worker.stop();
+            await own.end();
         }
     });
 });
