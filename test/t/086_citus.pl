@@ -255,7 +255,8 @@ sub crash_in_commit_window
 	kill 'KILL', $pid;
 	$s->abandon;
 	$holder->abandon;
-	$coord->poll_query_until('postgres', 'SELECT true') or die "$run: the coordinator did not come back";
+	# (poll_until: a psql that finds the server still in recovery is replaced, never written to)
+	poll_until($coord, 'postgres', 'SELECT true') or die "$run: the coordinator did not come back";
 	return ($prepared, $on_worker);
 }
 
