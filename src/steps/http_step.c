@@ -67,7 +67,6 @@ ds_http_step(PG_FUNCTION_ARGS)
 	Jsonb	   *policy;
 	HttpRequest req;
 	RetryPolicy parsed;
-	RetryPolicy resolved;
 	char	   *idempotency_header;
 	int64		timeout;
 	bool		nowait;
@@ -77,8 +76,7 @@ ds_http_step(PG_FUNCTION_ARGS)
 	char	   *on_failure;
 	char	   *fingerprint;
 	StepRecord	rec;
-	Jsonb	   *run_policy;
-	TimestampTz now;
+	Datum		answer;
 
 	ds_http_step_check_role();
 	ds_check_slot_run_id(run_id);
@@ -114,44 +112,17 @@ ds_http_step(PG_FUNCTION_ARGS)
 
 	/* the request (and its hooks) is the step's definition */
 	fingerprint = ds_step_fingerprint(DS_HTTP_FINGERPRINT_SQL, request, on_success, on_failure);
-	if (ds_probe_step(run_id, step_id,
-					  ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot(),
-					  &rec, NULL) ||
-		ds_step_lock_and_read(run_id, step_id, nowait, &rec))
-	{
-		/*
-		 * stored: its state is the answer (an owner's replay, or 42501, or a
-		 * DS422 conflict)
-		 */
-		(void) ds_step_answer_from_store(&rec, fingerprint);
-		PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, true));
-	}
-
-	now = GetCurrentTimestamp();
-	memset(&rec, 0, sizeof(rec));
-	run_policy = ds_new_step_run_policy(run_id, nowait);
-	ds_policy_resolve(run_policy, policy, &resolved);
-	rec.backoff = resolved;
-	rec.run_id = run_id;
-	rec.step_id = step_id;
-	rec.kind = STEP_KIND_HTTP;
+	if (ds_outbox_step_stored(fcinfo, run_id, step_id, nowait, fingerprint, &answer))
+		PG_RETURN_DATUM(answer);
+	ds_outbox_step_init(&rec, run_id, step_id, STEP_KIND_HTTP, policy, nowait, fingerprint, run_at);
 	rec.request = request;
 	rec.idempotency_header = idempotency_header;
-	rec.fingerprint = fingerprint;
-	rec.max_attempts = resolved.max_attempts;
 	rec.timeout = timeout;
-	rec.on_timeout = "retry";
 	rec.notify = notify;
 	rec.on_success = on_success;
 	rec.on_failure = on_failure;
 	rec.queue = DS_HTTP_QUEUE;
 	rec.priority = 0;
-	rec.owner = GetUserId();
-	rec.search_path = namespace_search_path;
-	rec.status = STEP_PENDING;
-	rec.next_attempt_at = run_at != 0 ? run_at : now;
-	rec.created_at = now;
-	rec.updated_at = now;
 	ds_store_insert_step(&rec);
 	ds_worker_wake_kind_at_commit(STEP_KIND_HTTP);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, false));

@@ -23,6 +23,7 @@
 #include "base/policy.h"
 #include "base/size_limits.h"
 #include "base/step_kind.h"
+#include "catalog/namespace.h"
 #include "steps/run_context.h"
 #include "steps/step_call.h"
 #include "steps/step_context.h"
@@ -469,4 +470,50 @@ ds_http_step_check_idempotency_header(const HttpRequest *req, const char *name)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("the request's headers already set the idempotency header \"%s\"", name),
 					 errhint("Pass idempotency_header => NULL to send a key of your own.")));
+}
+
+bool
+ds_outbox_step_stored(FunctionCallInfo fcinfo, const char *run_id, const char *step_id,
+					  bool nowait, const char *fingerprint, Datum *answer)
+{
+	StepRecord	rec;
+
+	if (!ds_probe_step(run_id, step_id,
+					   ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot(),
+					   &rec, NULL) &&
+		!ds_step_lock_and_read(run_id, step_id, nowait, &rec))
+		return false;
+
+	/*
+	 * stored: its state is the answer (an owner's replay, or 42501, or a
+	 * DS422 conflict)
+	 */
+	(void) ds_step_answer_from_store(&rec, fingerprint);
+	*answer = ds_step_result_datum(fcinfo, &rec, true);
+	return true;
+}
+
+void
+ds_outbox_step_init(StepRecord *rec, const char *run_id, const char *step_id, StepKind kind,
+					Jsonb *policy, bool nowait, char *fingerprint, TimestampTz run_at)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	Jsonb	   *run_policy = ds_new_step_run_policy(run_id, nowait);
+	RetryPolicy resolved;
+
+	ds_policy_resolve(run_policy, policy, &resolved);
+	memset(rec, 0, sizeof(*rec));
+	rec->backoff = resolved;
+	rec->run_id = pstrdup(run_id);
+	rec->step_id = pstrdup(step_id);
+	rec->kind = kind;
+	rec->fingerprint = fingerprint;
+	rec->max_attempts = resolved.max_attempts;
+	rec->on_timeout = "retry";
+	rec->owner = GetUserId();
+	rec->search_path = namespace_search_path;
+	rec->status = STEP_PENDING;
+	rec->next_attempt_at = run_at != 0 ? run_at : now;
+	rec->created_at = now;
+	rec->updated_at = now;
 }

@@ -45,6 +45,24 @@ extern Datum ds_step_result_datum(FunctionCallInfo fcinfo, const StepRecord *rec
  */
 extern bool ds_step_answer_from_store(const StepRecord *rec, const char *fingerprint);
 
+/*
+ * The calls that store a step for a worker to run (an outbox entry: ds_http_step, ds_task_step).
+ * First: the step (run_id, step_id) already stored answers the call -- an owner's replay, or
+ * 42501, or a DS422 conflict with `fingerprint` -- in *answer; false when there is none yet (its
+ * lock is then held, waiting or with nowait DS409, until the transaction ends).
+ */
+extern bool ds_outbox_step_stored(FunctionCallInfo fcinfo, const char *run_id, const char *step_id,
+								  bool nowait, const char *fingerprint, Datum *answer);
+
+/*
+ * Then: a new step of `kind` under that identity in *rec, owned by the current user under the
+ * current search_path, pending and due now (or at `run_at` if not 0), its policy resolved from
+ * `policy` over its run's; the caller sets what its kind adds, then stores it.
+ */
+extern void ds_outbox_step_init(StepRecord *rec, const char *run_id, const char *step_id,
+								StepKind kind, Jsonb *policy, bool nowait, char *fingerprint,
+								TimestampTz run_at);
+
 /* 42501 unless the current user is the step's owner. */
 extern void ds_step_check_owner(const StepRecord *rec);
 

@@ -9,19 +9,16 @@
  */
 #include "base/compat.h"
 
-#include "catalog/namespace.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
 #include "base/size_limits.h"
 #include "ipc/worker_shmem.h"
-#include "store/step_probe.h"
 #include "store/step_store.h"
 #include "steps/queues.h"
 #include "steps/step_call.h"
@@ -52,11 +49,9 @@ ds_task_step(PG_FUNCTION_ARGS)
 	char	   *on_lost;
 	bool		nowait;
 	RetryPolicy parsed;
-	RetryPolicy resolved;
 	char	   *fingerprint;
 	StepRecord	rec;
-	Jsonb	   *run_policy;
-	TimestampTz now;
+	Datum		answer;
 
 	ds_check_slot_run_id(run_id);
 	if (input != NULL)
@@ -88,33 +83,12 @@ ds_task_step(PG_FUNCTION_ARGS)
 	nowait = PG_GETARG_BOOL(13);
 
 	fingerprint = ds_task_fingerprint(task, input, on_success, on_failure);
-	if (ds_probe_step(run_id, step_id,
-					  ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot(),
-					  &rec, NULL) ||
-		ds_step_lock_and_read(run_id, step_id, nowait, &rec))
-	{
-		/*
-		 * stored: its state is the answer (an owner's replay, or 42501, or a
-		 * DS422 conflict)
-		 */
-		(void) ds_step_answer_from_store(&rec, fingerprint);
-		PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, true));
-	}
-
-	now = GetCurrentTimestamp();
-	memset(&rec, 0, sizeof(rec));
-	run_policy = ds_new_step_run_policy(run_id, nowait);
-	ds_policy_resolve(run_policy, policy, &resolved);
-	rec.backoff = resolved;
-	rec.run_id = run_id;
-	rec.step_id = step_id;
-	rec.kind = STEP_KIND_TASK;
+	if (ds_outbox_step_stored(fcinfo, run_id, step_id, nowait, fingerprint, &answer))
+		PG_RETURN_DATUM(answer);
+	ds_outbox_step_init(&rec, run_id, step_id, STEP_KIND_TASK, policy, nowait, fingerprint, run_at);
 	rec.task = task;
 	rec.input = input;
-	rec.fingerprint = fingerprint;
-	rec.max_attempts = resolved.max_attempts;
 	rec.timeout = timeout;
-	rec.on_timeout = "retry";
 	/* NULL for the default: the column costs a retried task nothing */
 	rec.on_lost = strcmp(on_lost, "uncertain") == 0 ? on_lost : NULL;
 	rec.notify = notify;
@@ -122,12 +96,6 @@ ds_task_step(PG_FUNCTION_ARGS)
 	rec.on_failure = on_failure;
 	rec.queue = queue;
 	rec.priority = priority;
-	rec.owner = GetUserId();
-	rec.search_path = namespace_search_path;
-	rec.status = STEP_PENDING;
-	rec.next_attempt_at = run_at != 0 ? run_at : now;
-	rec.created_at = now;
-	rec.updated_at = now;
 	ds_store_insert_step(&rec);
 
 	/*
