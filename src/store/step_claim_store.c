@@ -260,13 +260,40 @@ ds_store_read_due_steps_share(const char *queue, int32 priority, TimestampTz flo
 }
 
 uint64
+ds_store_claim_by_tid(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types, Datum *args,
+					  const char *nulls, const char *what)
+{
+	uint64		n;
+	int			guc_level;
+
+	/* claims never touch a succeeded row: no backend need forget its replays */
+	ds_replay_cache_internal_update(true);
+
+	/*
+	 * The rows are found by their ctid (a TID scan), never through
+	 * steps_due_idx or steps_task_due_idx: the generic plan would otherwise
+	 * read the index from its start up to `now`, every finished step an old
+	 * snapshot keeps there (docs/internals.md, "Claims under a held
+	 * horizon"). The plan is made under these settings, once, and kept.
+	 */
+	guc_level = NewGUCNestLevel();
+	(void) set_config_option("enable_indexscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	n = ds_store_execute(slot, *slot ? NULL : sql, nargs, types, args, nulls, false, 0,
+						 SPI_OK_UPDATE_RETURNING, "%s", what);
+	AtEOXact_GUC(true, guc_level);
+	ds_replay_cache_internal_update(false);
+	return n;
+}
+
+uint64
 ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval *ceiling,
 							Interval *default_timeout, bool limited)
 {
 	Oid			types[6] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, BOOLOID};
 	Datum		args[6];
-	uint64		n;
-	int			guc_level;
 
 	args[0] = PointerGetDatum(tids);
 	args[1] = TimestampTzGetDatum(now);
@@ -274,49 +301,30 @@ ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid, Interval 
 	args[3] = IntervalPGetDatum(ceiling);
 	args[4] = IntervalPGetDatum(default_timeout);
 	args[5] = BoolGetDatum(limited);
-	/* claims never touch a succeeded row: no backend need forget its replays */
-	ds_replay_cache_internal_update(true);
-
-	/*
-	 * The rows are found by their ctid (a TID scan), never through
-	 * steps_due_idx: the generic plan would otherwise read the index from its
-	 * start up to `now`, every finished step an old snapshot keeps there
-	 * (docs/internals.md, "Claims under a held horizon"). The plan is made
-	 * under these settings, once, and kept.
-	 */
-	guc_level = NewGUCNestLevel();
-	(void) set_config_option("enable_indexscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	n = ds_store_execute(&mark_running_plan,
-						 mark_running_plan ? NULL :
+	return ds_store_claim_by_tid(&mark_running_plan,
+								 mark_running_plan ? NULL :
 
 	/*
 	 * No column of an index changes (next_attempt_at stays; see
 	 * steps_due_idx), but running_queue for a limited queue: a HOT update,
 	 * which writes no index entry and stays on its page.
 	 */
-						 psprintf("UPDATE durable_steps.steps s SET status = 'running',"
-								  "  attempts = s.attempts + 1, updated_at = $2,"
-								  "  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
-								  "  claimed_by = $3,"
-								  "  running_queue = CASE WHEN $6 THEN s.queue END"
-								  " WHERE s.ctid = ANY ($1) AND s.next_attempt_at IS NOT NULL AND s.task IS NULL"
-								  "  AND s.status IN ('pending', 'retrying')"
+								 psprintf("UPDATE durable_steps.steps s SET status = 'running',"
+										  "  attempts = s.attempts + 1, updated_at = $2,"
+										  "  lease_expires_at = $2 + least(coalesce(s.timeout, $5), $4),"
+										  "  claimed_by = $3,"
+										  "  running_queue = CASE WHEN $6 THEN s.queue END"
+										  " WHERE s.ctid = ANY ($1) AND s.next_attempt_at IS NOT NULL AND s.task IS NULL"
+										  "  AND s.status IN ('pending', 'retrying')"
 
 	/*
 	 * read without a row lock: a row changed since then (a re-arm with a
 	 * later run_at) is checked again here
 	 */
-								  "  AND s.next_attempt_at <= $2"
-								  " RETURNING %s, s.ctid",
-								  ds_step_column_list()),
-						 6, types, args, NULL, false, 0, SPI_OK_UPDATE_RETURNING,
-						 "claiming steps");
-	AtEOXact_GUC(true, guc_level);
-	ds_replay_cache_internal_update(false);
-	return n;
+										  "  AND s.next_attempt_at <= $2"
+										  " RETURNING %s, s.ctid",
+										  ds_step_column_list()),
+								 6, types, args, NULL, "claiming steps");
 }
 
 uint64

@@ -10,6 +10,7 @@
 #define DS_STEP_CLAIM_STORE_H
 
 #include "base/compat.h"
+#include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/timestamp.h"
 
@@ -70,6 +71,14 @@ extern uint64 ds_store_read_due_steps_share(const char *queue, int32 priority,
  * at most `ceiling`; counted against their queue when `limited`. Rows: every step column (of
  * ds_step_column_list()) and the ctid, for ds_store_record_from_tuple(..., 0, ...).
  */
+/*
+ * Run `sql`, an UPDATE ... WHERE ctid = ANY (...) RETURNING of a claim, kept in *slot (prepared
+ * on first use) with its rows found by their ctid (a TID scan), never through an index of waiting
+ * steps: the rows it returned are in SPI_tuptable. `what` names it in its error.
+ */
+extern uint64 ds_store_claim_by_tid(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types,
+									Datum *args, const char *nulls, const char *what);
+
 extern uint64 ds_store_mark_steps_running(ArrayType *tids, TimestampTz now, int pid,
 										  Interval *ceiling, Interval *default_timeout,
 										  bool limited);

@@ -10,9 +10,8 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 
-#include "store/replay_cache.h"
+#include "store/step_claim_store.h"
 #include "store/step_store.h"
 #include "store/task_store.h"
 
@@ -121,48 +120,30 @@ ds_store_mark_tasks_running(ArrayType *tids, TimestampTz now, int pid, const cha
 	Oid			types[5] = {TIDARRAYOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INTERVALOID};
 	Datum		args[5];
 	char		nulls[5] = {' ', ' ', ' ', worker ? ' ' : 'n', ' '};
-	uint64		n;
-	int			guc_level;
 
 	args[0] = PointerGetDatum(tids);
 	args[1] = TimestampTzGetDatum(now);
 	args[2] = Int32GetDatum(pid);
 	args[3] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
 	args[4] = IntervalPGetDatum(lease);
-	/* claims never touch a succeeded row: no backend need forget its replays */
-	ds_replay_cache_internal_update(true);
-
-	/*
-	 * the rows by their ctid (a TID scan), as the executors' claims find
-	 * theirs
-	 */
-	guc_level = NewGUCNestLevel();
-	(void) set_config_option("enable_indexscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	n = ds_store_execute(&mark_tasks_plan,
+	return ds_store_claim_by_tid(&mark_tasks_plan,
 
 	/*
 	 * running_queue holds the queue whatever its limit: the leases are read
 	 * through steps_limited_running_idx, which then holds every one
 	 */
-						 "UPDATE durable_steps.steps s SET status = 'running',"
-						 "  attempts = s.attempts OPERATOR(pg_catalog.+) 1, updated_at = $2,"
-						 "  lease_expires_at = $2 OPERATOR(pg_catalog.+) CASE WHEN s.timeout IS NULL THEN $5"
-						 "   ELSE least($5, s.timeout) END,"
-						 "  claimed_by = $3, running_queue = s.queue, worker = $4"
-						 " WHERE s.ctid OPERATOR(pg_catalog.=) ANY ($1) AND s.next_attempt_at IS NOT NULL"
-						 "  AND s.task IS NOT NULL"
-						 "  AND s.status OPERATOR(pg_catalog.=) ANY ('{pending,retrying}')"
-						 " RETURNING s.run_id, s.step_id, s.task, s.input, s.attempts,"
-						 "  s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts, s.lease_expires_at,"
-						 "  $2 OPERATOR(pg_catalog.+) s.timeout, s.priority, s.next_attempt_at",
-						 5, types, args, nulls, false, 0, SPI_OK_UPDATE_RETURNING,
-						 "claiming tasks");
-	AtEOXact_GUC(true, guc_level);
-	ds_replay_cache_internal_update(false);
-	return n;
+								 "UPDATE durable_steps.steps s SET status = 'running',"
+								 "  attempts = s.attempts OPERATOR(pg_catalog.+) 1, updated_at = $2,"
+								 "  lease_expires_at = $2 OPERATOR(pg_catalog.+) CASE WHEN s.timeout IS NULL THEN $5"
+								 "   ELSE least($5, s.timeout) END,"
+								 "  claimed_by = $3, running_queue = s.queue, worker = $4"
+								 " WHERE s.ctid OPERATOR(pg_catalog.=) ANY ($1) AND s.next_attempt_at IS NOT NULL"
+								 "  AND s.task IS NOT NULL"
+								 "  AND s.status OPERATOR(pg_catalog.=) ANY ('{pending,retrying}')"
+								 " RETURNING s.run_id, s.step_id, s.task, s.input, s.attempts,"
+								 "  s.attempt_base OPERATOR(pg_catalog.+) s.max_attempts, s.lease_expires_at,"
+								 "  $2 OPERATOR(pg_catalog.+) s.timeout, s.priority, s.next_attempt_at",
+								 5, types, args, nulls, "claiming tasks");
 }
 
 uint64
