@@ -174,6 +174,8 @@ interface ClaimedRow {
 
 /** ds_claim_tasks' largest max, and ds_complete_tasks' most tokens */
 const MAX_CLAIM = 1000;
+/** how long past its own timeout a wait's answer is waited for before its connection is cut */
+const WAIT_MARGIN_MS = 10_000;
 const MAX_BATCH = 1000;
 const MAX_ERROR_CODE = 64;
 const MAX_MESSAGE = 4000;
@@ -733,6 +735,14 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         this.waiting = held;
         const unguard = guard(client);
         let broken: Error | undefined;
+        // a connection that stops answering without closing (a half-open TCP connection) is
+        // not waited on for ever: past the server's own timeout and a margin, it is destroyed
+        const cutOff = setTimeout(() => {
+            if (!held.released) {
+                held.released = true;
+                client.release(new Error('ds_wait_for_tasks did not answer in time'));
+            }
+        }, this.pollInterval + WAIT_MARGIN_MS);
         try {
             if (this.stopping) {
                 return { due: false, rows: null, asked: 0 };
@@ -750,6 +760,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             broken = asError(e);
             throw e;
         } finally {
+            clearTimeout(cutOff);
             this.waiting = null;
             unguard();
             if (!held.released) {
