@@ -62,6 +62,9 @@ RELEASE = "SELECT ds_release_task(%s)"
 # server cuts the message and the detail to 8 kB, the traceback's end is the part worth keeping
 MAX_CODE_BYTES = 64
 MAX_CLAIM = 1000                # the most ds_claim_tasks takes at once
+# libpq's TCP keepalives and user timeout for the connections the worker opens from a DSN
+TCP_LIVENESS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+                "keepalives_count": 3, "tcp_user_timeout": 30000}
 MAX_RETRY_AFTER = 86400.0       # the longest retry_after ds_fail_task takes, in seconds
 MAX_MESSAGE = 8000
 MAX_DETAIL = 8000
@@ -190,8 +193,13 @@ class Worker:
                  tasks: Optional[Mapping[str, Handler]] = None,
                  logger: Optional[logging.Logger] = None):
         if isinstance(connect, str):
+            # a connection that stops answering without closing (a half-open TCP connection)
+            # is given up by the kernel within about 30 s, not the default two hours: settings
+            # the DSN does not choose itself
+            given = psycopg2.extensions.parse_dsn(connect)
+            extra: Dict[str, Any] = {k: v for k, v in TCP_LIVENESS.items() if k not in given}
             dsn = connect
-            self._factory: ConnectionFactory = lambda: psycopg2.connect(dsn)
+            self._factory: ConnectionFactory = lambda: psycopg2.connect(dsn, **extra)
         elif callable(connect):
             self._factory = connect
         else:
