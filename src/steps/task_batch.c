@@ -77,7 +77,6 @@ ds_complete_tasks(PG_FUNCTION_ARGS)
 	int			n_results;
 	BatchItem  *items;
 	BatchItem **order;
-	Jsonb	   *json_null = NULL;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -143,21 +142,7 @@ ds_complete_tasks(PG_FUNCTION_ARGS)
 		 */
 		it->held = ds_lock_task_lease(&it->t, &rec);
 		if (it->held)
-		{
-			AttemptOutcome o;
-
-			memset(&o, 0, sizeof(o));
-			o.cls = ATTEMPT_COMPLETED;
-
-			/*
-			 * a step's result is never SQL NULL once it succeeded: JSON null
-			 * stands for none
-			 */
-			if (it->result == NULL && json_null == NULL)
-				json_null = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("null")));
-			o.result = it->result != NULL ? it->result : json_null;
-			ds_record_task_outcome(&rec, &o);
-		}
+			ds_record_task_success(&rec, it->result);
 		it->status = ds_step_status_name(rec.status);
 	}
 

@@ -162,11 +162,10 @@ lease_held(const StepRecord *rec, const TaskToken *t, TimestampTz now)
 
 /* DS410: the token's attempt no longer holds the lease, and why. */
 static void
-refuse_lost_lease(const StepRecord *rec, const TaskToken *t, TimestampTz now)
+refuse_lost_lease(const StepRecord *rec, const TaskToken *t)
 {
 	char	   *why;
 
-	(void) now;
 	if (rec->status == STEP_CANCELLED)
 		why = pstrdup("The step was cancelled.");
 	else if (rec->status == STEP_RUNNING && rec->attempts == t->attempt &&
@@ -197,8 +196,8 @@ refuse_lost_lease(const StepRecord *rec, const TaskToken *t, TimestampTz now)
  * record; its claim is the attempt's start. A run waiting for the task is woken when the run
  * must see the outcome.
  */
-static void
-record_outcome(StepRecord *rec, AttemptOutcome *o)
+void
+ds_record_task_outcome(StepRecord *rec, AttemptOutcome *o)
 {
 	TimestampTz claimed_at = rec->updated_at;
 
@@ -229,15 +228,26 @@ ds_lock_task_lease(const TaskToken *t, StepRecord *rec)
 }
 
 void
-ds_record_task_outcome(StepRecord *rec, AttemptOutcome *o)
+ds_record_task_success(StepRecord *rec, Jsonb *result)
 {
-	record_outcome(rec, o);
+	AttemptOutcome o;
+
+	memset(&o, 0, sizeof(o));
+	o.cls = ATTEMPT_COMPLETED;
+
+	/*
+	 * a step's result is never SQL NULL once it succeeded: JSON null stands
+	 * for none
+	 */
+	o.result = result != NULL ? result :
+		DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("null")));
+	ds_record_task_outcome(rec, &o);
 }
 
 /*
- * The room left under queue `queue`'s limit for claims of this transaction, which already took
- * `taken` of it: -1 without a limit. The queue's row is locked first, so that claims of the
- * queue count in turn.
+ * The room left under each queue's limit for this claim, looked up once per queue (its row
+ * locked first, so that claims of the queue count in turn) and counted down as the claim takes
+ * tasks of it: -1 without a limit.
  */
 typedef struct QueueRoom
 {
@@ -446,7 +456,6 @@ ds_complete_task(PG_FUNCTION_ARGS)
 	TaskToken	t;
 	Jsonb	   *result = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P_COPY(1);
 	StepRecord	rec;
-	AttemptOutcome o;
 
 	token_arg(fcinfo, 0, &t);
 	if (result != NULL && VARSIZE(result) > (Size) ds_max_result_size())
@@ -455,19 +464,9 @@ ds_complete_task(PG_FUNCTION_ARGS)
 				 errmsg("task result is too large"),
 				 errdetail("The result has %u bytes; durable_steps.max_result_size is %d bytes.",
 						   (unsigned) VARSIZE(result), ds_max_result_size())));
-	lock_task(&t, &rec);
-	if (!lease_held(&rec, &t, GetCurrentTimestamp()))
-		refuse_lost_lease(&rec, &t, GetCurrentTimestamp());
-	memset(&o, 0, sizeof(o));
-	o.cls = ATTEMPT_COMPLETED;
-
-	/*
-	 * a step's result is never SQL NULL once it succeeded: JSON null stands
-	 * for none
-	 */
-	o.result = result != NULL ? result :
-		DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("null")));
-	record_outcome(&rec, &o);
+	if (!ds_lock_task_lease(&t, &rec))
+		refuse_lost_lease(&rec, &t);
+	ds_record_task_success(&rec, result);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, false));
 }
 
@@ -553,16 +552,15 @@ ds_fail_task(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("remediation is for correctable failures only")));
-	lock_task(&t, &rec);
-	if (!lease_held(&rec, &t, GetCurrentTimestamp()))
-		refuse_lost_lease(&rec, &t, GetCurrentTimestamp());
+	if (!ds_lock_task_lease(&t, &rec))
+		refuse_lost_lease(&rec, &t);
 	o.error_code = code;
 	o.message = message;
 	o.detail = error_text_arg(fcinfo, 3);
 	o.hint = remediation;
 	o.has_retry_after = retry_after >= 0;
 	o.retry_after = Max(retry_after, 0);
-	record_outcome(&rec, &o);
+	ds_record_task_outcome(&rec, &o);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, false));
 }
 
@@ -574,8 +572,7 @@ ds_release_task(PG_FUNCTION_ARGS)
 	StepRecord	rec;
 
 	token_arg(fcinfo, 0, &t);
-	lock_task(&t, &rec);
-	if (!lease_held(&rec, &t, GetCurrentTimestamp()))
+	if (!ds_lock_task_lease(&t, &rec))
 		PG_RETURN_BOOL(false);
 
 	/*
@@ -620,7 +617,7 @@ ds_record_expired_task_lease(StepRecord *rec, TimestampTz now)
 					past_deadline ? "timed out" : "lost")));
 	if (o.cls == ATTEMPT_UNCERTAIN)
 		o.hint = pstrdup("The task's handler may have taken effect before its lease ran out. Find out, then settle the step with ds_resolve_step() or run it again with ds_retry_step().");
-	record_outcome(rec, &o);
+	ds_record_task_outcome(rec, &o);
 	return true;
 }
 
@@ -636,5 +633,5 @@ ds_cancel_running_task(StepRecord *rec)
 	o.message = pstrdup("canceling statement due to user request");
 	o.detail = psprintf("ds_cancel_step() cancelled the task while attempt %d ran; its worker's next heartbeat says so.",
 						rec->attempts);
-	record_outcome(rec, &o);
+	ds_record_task_outcome(rec, &o);
 }

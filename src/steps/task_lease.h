@@ -38,6 +38,9 @@ extern bool ds_lock_task_lease(const TaskToken *t, StepRecord *rec);
  */
 extern void ds_record_task_outcome(StepRecord *rec, AttemptOutcome *o);
 
+/* ds_record_task_outcome of a success with `result` (NULL: JSON null). */
+extern void ds_record_task_success(StepRecord *rec, Jsonb *result);
+
 /*
  * A running task whose lease ran out (its lock and row lock held, read under them): record its
  * attempt as lost (DS007), or timed out (DS004) when its deadline passed first -- retried by the
