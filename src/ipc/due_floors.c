@@ -27,6 +27,10 @@
  * A prepared transaction's steps become visible when it is committed, by any session: while one
  * that wrote steps is prepared, no floor of its database moves.
  *
+ * Tasks wait in an index of their own, steps_task_due_idx (task, owner, priority,
+ * next_attempt_at): each (task, owner, priority) is a group with a floor of its own, kept the same
+ * way, for the claims and the waits of the application workers (steps/task_floors.c).
+ *
  * The registry holds DUE_GROUPS groups; past that, claims find the groups by a query each time
  * and read those it does not hold from their start, as before there were floors.
  */
@@ -52,15 +56,21 @@
  */
 #define FLOOR_MARGIN_USECS (250 * 1000)
 
-/* Groups the registry holds; a power of two (open addressing). */
-#define DUE_GROUPS 1024
+/*
+ * Groups the registry holds; a power of two (open addressing). The task groups (a task name, an
+ * owner, a priority) share it with the step groups.
+ */
+#define DUE_GROUPS 2048
 #define DUE_DATABASES 64
 
 typedef struct SharedGroup
 {
 	pg_atomic_uint32 dboid;		/* InvalidOid: free; set last, never reset */
 	int32		priority;
-	char		queue[NAMEDATALEN];
+	Oid			owner;			/* a task group's owner; InvalidOid: a step
+								 * group */
+	char		queue[DS_DUE_TASK_NAME_LEN];	/* a step group's queue, a
+												 * task group's task name */
 	TimestampTz floor;			/* under the lock */
 	uint64		lowered;		/* under the lock: moves when a writer may
 								 * have made a step wait below a look's clock,
@@ -71,6 +81,7 @@ typedef struct SharedDatabase
 {
 	Oid			dboid;
 	bool		complete;		/* every group with waiting steps is held */
+	bool		tasks_complete; /* every task group with waiting tasks is held */
 	int			prepared;		/* prepared transactions that wrote steps may
 								 * be in flight */
 	int			preparing;		/* transactions between their PRE_PREPARE and
@@ -199,10 +210,11 @@ find_database(Oid dboid, bool add)
 }
 
 static uint32
-group_hash(Oid dboid, const char *queue, int32 priority)
+group_hash(Oid dboid, Oid owner, const char *queue, int32 priority)
 {
 	uint32		h = hash_bytes((const unsigned char *) queue, (int) strlen(queue));
 
+	h = hash_combine(h, murmurhash32(owner));
 	return hash_combine(hash_combine(h, murmurhash32((uint32) priority)), murmurhash32(dboid));
 }
 
@@ -211,11 +223,11 @@ group_hash(Oid dboid, const char *queue, int32 priority)
  * held. Entries are filled once and never emptied, so a lookup needs no lock.
  */
 static SharedGroup *
-find_group(Oid dboid, const char *queue, int32 priority, bool add, bool locked)
+find_group(Oid dboid, Oid owner, const char *queue, int32 priority, bool add, bool locked)
 {
-	uint32		start = group_hash(dboid, queue, priority) & (DUE_GROUPS - 1);
+	uint32		start = group_hash(dboid, owner, queue, priority) & (DUE_GROUPS - 1);
 
-	if (strlen(queue) >= NAMEDATALEN)
+	if (strlen(queue) >= DS_DUE_TASK_NAME_LEN)
 		return NULL;
 	for (int k = 0; k < DUE_GROUPS; k++)
 	{
@@ -235,7 +247,8 @@ find_group(Oid dboid, const char *queue, int32 priority, bool add, bool locked)
 			if (!filled)
 			{
 				g->priority = priority;
-				strlcpy(g->queue, queue, NAMEDATALEN);
+				g->owner = owner;
+				strlcpy(g->queue, queue, DS_DUE_TASK_NAME_LEN);
 				g->floor = DS_NO_FLOOR;
 				pg_write_barrier();
 				pg_atomic_write_u32(&g->dboid, dboid);
@@ -247,7 +260,8 @@ find_group(Oid dboid, const char *queue, int32 priority, bool add, bool locked)
 			d = pg_atomic_read_u32(&g->dboid);
 		}
 		pg_read_barrier();
-		if (d == dboid && g->priority == priority && strcmp(g->queue, queue) == 0)
+		if (d == dboid && g->priority == priority && g->owner == owner &&
+			strcmp(g->queue, queue) == 0)
 			return g;
 	}
 	if (add)
@@ -256,7 +270,7 @@ find_group(Oid dboid, const char *queue, int32 priority, bool add, bool locked)
 			LWLockAcquire(floors->lock, LW_EXCLUSIVE);
 		if (!floors->overflow)
 			ereport(LOG,
-					(errmsg("durable_steps: more than %d queue and priority groups have waited; claims read the groups past them from their start",
+					(errmsg("durable_steps: more than %d groups of queue and priority or of task, owner and priority have waited; claims read the groups past them from their start",
 							DUE_GROUPS)));
 		floors->overflow = true;
 		if (!locked)
@@ -272,7 +286,10 @@ reset_database(Oid dboid)
 	SharedDatabase *db = find_database(dboid, false);
 
 	if (db != NULL)
+	{
 		db->complete = false;
+		db->tasks_complete = false;
+	}
 	for (int i = 0; i < DUE_GROUPS; i++)
 		if (pg_atomic_read_u32(&floors->groups[i].dboid) == dboid)
 		{
@@ -363,15 +380,15 @@ publish_bound(TimestampTz t)
 	pg_memory_barrier();
 }
 
-void
-ds_due_floor_note_waiting(const char *queue, int32 priority, TimestampTz t)
+static void
+note_waiting(Oid owner, const char *queue, int32 priority, TimestampTz t)
 {
 	SharedGroup *g;
 
 	if (floors == NULL || t == 0)
 		return;
 	publish_bound(t);
-	g = find_group(MyDatabaseId, queue, priority, true, false);
+	g = find_group(MyDatabaseId, owner, queue, priority, true, false);
 
 	/*
 	 * A look that read the slots before the bound was published has said when
@@ -388,6 +405,18 @@ ds_due_floor_note_waiting(const char *queue, int32 priority, TimestampTz t)
 		g->lowered++;
 		LWLockRelease(floors->lock);
 	}
+}
+
+void
+ds_due_floor_note_waiting(const char *queue, int32 priority, TimestampTz t)
+{
+	note_waiting(InvalidOid, queue, priority, t);
+}
+
+void
+ds_due_floor_note_waiting_task(const char *task, Oid owner, int32 priority, TimestampTz t)
+{
+	note_waiting(owner, task, priority, t);
 }
 
 void
@@ -441,7 +470,7 @@ ds_due_groups_known(DueGroup **groups, int *n)
 	{
 		SharedGroup *g = &floors->groups[i];
 
-		if (pg_atomic_read_u32(&g->dboid) != MyDatabaseId)
+		if (pg_atomic_read_u32(&g->dboid) != MyDatabaseId || g->owner != InvalidOid)
 			continue;
 		memcpy(out[k].queue, g->queue, NAMEDATALEN);
 		out[k].priority = g->priority;
@@ -500,8 +529,8 @@ ds_due_groups_found(DueGroup *groups, int n, uint64 gen)
 	LWLockAcquire(floors->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < n; i++)
 	{
-		SharedGroup *g = find_group(MyDatabaseId, groups[i].queue, groups[i].priority, true,
-									true);
+		SharedGroup *g = find_group(MyDatabaseId, InvalidOid, groups[i].queue, groups[i].priority,
+									true, true);
 
 		groups[i].floor = g != NULL ? g->floor : DS_NO_FLOOR;
 		held &= g != NULL;
@@ -513,15 +542,82 @@ ds_due_groups_found(DueGroup *groups, int n, uint64 gen)
 	LWLockRelease(floors->lock);
 }
 
+bool
+ds_due_task_groups_known(DueTaskGroup **groups, int *n)
+{
+	SharedDatabase *db;
+	DueTaskGroup *out;
+	int			k = 0;
+
+	*groups = NULL;
+	*n = 0;
+	if (floors == NULL)
+		return false;
+	out = palloc(sizeof(DueTaskGroup) * DUE_GROUPS);
+	LWLockAcquire(floors->lock, LW_SHARED);
+	db = find_database(MyDatabaseId, false);
+	if (floors->overflow || db == NULL || !db->tasks_complete)
+	{
+		LWLockRelease(floors->lock);
+		pfree(out);
+		return false;
+	}
+	for (int i = 0; i < DUE_GROUPS; i++)
+	{
+		SharedGroup *g = &floors->groups[i];
+
+		if (pg_atomic_read_u32(&g->dboid) != MyDatabaseId || g->owner == InvalidOid)
+			continue;
+		memcpy(out[k].task, g->queue, DS_DUE_TASK_NAME_LEN);
+		out[k].owner = g->owner;
+		out[k].priority = g->priority;
+		out[k].floor = g->floor;
+		k++;
+	}
+	LWLockRelease(floors->lock);
+	*groups = out;
+	*n = k;
+	return true;
+}
+
+void
+ds_due_task_groups_found(DueTaskGroup *groups, int n, uint64 gen)
+{
+	SharedDatabase *db;
+	bool		held = true;
+
+	if (floors == NULL)
+	{
+		for (int i = 0; i < n; i++)
+			groups[i].floor = DS_NO_FLOOR;
+		return;
+	}
+	pg_memory_barrier();
+	LWLockAcquire(floors->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < n; i++)
+	{
+		SharedGroup *g = find_group(MyDatabaseId, groups[i].owner, groups[i].task,
+									groups[i].priority, true, true);
+
+		groups[i].floor = g != NULL ? g->floor : DS_NO_FLOOR;
+		held &= g != NULL;
+	}
+	db = find_database(MyDatabaseId, true);
+	if (db != NULL && held && !floors->overflow && floors->generation == gen &&
+		!sql_writer_in_flight())
+		db->tasks_complete = true;
+	LWLockRelease(floors->lock);
+}
+
 TimestampTz
-ds_due_floor(const char *queue, int32 priority)
+ds_due_task_floor(const DueTaskGroup *group)
 {
 	SharedGroup *g;
 	TimestampTz floor;
 
 	if (floors == NULL)
 		return DS_NO_FLOOR;
-	g = find_group(MyDatabaseId, queue, priority, false, false);
+	g = find_group(MyDatabaseId, group->owner, group->task, group->priority, false, false);
 	if (g == NULL)
 		return DS_NO_FLOOR;
 	LWLockAcquire(floors->lock, LW_SHARED);
@@ -530,8 +626,25 @@ ds_due_floor(const char *queue, int32 priority)
 	return floor;
 }
 
-bool
-ds_due_floor_look(const char *queue, int32 priority, DueFloorLook *look)
+TimestampTz
+ds_due_floor(const char *queue, int32 priority)
+{
+	SharedGroup *g;
+	TimestampTz floor;
+
+	if (floors == NULL)
+		return DS_NO_FLOOR;
+	g = find_group(MyDatabaseId, InvalidOid, queue, priority, false, false);
+	if (g == NULL)
+		return DS_NO_FLOOR;
+	LWLockAcquire(floors->lock, LW_SHARED);
+	floor = g->floor;
+	LWLockRelease(floors->lock);
+	return floor;
+}
+
+static bool
+floor_look(Oid owner, const char *queue, int32 priority, DueFloorLook *look)
 {
 	SharedGroup *g;
 	SharedDatabase *db;
@@ -541,7 +654,7 @@ ds_due_floor_look(const char *queue, int32 priority, DueFloorLook *look)
 	look->slot = -1;
 	if (floors == NULL)
 		return false;
-	g = find_group(MyDatabaseId, queue, priority, false, false);
+	g = find_group(MyDatabaseId, owner, queue, priority, false, false);
 	if (g == NULL)
 		return false;
 	LWLockAcquire(floors->lock, LW_SHARED);
@@ -585,6 +698,18 @@ ds_due_floor_look(const char *queue, int32 priority, DueFloorLook *look)
 			look->bound = b;
 	}
 	return true;
+}
+
+bool
+ds_due_floor_look(const char *queue, int32 priority, DueFloorLook *look)
+{
+	return floor_look(InvalidOid, queue, priority, look);
+}
+
+bool
+ds_due_task_floor_look(const DueTaskGroup *group, DueFloorLook *look)
+{
+	return floor_look(group->owner, group->task, group->priority, look);
 }
 
 void

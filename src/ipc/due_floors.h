@@ -14,6 +14,9 @@
 #include "base/compat.h"
 #include "datatype/timestamp.h"
 
+/* The room for a task group's task name in the registry, its terminator included. */
+#define DS_DUE_TASK_NAME_LEN 208
+
 /* The floor of a group nothing is known of: the group is read from its start. */
 #define DS_NO_FLOOR DT_NOBEGIN
 
@@ -32,6 +35,10 @@ extern void ds_due_floors_init_module(void);
  * (step_store.c): until the transaction ends, no floor of the database passes `t`.
  */
 extern void ds_due_floor_note_waiting(const char *queue, int32 priority, TimestampTz t);
+
+/* The same for a task of name `task` and owner `owner`: its group is (task, owner, priority). */
+extern void ds_due_floor_note_waiting_task(const char *task, Oid owner, int32 priority,
+										   TimestampTz t);
 
 /*
  * A SQL statement not of the extension's own wrote steps (the statement trigger
@@ -91,6 +98,30 @@ typedef struct DueFloorLook
  * registry does not hold the group.
  */
 extern bool ds_due_floor_look(const char *queue, int32 priority, DueFloorLook *look);
+
+/*
+ * The groups of tasks: a task name, an owner, a priority. Each is a range of steps_task_due_idx
+ * (task, owner, priority, next_attempt_at) with a floor of its own, kept like a step group's.
+ */
+typedef struct DueTaskGroup
+{
+	char		task[DS_DUE_TASK_NAME_LEN];
+	Oid			owner;
+	int32		priority;
+	TimestampTz floor;
+} DueTaskGroup;
+
+/*
+ * The task groups of this database known to have had waiting tasks since the server started,
+ * with their floors, in no order; false when the registry does not know them all: the caller
+ * finds them (ds_due_task_groups_found, with a generation read before its query).
+ */
+extern bool ds_due_task_groups_known(DueTaskGroup **groups, int *n);
+extern void ds_due_task_groups_found(DueTaskGroup *groups, int n, uint64 gen);
+
+/* ds_due_floor_look and ds_due_floor for a task group. */
+extern bool ds_due_task_floor_look(const DueTaskGroup *group, DueFloorLook *look);
+extern TimestampTz ds_due_task_floor(const DueTaskGroup *group);
 
 /*
  * After the look: its first waiting step was due at `first` (DT_NOEND: none). The floor moves up

@@ -43,6 +43,7 @@
 #include "steps/step_exec.h"
 #include "steps/task_lease.h"
 #include "steps/task_args.h"
+#include "steps/task_floors.h"
 
 PG_FUNCTION_INFO_V1(ds_claim_tasks);
 PG_FUNCTION_INFO_V1(ds_heartbeat);
@@ -288,6 +289,8 @@ ds_claim_tasks(PG_FUNCTION_ARGS)
 	QueueRoom  *rooms;
 	int			n_rooms = 0;
 	int			n_tids = 0;
+	DueTaskGroup *groups = NULL;
+	int			n_groups;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -342,8 +345,9 @@ ds_claim_tasks(PG_FUNCTION_ARGS)
 	 * switch to the owner
 	 */
 	caller = GetUserId();
+	n_groups = ds_task_groups_to_read(tasks, caller, &groups);
 	ds_store_spi_begin(&spi);
-	n = ds_store_lock_due_tasks(tasks, queues, caller, max, now);
+	n = ds_store_lock_due_tasks(tasks, queues, caller, max, now, groups, n_groups);
 	tids = palloc(sizeof(Datum) * Max(n, 1));
 	rooms = palloc(sizeof(QueueRoom) * Max(n, 1));
 	{

@@ -24,6 +24,7 @@
 
 #include "ipc/worker_shmem.h"
 #include "steps/task_args.h"
+#include "steps/task_floors.h"
 #include "store/task_store.h"
 
 PG_FUNCTION_INFO_V1(ds_wait_for_tasks);
@@ -73,14 +74,19 @@ ds_wait_for_tasks(PG_FUNCTION_ARGS)
 		paused = GetConfigOption("durable_steps.paused", true, false);
 		if (paused != NULL && strcmp(paused, "on") == 0)
 			next = until;
-		else if (ds_store_next_task_time(tasks, queues, caller, now, false) != 0)
-		{
-			due = true;
-			break;
-		}
 		else
+		{
+			DueTaskGroup *groups = NULL;
+			int			n_groups = ds_task_groups_to_read(tasks, caller, &groups);
+
+			if (ds_store_next_task_time(tasks, queues, caller, now, false, groups, n_groups) != 0)
+			{
+				due = true;
+				break;
+			}
 			/* the first one due within the wait, if any, ends it */
-			next = ds_store_next_task_time(tasks, queues, caller, until, true);
+			next = ds_store_next_task_time(tasks, queues, caller, until, true, groups, n_groups);
+		}
 		if (now >= until)
 			break;
 		ms = TimestampDifferenceMilliseconds(now, next != 0 && next < until ? next : until);

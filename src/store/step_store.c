@@ -508,9 +508,13 @@ ds_store_update_step_insert_operator_attempt(StepRecord *rec, int attempt, const
 static void
 note_if_waiting(const StepRecord *rec)
 {
-	/* tasks wait in an index of their own, which no floor bounds */
-	if ((rec->status == STEP_PENDING || rec->status == STEP_RETRYING) &&
-		rec->next_attempt_at != 0 && rec->task == NULL)
+	if ((rec->status != STEP_PENDING && rec->status != STEP_RETRYING) ||
+		rec->next_attempt_at == 0)
+		return;
+	/* tasks wait in an index of their own, in a group per name and owner */
+	if (rec->task != NULL)
+		ds_due_floor_note_waiting_task(rec->task, rec->owner, rec->priority, rec->next_attempt_at);
+	else
 		ds_due_floor_note_waiting(rec->queue, rec->priority, rec->next_attempt_at);
 }
 

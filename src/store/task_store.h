@@ -14,14 +14,31 @@
 #include "utils/array.h"
 #include "utils/timestamp.h"
 
+#include "ipc/due_floors.h"
+
 /*
  * The due tasks named in `tasks` (and of `queues` unless it is NULL) that role `caller` has the
  * privileges of, whose runs' partition this server owns, locked (FOR UPDATE SKIP LOCKED): at most
  * `limit`, by priority, then in turn between their owners (every owner's first before any
- * owner's second), then due time. Rows (ctid tid, queue text).
+ * owner's second), then due time. Rows (ctid tid, queue text). The groups[0..n_groups-1] are
+ * read from their floors (steps/task_floors.h); with n_groups -1, every (name, owner) from its
+ * start.
  */
 extern uint64 ds_store_lock_due_tasks(ArrayType *tasks, ArrayType *queues, Oid caller, int limit,
-									  TimestampTz now);
+									  TimestampTz now, const DueTaskGroup *groups, int n_groups);
+
+/*
+ * The task groups with waiting tasks: rows (task text, owner oid, priority int4), of any queue
+ * or partition.
+ */
+extern uint64 ds_store_waiting_task_groups(void);
+
+/*
+ * first[i]: the first waiting task of groups[i] (of any queue or partition) from its floor and
+ * no later than bounds[i]; DT_NOEND when none is.
+ */
+extern void ds_store_first_waiting_tasks(const DueTaskGroup *groups, const TimestampTz *bounds,
+										 int n, TimestampTz *first);
 
 /*
  * The room left under queue `queue`'s limit: its concurrency less the steps running against it
@@ -52,9 +69,11 @@ extern TimestampTz ds_store_next_task_lease_end(void);
  * When a task named in `tasks` (and of `queues` unless it is NULL) that role `caller` has the
  * privileges of waits for, if it is `upto` or earlier; 0 when none is. With `earliest`, the
  * earliest such time (reading every one up to `upto`); without it, the first found in index
- * order (reading one when one is due). In the latest snapshot.
+ * order (reading one when one is due). In the latest snapshot. The groups as for
+ * ds_store_lock_due_tasks.
  */
 extern TimestampTz ds_store_next_task_time(ArrayType *tasks, ArrayType *queues, Oid caller,
-										   TimestampTz upto, bool earliest);
+										   TimestampTz upto, bool earliest,
+										   const DueTaskGroup *groups, int n_groups);
 
 #endif							/* DS_TASK_STORE_H */

@@ -144,6 +144,86 @@ END $$;
 }
 
 {
+	# tasks: 50,000 stored and run under the hold leave their entries in steps_task_due_idx; the
+	# claims and the waits of an application worker then read each (task, owner, priority) from
+	# its floor, so that a task waited for, claimed and completed reads a few index pages
+	my $t = 'tasks claimed while the hold lasts';
+	my $worker = DurableSteps::Session->new($node, 'task worker');
+	my $claim = q{SELECT count(*) FROM (SELECT ds_complete_tasks(array_agg(token), array_agg('{}'::jsonb))
+	                FROM ds_claim_tasks(ARRAY['mail'], 1000)) c;};
+	for my $b (0 .. 49)
+	{
+		$node->safe_psql('postgres',
+			qq{SELECT count(*) FROM generate_series(1, 1000) i, LATERAL ds_task_step('mail-$b', 'm' || i, 'mail') r});
+		$worker->query_ok($claim);
+	}
+	is( $node->safe_psql('postgres',
+			q{SELECT count(*) FROM durable_steps.steps WHERE task = 'mail' AND status = 'succeeded'}),
+		'50000', "$t: 50,000 are stored and completed");
+	my $pages = sub {
+		$worker->query_ok('SELECT pg_stat_force_next_flush();');
+		return $worker->query_ok(
+			q{SELECT pg_stat_clear_snapshot();
+			  SELECT idx_blks_hit + idx_blks_read FROM pg_statio_user_indexes
+			   WHERE indexrelid = 'durable_steps.steps_task_due_idx'::regclass;});
+	};
+	my $before = $pages->();
+	my $cycles = 40;
+	my (@not_due, @not_claimed);
+	for my $i (1 .. $cycles)
+	{
+		$node->safe_psql('postgres', qq{SELECT ds_task_step('mail-late', 'm$i', 'mail')});
+		push @not_due, $i
+		  if $worker->query_ok(q{CALL ds_wait_for_tasks(ARRAY['mail'], '1 s', NULL, NULL);}) ne 't';
+		push @not_claimed, $i if $worker->query_ok($claim) ne '1';
+	}
+	is("@not_due", '', "$t: a wait sees each task due");
+	is("@not_claimed", '', "$t: a claim takes each one");
+	my $per_task = (($pages->() - $before) / $cycles);
+	cmp_ok($per_task, '<', 100,
+		"$t: each of $cycles tasks waited for, claimed and completed reads $per_task pages of the index (from the start, a claim reads the 50,000 finished tasks' entries)");
+	is( $node->safe_psql('postgres',
+			q{SELECT count(*) FROM durable_steps.steps WHERE run_id = 'mail-late' AND status = 'succeeded'}),
+		$cycles, "$t: every one succeeded");
+
+	# tasks due before their group's floor are claimed all the same: a run_at in the past, an
+	# operator's UPDATE, a task given back; and the groups a claim has not read yet: a new role's,
+	# a name of the longest length
+	my $take = sub {
+		my ($names) = @_;
+		return $worker->query_ok(
+			qq{SELECT string_agg(run_id, ',' ORDER BY run_id) FROM (SELECT run_id, ds_complete_task(token)
+			     FROM ds_claim_tasks($names, 10)) c;});
+	};
+	$node->safe_psql('postgres',
+		q{SELECT ds_task_step('mail-past', 'p', 'mail', run_at => now() - interval '1 hour')});
+	is($take->(q{ARRAY['mail']}), 'mail-past', "$t: a task stored due an hour ago is claimed");
+	$node->safe_psql('postgres',
+		q{SELECT ds_task_step('mail-by-sql', 'p', 'mail', run_at => now() + interval '1 day')});
+	is($take->(q{ARRAY['mail']}), '', "$t: a task due tomorrow is not claimed");
+	$node->safe_psql('postgres',
+		q{UPDATE durable_steps.steps SET next_attempt_at = now() - interval '2 hours' WHERE run_id = 'mail-by-sql'});
+	is($take->(q{ARRAY['mail']}), 'mail-by-sql', "$t: made due two hours ago by an UPDATE, it is claimed");
+	$node->safe_psql('postgres', q{SELECT ds_task_step('mail-given-back', 'p', 'mail')});
+	$worker->query_ok(q{SELECT ds_release_task(token) FROM ds_claim_tasks(ARRAY['mail'], 10);});
+	is($take->(q{ARRAY['mail']}), 'mail-given-back', "$t: a task given back is claimed again");
+	$node->safe_psql('postgres', q{
+CREATE ROLE mailer LOGIN;
+GRANT USAGE ON SCHEMA public TO mailer;
+GRANT mailer TO postgres;
+SET ROLE mailer;
+SELECT ds_task_step('mail-mailer', 'p', 'mail');
+RESET ROLE;
+SELECT ds_task_step('mail-long', 'p', repeat('m', 200));});
+	is($take->(q{ARRAY['mail', repeat('m', 200)]}), 'mail-long,mail-mailer',
+		"$t: a new role's task and a task of a 200-byte name are claimed");
+	is( $node->safe_psql('postgres',
+			'SELECT backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid = ' . $hold->pid),
+		't', "$t: the hold lasted throughout");
+	$worker->quit;
+}
+
+{
 	# the floors have moved up to the present with the flow: steps made due before it must be
 	# claimed all the same (docs/internals.md, "Claims under a held horizon")
 	my $t = 'a step due before the floor';
