@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# hold_bench.sh -- the claim path under a held xmin horizon: durable_steps against graphile-worker
-# 0.17.3 and pg-boss 10.4.2, on one throwaway cluster, same settings, one invocation.
+# hold_bench.sh -- the claim path under a held xmin horizon: durable_steps' steps, runs and tasks
+# against graphile-worker 0.17.3 and pg-boss 10.4.2, on one throwaway cluster, same settings, one
+# invocation.
 #
 #   bench/hold_bench.sh [port]
 #
@@ -18,14 +19,18 @@
 #      largest backlog seen unheld (then RECOVERY_TAIL more seconds; RECOVERY_MAX at most);
 #      then the producer stops and the queue is drained.
 # Items: durable_steps: ds_run_step('hold-<kind>', 'i<n>', 'SELECT 1', defer => true) (the
-# executors run every attempt); graphile-worker: graphile_worker.add_job('noop') run by
+# executors run every attempt); its runs: ds_start_run('hold_one_step', '{}', 'hold-<kind>-<n>'),
+# a workflow of one SQL step (ds_step('s', 'SELECT 1')), its turns and step run by the executors;
+# its tasks: ds_task_step('hold-task-<kind>', 'i<n>', 'noop') run by durable_steps' Node worker
+# (bench/tasks/worker.js ds: new Worker({pool, concurrency: DST_CONCURRENCY, tasks: {noop}}));
+# graphile-worker: graphile_worker.add_job('noop') run by
 # bench/graphile/drain.js (run(), task noop: async () => {}); pg-boss: rows inserted into
 # pgboss.job with SQL (queue 'noop', policy standard, pg-boss's column defaults) run by
 # bench/pgboss/boss.js (boss.work(), handler async (jobs) => {}). All three are produced by the
 # same PL/pgSQL loop.
 # Latency, the same method for all three: the item's creation time to the time the system records
 # it finished, both written by the system in its own table: durable_steps.steps.created_at ->
-# finished_at; pgboss.job.created_on -> completed_on; graphile-worker deletes a finished job, so an
+# finished_at (runs: durable_steps.runs.created_at -> finished_at); pgboss.job.created_on -> completed_on; graphile-worker deletes a finished job, so an
 # AFTER DELETE row trigger on graphile_worker._private_jobs copies created_at with
 # clock_timestamp() into a side table. (created_at / created_on are taken in the producer's
 # transaction, before its commit; the finish times before the finishing transaction's commit.)
@@ -50,8 +55,8 @@
 # Environment (defaults in brackets):
 #
 #   BENCH_PORT       [5530]    port (the first argument wins); names the socket file only
-#   SYSTEMS          [ds gw pb]  which systems, in this order (ds durable_steps, gw graphile-worker,
-#                              pb pg-boss)
+#   SYSTEMS          [ds dsr dst gw pb]  which systems, in this order (ds durable_steps' steps,
+#                              dsr its runs, dst its tasks, gw graphile-worker, pb pg-boss)
 #   HOLD_KIND        [both]    rr, xid or both (rr then xid: a full unheld/held/recovery per kind)
 #   OFFERED_RATE     [200]     items offered per second
 #   PRODUCER_BATCH   [10]      items per producer transaction
@@ -64,6 +69,8 @@
 #   RECOVERY_FACTOR  [1.5]     ... back means <= this x the unheld p99
 #   DRAIN_TIMEOUT    [900]     seconds to drain the queue after the producer stops
 #   DS_WORKERS       [2]       durable_steps.max_workers (other durable_steps settings: defaults)
+#   DST_CONCURRENCY  [4]       the tasks' Node worker: concurrency (prefetch and batching: its
+#                              defaults)
 #   GW_CONFIG        [4:-1:-1] graphile-worker concurrency:localQueue.size:completeJobBatchDelay
 #                              (failJobBatchDelay the same); -1:-1 is its stock mode (one job per
 #                              claim, no batching)
@@ -79,7 +86,7 @@
 set -euo pipefail
 
 PORT="${1:-${BENCH_PORT:-5530}}"
-SYSTEMS="${SYSTEMS:-ds gw pb}"
+SYSTEMS="${SYSTEMS:-ds dsr dst gw pb}"
 HOLD_KIND="${HOLD_KIND:-both}"
 OFFERED_RATE="${OFFERED_RATE:-200}"
 PRODUCER_BATCH="${PRODUCER_BATCH:-10}"
@@ -92,6 +99,7 @@ RECOVERY_WINDOW="${RECOVERY_WINDOW:-5}"
 RECOVERY_FACTOR="${RECOVERY_FACTOR:-1.5}"
 DRAIN_TIMEOUT="${DRAIN_TIMEOUT:-900}"
 DS_WORKERS="${DS_WORKERS:-2}"
+DST_CONCURRENCY="${DST_CONCURRENCY:-4}"
 GW_CONFIG="${GW_CONFIG:-4:-1:-1}"
 PB_CONFIG="${PB_CONFIG:-2:100:0.5}"
 OUT="${BENCH_OUT:-}"
@@ -107,7 +115,7 @@ die() { echo "hold_bench: $*" >&2; exit 1; }
 note() { echo "hold_bench: $*" >&2; }
 
 for v in PORT OFFERED_RATE PRODUCER_BATCH UNHELD_SECONDS HOLD_SECONDS BUCKET_SECONDS RECOVERY_MAX \
-	RECOVERY_TAIL RECOVERY_WINDOW DRAIN_TIMEOUT DS_WORKERS; do
+	RECOVERY_TAIL RECOVERY_WINDOW DRAIN_TIMEOUT DS_WORKERS DST_CONCURRENCY; do
 	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
 done
 [[ "$STRICT" =~ ^[01]$ ]] || die "BENCH_STRICT must be 0 or 1"
@@ -119,7 +127,8 @@ both) KINDS="rr xid" ;;
 *) die "HOLD_KIND must be rr, xid or both, not '$HOLD_KIND'" ;;
 esac
 for s in $SYSTEMS; do
-	[[ "$s" == ds || "$s" == gw || "$s" == pb ]] || die "SYSTEMS: ds, gw, pb, not '$s'"
+	[[ "$s" == ds || "$s" == dsr || "$s" == dst || "$s" == gw || "$s" == pb ]] ||
+		die "SYSTEMS: ds, dsr, dst, gw, pb, not '$s'"
 done
 [[ "$GW_CONFIG" =~ ^[0-9]+:-?[0-9]+:-?[0-9]+$ ]] || die "GW_CONFIG is concurrency:localQueue:delay, not '$GW_CONFIG'"
 [[ "$PB_CONFIG" =~ ^[0-9]+:[0-9]+:[0-9.]+$ ]] || die "PB_CONFIG is workers:batchSize:pollSeconds, not '$PB_CONFIG'"
@@ -142,8 +151,12 @@ need_npm() { # dir module
 	fi
 	node -p "require('$HERE/$1/node_modules/$2/package.json').version"
 }
-if [[ " $SYSTEMS " == *" gw "* || " $SYSTEMS " == *" pb "* ]]; then
-	command -v node >/dev/null || die "node is needed for the peers (or SYSTEMS=ds)"
+if [[ " $SYSTEMS " == *" gw "* || " $SYSTEMS " == *" pb "* || " $SYSTEMS " == *" dst "* ]]; then
+	command -v node >/dev/null || die "node is needed for the peers and the tasks (or SYSTEMS='ds dsr')"
+fi
+if [[ " $SYSTEMS " == *" dst "* ]]; then
+	[[ -f "$HERE/../clients/node/dist/cjs/index.js" && -f "$HERE/../clients/node/node_modules/pg/package.json" ]] ||
+		die "build the Node client first: cd clients/node && npm ci && npm run build"
 fi
 if [[ " $SYSTEMS " == *" gw "* ]]; then
 	GW_VERSION="$(need_npm graphile graphile-worker)"
@@ -211,6 +224,9 @@ now() { date +%s.%N; }
 "$BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$PORT" -U postgres -d postgres \
 	-c "CREATE DATABASE $DB"
 psql_db -c "CREATE EXTENSION durable_steps"
+# the runs' workflow: one SQL step
+psql_db -c "CREATE FUNCTION hold_one_step(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql
+	AS \$\$ BEGIN RETURN ds_step('s', 'SELECT 1'); END \$\$"
 
 no_crash() {
 	if grep -q "terminated by signal" "$LOG"; then
@@ -273,12 +289,23 @@ echo "            clock_timestamp() of the DELETE that finishes the job, by an A
 echo
 
 # --- per system -----------------------------------------------------------------------------
-sys_name() { case "$1" in ds) echo durable_steps ;; gw) echo graphile-worker ;; pb) echo pg-boss ;; esac; }
-sys_rel() { case "$1" in ds) echo durable_steps.steps ;; gw) echo graphile_worker._private_jobs ;; pb) echo "$PB_REL" ;; esac; }
+sys_name() {
+	case "$1" in
+	ds) echo durable_steps ;; dsr) echo "durable_steps runs" ;; dst) echo "durable_steps tasks" ;;
+	gw) echo graphile-worker ;; pb) echo pg-boss ;;
+	esac
+}
+sys_rel() {
+	case "$1" in
+	ds | dst) echo durable_steps.steps ;; dsr) echo durable_steps.runs ;;
+	gw) echo graphile_worker._private_jobs ;; pb) echo "$PB_REL" ;;
+	esac
+}
 sys_backlog_sql() {
 	case "$1" in
-	ds) echo "SELECT count(*) FROM durable_steps.steps WHERE next_attempt_at IS NOT NULL
+	ds | dst) echo "SELECT count(*) FROM durable_steps.steps WHERE next_attempt_at IS NOT NULL
 		AND status IN ('pending', 'retrying', 'running')" ;;
+	dsr) echo "SELECT count(*) FROM durable_steps.runs WHERE finished_at IS NULL" ;;
 	gw) echo "SELECT count(*) FROM graphile_worker._private_jobs" ;;
 	pb) echo "SELECT count(*) FROM pgboss.job WHERE name = 'noop' AND state < 'completed'" ;;
 	esac
@@ -286,6 +313,8 @@ sys_backlog_sql() {
 sys_item_sql() { # one item; k is the item's number
 	case "$1" in
 	ds) echo "PERFORM ds_run_step('hold-$2', 'i' || k, 'SELECT 1', defer => true);" ;;
+	dsr) echo "PERFORM ds_start_run('hold_one_step', '{}', 'hold-$2-' || k);" ;;
+	dst) echo "PERFORM ds_task_step('hold-task-$2', 'i' || k, 'noop');" ;;
 	gw) echo "PERFORM graphile_worker.add_job('noop', '{}'::json);" ;;
 	pb) echo "INSERT INTO pgboss.job (name, data, policy) VALUES ('noop', '{}'::jsonb, 'standard');" ;;
 	esac
@@ -294,6 +323,10 @@ sys_export_sql() { # sys kind t0: the finished items into hold_lat
 	case "$1" in
 	ds) echo "INSERT INTO hold_lat SELECT 'ds', '$2', extract(epoch FROM created_at), extract(epoch FROM finished_at)
 		FROM durable_steps.steps WHERE run_id = 'hold-$2' AND finished_at IS NOT NULL" ;;
+	dst) echo "INSERT INTO hold_lat SELECT 'dst', '$2', extract(epoch FROM created_at), extract(epoch FROM finished_at)
+		FROM durable_steps.steps WHERE run_id = 'hold-task-$2' AND finished_at IS NOT NULL" ;;
+	dsr) echo "INSERT INTO hold_lat SELECT 'dsr', '$2', extract(epoch FROM created_at), extract(epoch FROM finished_at)
+		FROM durable_steps.runs WHERE run_id LIKE 'hold-$2-%' AND finished_at IS NOT NULL" ;;
 	gw) echo "INSERT INTO hold_lat SELECT 'gw', '$2', extract(epoch FROM c), extract(epoch FROM d)
 		FROM hold_gw_done WHERE c >= to_timestamp($3); TRUNCATE hold_gw_done" ;;
 	pb) echo "INSERT INTO hold_lat SELECT 'pb', '$2', extract(epoch FROM created_on), extract(epoch FROM completed_on)
@@ -303,10 +336,13 @@ sys_export_sql() { # sys kind t0: the finished items into hold_lat
 
 start_peer() { # sys
 	local i
-	[[ "$1" == ds ]] && return 0
+	[[ "$1" == ds || "$1" == dsr ]] && return 0
 	rm -f "$WORK/node.in" && mkfifo "$WORK/node.in"
 	: >"$WORK/node.out"
-	if [[ "$1" == gw ]]; then
+	if [[ "$1" == dst ]]; then
+		(TB_CONNECTION="$CONN" TB_CONCURRENCY="$DST_CONCURRENCY" \
+			exec node "$HERE/tasks/worker.js" ds <"$WORK/node.in" >"$WORK/node.out" 2>"$WORK/node.err") &
+	elif [[ "$1" == gw ]]; then
 		(cd "$HERE/graphile" && GW_CONNECTION="$CONN" GW_CONCURRENCY="$GW_CONC" GW_LOCAL_QUEUE="$GW_LQ" \
 			GW_COMPLETE_DELAY="$GW_DELAY" GW_FAIL_DELAY="$GW_DELAY" \
 			exec node drain.js drain <"$WORK/node.in" >"$WORK/node.out" 2>"$WORK/node.err") &
@@ -329,7 +365,7 @@ start_peer() { # sys
 	die "$(sys_name "$1") workers did not start: $(cat "$WORK/node.err")"
 }
 stop_peer() { # sys
-	[[ "$1" == ds ]] && return 0
+	[[ "$1" == ds || "$1" == dsr ]] && return 0
 	echo stop >&"$NODE_IN"
 	exec {NODE_IN}>&-
 	wait "$NODE_PID" || die "$(sys_name "$1") failed: $(cat "$WORK/node.err")"
@@ -553,7 +589,7 @@ EOF
 	echo "   backlog at the hold's end $hb; recovery (backlog back, p99 of the next ${RECOVERY_WINDOW}s <= ${RECOVERY_FACTOR}x unheld p99):" \
 		"$( [[ "$rec" == not ]] && echo "not reached" || echo "${rec}s after the hold ended")"
 	echo
-	printf '%-16s %-4s %7s %9s %8s %6s %9s %9s %11s %8s %8s %9s  %s\n' "$(sys_name "$sys")" "$kind" "$OFFERED_RATE" \
+	printf '%-20s %-4s %7s %9s %8s %6s %9s %9s %11s %8s %8s %9s  %s\n' "$(sys_name "$sys")" "$kind" "$OFFERED_RATE" \
 		"$produced" "$held_rate" "$pct%" "$worst_rate" "$(ms "$un_p99")" "$worst_p99" "$ratio" "$hb" \
 		"$( [[ "$rec" == not ]] && echo "not" || echo "$rec")" "$verdict" >>"$WORK/final.txt"
 }
@@ -573,7 +609,7 @@ psql_db -At -F ',' -c "SELECT * FROM hold_phases" >"$WORK/out/phases.csv"
 echo "summary: ${HOLD_SECONDS}s hold, ${UNHELD_SECONDS}s unheld, offered $OFFERED_RATE items/s (load average now $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "target: throughput held within 10 % of the offered rate (every ${BUCKET_SECONDS}s bucket >= $TARGET_RATE_PCT %)" \
 	"and p99 <= ${TARGET_P99_RATIO}x the unheld p99 through the whole hold"
-printf '%-16s %-4s %7s %9s %8s %6s %9s %9s %11s %8s %8s %9s  %s\n' system hold offered produced "held/s" "%off" \
+printf '%-20s %-4s %7s %9s %8s %6s %9s %9s %11s %8s %8s %9s  %s\n' system hold offered produced "held/s" "%off" \
 	"worst/s" "p99 unh" "worst p99" "ratio" backlog "recov s" verdict
 cat "$WORK/final.txt"
 echo "(offered: the nominal rate; produced: items created per second during the hold; held/s: items"
