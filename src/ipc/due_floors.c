@@ -117,6 +117,7 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 /* this backend's transaction */
 static TimestampTz my_bound = DT_NOEND;
 static bool my_sql_write = false;
+static bool my_task_left_waiting = false;
 static bool own_statement = false;
 static bool preparing = false;
 static bool callback_registered = false;
@@ -227,7 +228,8 @@ find_group(Oid dboid, Oid owner, const char *queue, int32 priority, bool add, bo
 {
 	uint32		start = group_hash(dboid, owner, queue, priority) & (DUE_GROUPS - 1);
 
-	if (strlen(queue) >= DS_DUE_TASK_NAME_LEN)
+	/* a step group's queue is a name (DueGroup), a task group's a task name */
+	if (strlen(queue) >= (owner == InvalidOid ? NAMEDATALEN : DS_DUE_TASK_NAME_LEN))
 		return NULL;
 	for (int k = 0; k < DUE_GROUPS; k++)
 	{
@@ -354,6 +356,7 @@ floors_at_end_of_xact(XactEvent event, void *arg)
 		pg_atomic_write_u64(&slot->bound, (uint64) DT_NOEND);
 	my_bound = DT_NOEND;
 	my_sql_write = false;
+	my_task_left_waiting = false;
 	own_statement = false;
 }
 
@@ -417,6 +420,20 @@ void
 ds_due_floor_note_waiting_task(const char *task, Oid owner, int32 priority, TimestampTz t)
 {
 	note_waiting(owner, task, priority, t);
+}
+
+void
+ds_due_floor_note_task_left_waiting(void)
+{
+	if (floors == NULL)
+		return;
+	/* registered for the reset at the transaction's end */
+	if (!callback_registered)
+	{
+		RegisterXactCallback(floors_at_end_of_xact, NULL);
+		callback_registered = true;
+	}
+	my_task_left_waiting = true;
 }
 
 void
@@ -709,6 +726,9 @@ ds_due_floor_look(const char *queue, int32 priority, DueFloorLook *look)
 bool
 ds_due_task_floor_look(const DueTaskGroup *group, DueFloorLook *look)
 {
+	look->slot = -1;
+	if (my_task_left_waiting)
+		return false;
 	return floor_look(group->owner, group->task, group->priority, look);
 }
 

@@ -47,6 +47,13 @@ extern void ds_due_floor_note_waiting_task(const char *task, Oid owner, int32 pr
  */
 extern void ds_due_floor_note_sql_write(void);
 
+/*
+ * This transaction takes a task out of the waiting states (a claim, a cancel, an outcome): until
+ * it ends, its task looks refuse (ds_due_task_floor_look), since a rollback would put the task
+ * back below a floor its look raised.
+ */
+extern void ds_due_floor_note_task_left_waiting(void);
+
 /* The extension's own next SQL statement on steps is noted by its caller, not by the trigger. */
 extern void ds_due_floor_own_statement(bool on);
 
@@ -119,7 +126,10 @@ typedef struct DueTaskGroup
 extern bool ds_due_task_groups_known(DueTaskGroup **groups, int *n);
 extern void ds_due_task_groups_found(DueTaskGroup *groups, int n, uint64 gen);
 
-/* ds_due_floor_look and ds_due_floor for a task group. */
+/*
+ * ds_due_floor_look and ds_due_floor for a task group; the look is refused (false) once this
+ * transaction has taken a task out of the waiting states.
+ */
 extern bool ds_due_task_floor_look(const DueTaskGroup *group, DueFloorLook *look);
 extern TimestampTz ds_due_task_floor(const DueTaskGroup *group);
 

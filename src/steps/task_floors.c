@@ -10,6 +10,7 @@
  */
 #include "base/compat.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/acl.h"
@@ -44,19 +45,27 @@ find_groups(void)
 	uint64		gen = ds_due_groups_generation();
 	int			n = (int) ds_store_waiting_task_groups();
 	DueTaskGroup *groups = palloc0(sizeof(DueTaskGroup) * Max(n, 1));
+	int			k = 0;
 
 	for (int i = 0; i < n; i++)
 	{
 		bool		isnull;
+		char	   *task = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 
-		strlcpy(groups[i].task, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
-				DS_DUE_TASK_NAME_LEN);
-		groups[i].owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+		/*
+		 * a name longer than a claim may ask for (only SQL of others writes
+		 * one) is never claimed: its group need not be held
+		 */
+		if (strlen(task) > DS_MAX_TASK_NAME)
+			continue;
+		strlcpy(groups[k].task, task, DS_DUE_TASK_NAME_LEN);
+		groups[k].owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
 														 SPI_tuptable->tupdesc, 2, &isnull));
-		groups[i].priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
+		groups[k].priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
 														 SPI_tuptable->tupdesc, 3, &isnull));
+		k++;
 	}
-	ds_due_task_groups_found(groups, n, gen);
+	ds_due_task_groups_found(groups, k, gen);
 }
 
 /* ds_task_groups_to_read, inside its SPI connection; `out` in `cxt`. */
@@ -76,6 +85,12 @@ groups_to_read(ArrayType *tasks, Oid caller, MemoryContext cxt, DueTaskGroup **o
 	char	  **names;
 	uint64		prepared;
 
+	/*
+	 * the looks and the walk read the latest snapshot's rows: a wait in a
+	 * transaction with a snapshot of its own reads every group from its start
+	 */
+	if (IsolationUsesXactSnapshot())
+		return -1;
 	deconstruct_array(tasks, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n_names);
 	names = palloc(sizeof(char *) * Max(n_names, 1));
 	for (int i = 0; i < n_names; i++)
@@ -98,11 +113,12 @@ groups_to_read(ArrayType *tasks, Oid caller, MemoryContext cxt, DueTaskGroup **o
 	if (prepared != 0 && !ds_store_prepared_transactions())
 		ds_due_floors_prepared_gone(prepared);
 
-	groups = MemoryContextAlloc(cxt, sizeof(DueTaskGroup) * Max(n_all, 1));
-	looks = palloc(sizeof(DueFloorLook) * Max(n_all, 1));
 	for (int i = 0; i < n_all; i++)
 		if (named(all[i].task, names, n_names) && has_privs_of_role(caller, all[i].owner))
-			groups[n++] = all[i];
+			all[n++] = all[i];
+	groups = MemoryContextAlloc(cxt, sizeof(DueTaskGroup) * Max(n, 1));
+	memcpy(groups, all, sizeof(DueTaskGroup) * n);
+	looks = palloc(sizeof(DueFloorLook) * Max(n, 1));
 
 	/* the looks, then one statement whose snapshot is later than all of them */
 	for (int i = 0; i < n; i++)

@@ -12,10 +12,10 @@
 
 /*
  * The task groups (name, owner, priority) that a claim or a wait for the names in `tasks` by
- * role `caller` reads, each with its floor, moved up first to the group's first waiting task;
- * -1 when the registry does not hold them all, and then each (name, owner) is read from its
- * start. Before this transaction has claimed any task: a claim it then rolled back would put its
- * tasks back below a floor.
+ * role `caller` reads, each with its floor, moved up first to the group's first waiting task
+ * unless this transaction took a task out of waiting (a rollback would put it back below);
+ * palloc'd in the caller's context. -1 when the registry does not hold them all, or the
+ * transaction reads a snapshot of its own: then each (name, owner) is read from its start.
  */
 extern int	ds_task_groups_to_read(ArrayType *tasks, Oid caller, DueTaskGroup **groups);
 

@@ -86,6 +86,9 @@ ds_wait_for_tasks(PG_FUNCTION_ARGS)
 			}
 			/* the first one due within the wait, if any, ends it */
 			next = ds_store_next_task_time(tasks, queues, caller, until, true, groups, n_groups);
+			/* a wait looks again at every commit, for up to a day */
+			if (groups != NULL)
+				pfree(groups);
 		}
 		if (now >= until)
 			break;

@@ -221,6 +221,11 @@ ds_store_cancel_run_steps(const char *run_id)
 	Datum		args[1] = {CStringGetTextDatum(run_id)};
 	StoreSpi	spi;
 
+	/*
+	 * its tasks among them: no task look of this transaction raises a floor
+	 * past them
+	 */
+	ds_due_floor_note_task_left_waiting();
 	ds_store_spi_begin(&spi);
 	(void) ds_store_execute(&cancel_steps_plan,
 							"UPDATE durable_steps.steps SET status = 'cancelled',"

@@ -510,7 +510,12 @@ note_if_waiting(const StepRecord *rec)
 {
 	if ((rec->status != STEP_PENDING && rec->status != STEP_RETRYING) ||
 		rec->next_attempt_at == 0)
+	{
+		/* a task that leaves the waiting states, or may have */
+		if (rec->task != NULL)
+			ds_due_floor_note_task_left_waiting();
 		return;
+	}
 	/* tasks wait in an index of their own, in a group per name and owner */
 	if (rec->task != NULL)
 		ds_due_floor_note_waiting_task(rec->task, rec->owner, rec->priority, rec->next_attempt_at);

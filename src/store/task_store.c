@@ -252,6 +252,7 @@ ds_store_mark_tasks_running(ArrayType *tids, TimestampTz now, int pid, const cha
 	args[2] = Int32GetDatum(pid);
 	args[3] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
 	args[4] = IntervalPGetDatum(lease);
+	ds_due_floor_note_task_left_waiting();
 	return ds_store_claim_by_tid(&mark_tasks_plan,
 
 	/*

@@ -217,6 +217,28 @@ RESET ROLE;
 SELECT ds_task_step('mail-long', 'p', repeat('m', 200));});
 	is($take->(q{ARRAY['mail', repeat('m', 200)]}), 'mail-long,mail-mailer',
 		"$t: a new role's task and a task of a 200-byte name are claimed");
+
+	# a transaction that took tasks out of waiting raises no floor past them: they wait again
+	# once it rolls back
+	$node->safe_psql('postgres',
+		q{SELECT ds_task_step('mail-undone', 'a', 'mail', run_at => now() - interval '2 min');
+		  SELECT ds_task_step('mail-undone', 'b', 'mail', run_at => now() - interval '1 min');});
+	$worker->query_ok(q{BEGIN; SELECT ds_cancel_step('mail-undone', 'a'), ds_cancel_step('mail-undone', 'b');
+	                    CALL ds_wait_for_tasks(ARRAY['mail'], '10 ms', NULL, NULL); ROLLBACK;});
+	my (undef, $undone) = $worker->query(q{DO $$BEGIN PERFORM FROM ds_claim_tasks(ARRAY['mail'], 1);
+	                    PERFORM FROM ds_claim_tasks(ARRAY['mail'], 1); RAISE EXCEPTION 'undone'; END$$;});
+	like($undone, qr/ERROR:  P0001: undone/, "$t: two claims in one transaction, rolled back");
+	is($take->(q{ARRAY['mail']}), 'mail-undone,mail-undone',
+		"$t: tasks cancelled, or claimed twice in one transaction, and rolled back are claimed");
+	# a wait in a REPEATABLE READ transaction looks with the latest snapshot, or not at all
+	my $rr = DurableSteps::Session->new($node, 'repeatable read');
+	$rr->query_ok(q{BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT now();});
+	$node->safe_psql('postgres',
+		q{SELECT ds_task_step('mail-after-snapshot', 'p', 'mail', run_at => now() - interval '1 min')});
+	$rr->query_ok(q{CALL ds_wait_for_tasks(ARRAY['mail'], '10 ms', NULL, NULL); COMMIT;});
+	$rr->quit;
+	is($take->(q{ARRAY['mail']}), 'mail-after-snapshot',
+		"$t: a task stored after a waiting transaction's snapshot is claimed");
 	is( $node->safe_psql('postgres',
 			'SELECT backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid = ' . $hold->pid),
 		't', "$t: the hold lasted throughout");
