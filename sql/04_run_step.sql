@@ -58,6 +58,11 @@ SELECT status, remediation, replayed
   FROM ds_run_step('order:3', 'validate', $$SELECT CASE WHEN ($1->>'qty')::int > 0 THEN 'ok'
        ELSE ds_blocked('quantity must be positive', 'Correct the quantity.')::text END$$,
        '{"qty": 0}');
+-- stopped (here blocked: a division by zero), different SQL: the hint names the re-arm that takes it
+SELECT status, error_code FROM ds_run_step('order:fix', 'charge', 'SELECT 1/0');
+SELECT * FROM ds_run_step('order:fix', 'charge', 'SELECT 1');
+SELECT status FROM ds_retry_step('order:fix', 'charge', sql => 'SELECT 1');
+SELECT status, result FROM ds_run_step('order:fix', 'charge', 'SELECT 1');
 -- blocked, different fingerprint: conflict; changed input goes through ds_retry_step
 SELECT * FROM ds_run_step('order:3', 'validate', $$SELECT CASE WHEN ($1->>'qty')::int > 0 THEN 'ok'
        ELSE ds_blocked('quantity must be positive', 'Correct the quantity.')::text END$$,

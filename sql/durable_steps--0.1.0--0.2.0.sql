@@ -267,6 +267,11 @@ ALTER TABLE durable_steps.steps
     ADD COLUMN on_lost text,
     ADD COLUMN worker text;
 
+-- A SQL step called with expect => 'row' (true): a body that returns no row fails (DS008,
+-- correctable) rather than succeeding with NULL (docs/steps.md, "Expecting a row"). NULL for
+-- every other step, so that it takes no byte of their rows.
+ALTER TABLE durable_steps.steps ADD COLUMN expect_row boolean;
+
 -- Waiting tasks are claimed by name (ds_claim_tasks), from an index of their own: the
 -- executors' index holds no task, so that a backlog of tasks waiting for application workers is
 -- never read by a claim of SQL steps, nor SQL steps by a claim of tasks. Neither predicate
@@ -305,7 +310,9 @@ CREATE OR REPLACE VIEW @extschema@.ds_steps WITH (security_barrier) AS
            -- tasks (docs/tasks.md): the handler's name, what a lost lease means, and the
            -- worker that claimed the attempt now running
            s.task, coalesce(s.on_lost, CASE WHEN s.task IS NOT NULL THEN 'retry' END) AS on_lost,
-           s.worker
+           s.worker,
+           -- 'row': a body that returns no row fails (docs/steps.md, "Expecting a row")
+           CASE WHEN s.expect_row THEN 'row' END AS expect
       FROM durable_steps.steps s
      WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
@@ -440,3 +447,50 @@ CREATE FUNCTION @extschema@.ds_task(
 CREATE FUNCTION @extschema@.ds_complete_tasks(tokens text[], results jsonb[])
     RETURNS TABLE (token text, status text, held boolean)
     AS 'MODULE_PATHNAME', 'ds_complete_tasks' LANGUAGE C VOLATILE;
+
+-- ds_schedule_fire gains `now`: a trial firing that starts one run at once (docs/schedules.md,
+-- "Trying a schedule"). The pg_cron jobs' commands name the function alone, and still resolve.
+DROP FUNCTION @extschema@.ds_schedule_fire(text, timestamptz);
+CREATE FUNCTION @extschema@.ds_schedule_fire(job_name text, fired_at timestamptz DEFAULT NULL,
+    now boolean DEFAULT false) RETURNS integer
+    AS 'MODULE_PATHNAME', 'ds_schedule_fire' LANGUAGE C VOLATILE;
+
+-- ds_run_step and ds_step gain `expect`: 'row' makes a body that returns no row fail with DS008,
+-- correctable, rather than succeed with NULL (docs/steps.md, "Expecting a row"). Calls that name
+-- their arguments, or pass fewer, resolve as before.
+DROP FUNCTION @extschema@.ds_run_step(text, text, text, jsonb, jsonb, interval, boolean, text[],
+    text[], text, boolean, timestamptz, text, text, text, text, integer);
+CREATE FUNCTION @extschema@.ds_run_step(
+        run_id text,
+        step_id text,
+        sql text,
+        input jsonb DEFAULT NULL,
+        policy jsonb DEFAULT NULL,
+        timeout interval DEFAULT NULL,
+        nowait boolean DEFAULT false,
+        retry_on text[] DEFAULT NULL,
+        fail_on text[] DEFAULT NULL,
+        on_timeout text DEFAULT 'retry',
+        defer boolean DEFAULT false,
+        run_at timestamptz DEFAULT NULL,
+        notify text DEFAULT NULL,
+        on_success text DEFAULT NULL,
+        on_failure text DEFAULT NULL,
+        queue text DEFAULT 'default',
+        priority integer DEFAULT 0,
+        expect text DEFAULT NULL)
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_run_step' LANGUAGE C VOLATILE;
+DROP FUNCTION @extschema@.ds_step(text, text, jsonb, jsonb, interval, text[], text[], text);
+CREATE FUNCTION @extschema@.ds_step(
+        step_id text,
+        sql text,
+        input jsonb DEFAULT NULL,
+        policy jsonb DEFAULT NULL,
+        timeout interval DEFAULT NULL,
+        retry_on text[] DEFAULT NULL,
+        fail_on text[] DEFAULT NULL,
+        on_timeout text DEFAULT 'retry',
+        expect text DEFAULT NULL)
+    RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_step' LANGUAGE C VOLATILE;

@@ -172,6 +172,7 @@ ds_classify_sqlstate(int sqlerrcode, const ClassOverrides *o)
 		case ERRCODE_DS_RETRY_AFTER:
 			return ATTEMPT_RETRYABLE;
 		case ERRCODE_DS_BLOCKED:
+		case ERRCODE_DS_NO_ROW:
 			return ATTEMPT_CORRECTABLE;
 		case ERRCODE_DS_STEP_TIMEOUT:
 			if (o != NULL && o->timeout_fails)

@@ -18,6 +18,7 @@
 #define ERRCODE_DS_RESULT_TOO_LARGE		MAKE_SQLSTATE('D','S','0','0','5')
 #define ERRCODE_DS_TOO_MANY_ROWS		MAKE_SQLSTATE('D','S','0','0','6')
 #define ERRCODE_DS_INVOCATION_LOST		MAKE_SQLSTATE('D','S','0','0','7')
+#define ERRCODE_DS_NO_ROW				MAKE_SQLSTATE('D','S','0','0','8')
 /* Recorded on the attempts of HTTP steps (docs/http.md). */
 #define ERRCODE_DS_HTTP_STATUS			MAKE_SQLSTATE('D','S','0','1','0')
 #define ERRCODE_DS_HTTP_NOT_SENT		MAKE_SQLSTATE('D','S','0','1','1')

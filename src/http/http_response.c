@@ -328,7 +328,7 @@ ds_http_classify(const HttpResponse *resp, bool expect_json, const HttpStatusRul
 			fail(outcome, ATTEMPT_PERMANENT, ERRCODE_DS_HTTP_BAD_RESPONSE,
 				 expect_json ? pstrdup("HTTP response body is not valid JSON") :
 				 pstrdup("HTTP response body is not valid text in the database encoding"),
-				 psprintf("The receiver answered %ld; the response is kept as the step's result.",
+				 psprintf("The receiver answered %ld; the response is kept in the step's error_detail.",
 						  resp->status),
 				 NULL);
 			*kept = response;
@@ -366,5 +366,5 @@ ds_http_classify(const HttpResponse *resp, bool expect_json, const HttpStatusRul
 			 psprintf("HTTP %ld", resp->status),
 			 resp->status >= 300 && resp->status < 400 ?
 			 pstrdup("Redirects are not followed.") : NULL,
-			 pstrdup("The receiver refused the request; the response is kept as the step's result. Correct what it depends on, then send it again with ds_retry_step()."));
+			 pstrdup("The receiver refused the request; the response is kept in the step's error_detail. Correct what it depends on, then send it again with ds_retry_step()."));
 }

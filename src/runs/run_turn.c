@@ -394,7 +394,8 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 							"  pg_catalog.jsonb_array_elements_text($1 OPERATOR(pg_catalog.->) 'retry_on') e),"
 							" fail_on => (SELECT pg_catalog.array_agg(e) FROM"
 							"  pg_catalog.jsonb_array_elements_text($1 OPERATOR(pg_catalog.->) 'fail_on') e),"
-							" on_timeout => COALESCE($1 OPERATOR(pg_catalog.->>) 'on_timeout', 'retry')) r",
+							" on_timeout => COALESCE($1 OPERATOR(pg_catalog.->>) 'on_timeout', 'retry'),"
+							" expect => $1 OPERATOR(pg_catalog.->>) 'expect') r",
 							quote_identifier(get_namespace_name(ds_extension_schema())));
 	body.input = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(susp->step_call)));
 

@@ -112,8 +112,8 @@ static SPIPlanPtr
 run_step_plan(void)
 {
 	Oid			schema = ds_extension_schema();
-	Oid			types[9] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, INTERVALOID,
-	TEXTARRAYOID, TEXTARRAYOID, TEXTOID};
+	Oid			types[10] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, INTERVALOID,
+	TEXTARRAYOID, TEXTARRAYOID, TEXTOID, TEXTOID};
 
 	if (step_plan != NULL && step_plan_schema == schema)
 		return step_plan;
@@ -127,9 +127,9 @@ run_step_plan(void)
 									" error_message, remediation"
 									" FROM %s.ds_run_step(run_id => $1, step_id => $2, sql => $3,"
 									" input => $4, policy => $5, timeout => $6, retry_on => $7,"
-									" fail_on => $8, on_timeout => $9, defer => true)",
+									" fail_on => $8, on_timeout => $9, expect => $10, defer => true)",
 									quote_identifier(get_namespace_name(schema))),
-						   9, types);
+						   10, types);
 }
 
 /* Append `"key": <string>` to a JSON object being built. */
@@ -194,6 +194,8 @@ encode_step_call(Datum *args, char *nulls, int64 *limit)
 		append_text_array(&buf, "fail_on", args[7]);
 	if (nulls[8] == ' ')
 		append_string_field(&buf, "on_timeout", TextDatumGetCString(args[8]));
+	if (nulls[9] == ' ')
+		append_string_field(&buf, "expect", TextDatumGetCString(args[9]));
 	appendStringInfoChar(&buf, '}');
 	return buf.data;
 }
@@ -237,6 +239,7 @@ check_new_step_args(FunctionCallInfo fcinfo)
 						   &overrides.n_retry, &overrides.retry_on, &overrides.retry_is_class);
 	ds_parse_sqlstate_list(PG_ARGISNULL(6) ? NULL : PG_GETARG_ARRAYTYPE_P(6), "fail_on",
 						   &overrides.n_fail, &overrides.fail_on, &overrides.fail_is_class);
+	(void) ds_expect_row_arg(fcinfo, 8);
 }
 
 /* The turn ends here: step `step_id`'s attempt is due, and the executor runs it after the turn. */
@@ -259,8 +262,8 @@ suspend_for_attempt(const char *step_id, Datum *args, char *nulls)
 }
 
 /*
- * ds_step(step_id, sql, input, policy, timeout, retry_on, fail_on, on_timeout) -> jsonb: the
- * step's result.
+ * ds_step(step_id, sql, input, policy, timeout, retry_on, fail_on, on_timeout, expect) -> jsonb:
+ * the step's result.
  *
  * The two common calls of a turn are answered here from one look at the step's row: a step the
  * run completed before (as its owner, with this definition: what ds_run_step would replay), and
@@ -272,8 +275,8 @@ Datum
 ds_step(PG_FUNCTION_ARGS)
 {
 	const char *run_id = ds_turn_require("ds_step", NULL);
-	Datum		args[9];
-	char		nulls[9];
+	Datum		args[10];
+	char		nulls[10];
 	int			rc;
 	HeapTuple	row;
 	TupleDesc	td;
@@ -293,10 +296,12 @@ ds_step(PG_FUNCTION_ARGS)
 	step_id = name_arg(fcinfo, 0, "step_id");
 	args[0] = CStringGetTextDatum(run_id);
 	nulls[0] = ' ';
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < 9; i++)
 	{
-		nulls[i + 1] = PG_ARGISNULL(i) ? 'n' : ' ';
-		args[i + 1] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+		bool		null = i >= PG_NARGS() || PG_ARGISNULL(i);
+
+		nulls[i + 1] = null ? 'n' : ' ';
+		args[i + 1] = null ? (Datum) 0 : PG_GETARG_DATUM(i);
 	}
 	found = ds_probe_step(run_id, step_id, GetLatestSnapshot(), &probe, NULL);
 	if (!found)
@@ -309,8 +314,9 @@ ds_step(PG_FUNCTION_ARGS)
 		probe.owner == GetUserId() && probe.kind == STEP_KIND_SQL && !PG_ARGISNULL(1) &&
 		probe.on_success == NULL && probe.on_failure == NULL &&
 		strcmp(probe.fingerprint,
-			   ds_step_fingerprint(text_to_cstring(PG_GETARG_TEXT_PP(1)),
-								   PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2), NULL, NULL)) == 0)
+			   ds_sql_step_fingerprint(text_to_cstring(PG_GETARG_TEXT_PP(1)),
+									   ds_expect_row_arg(fcinfo, 8),
+									   PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2), NULL, NULL)) == 0)
 	{
 		if (probe.result == NULL)
 			PG_RETURN_NULL();

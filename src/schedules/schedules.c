@@ -511,8 +511,10 @@ start_slot(const char *nsp, const char *job_name, const ScheduleRow *row, Timest
 }
 
 /*
- * ds_schedule_fire(job_name, fired_at DEFAULT NULL) -> integer: the firing of a schedule's job at
- * fired_at (now when NULL); the number of slots it started. Only the schedule's owner may fire it.
+ * ds_schedule_fire(job_name, fired_at DEFAULT NULL, now DEFAULT false) -> integer: the firing of a
+ * schedule's job at fired_at (now when NULL); the number of slots it started. With `now`, a trial
+ * instead: one slot, the current second, whatever the schedule says (docs/schedules.md, "Trying
+ * a schedule"). Only the schedule's owner may fire it.
  */
 Datum
 ds_schedule_fire(PG_FUNCTION_ARGS)
@@ -530,6 +532,8 @@ ds_schedule_fire(PG_FUNCTION_ARGS)
 	int			started = 0;
 	StoreSpi	spi;
 
+	bool		trial = PG_NARGS() > 2 && !PG_ARGISNULL(2) && PG_GETARG_BOOL(2);
+
 	if (!PG_ARGISNULL(1))
 	{
 		fired_at = PG_GETARG_TIMESTAMPTZ(1);
@@ -537,6 +541,10 @@ ds_schedule_fire(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("fired_at must be a finite time not after now")));
+		if (trial)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("a trial firing (now => true) takes no fired_at")));
 	}
 	PreventCommandIfReadOnly("ds_schedule_fire()");
 	row = read_schedule(job_name);
@@ -547,6 +555,18 @@ ds_schedule_fire(PG_FUNCTION_ARGS)
 				 errhint("A schedule is fired by its owner's pg_cron job.")));
 	ds_cron_parse(row.schedule, &parsed);
 	nsp = quote_identifier(own_schema(fcinfo));
+
+	/*
+	 * a trial: the slot of this second, started as any slot is (once: its key
+	 * is the schedule's); the schedule's record of its firings stays as it is
+	 */
+	if (trial)
+	{
+		SPI_connect();
+		started = start_slot(nsp, job_name, &row, now - now % USECS_PER_SEC) ? 1 : 0;
+		SPI_finish();
+		PG_RETURN_INT32(started);
+	}
 
 	/*
 	 * the latest slot, however late the firing; then the backfill's, none

@@ -79,6 +79,7 @@ typedef struct StepCall
 	char	   *queue;			/* the worker's queue for its attempts
 								 * (docs/queues.md) */
 	int			priority;		/* lower numbers run first within the queue */
+	bool		expect_row;		/* expect => 'row': no row returned fails */
 	char	   *fingerprint;	/* computed when a replay needs it, or for a
 								 * new step */
 } StepCall;
@@ -150,6 +151,7 @@ parse_step_call(FunctionCallInfo fcinfo, StepCall *call)
 	ds_check_hook_sql("on_failure", call->on_failure);
 	call->queue = ds_queue_name_arg(fcinfo, 15, "queue");
 	call->priority = ds_priority_arg(fcinfo, 16);
+	call->expect_row = ds_expect_row_arg(fcinfo, 17);
 	ds_policy_parse(call->policy, &parsed);
 	memset(&overrides, 0, sizeof(overrides));
 	ds_parse_sqlstate_list(call->retry_on, "retry_on", &overrides.n_retry, &overrides.retry_on,
@@ -179,7 +181,8 @@ answer_replay(FunctionCallInfo fcinfo, StepCall *call, Datum *result)
 	Oid			owner;
 	HeapTuple	answer;
 
-	bool		cacheable = call->on_success == NULL && call->on_failure == NULL;
+	bool		cacheable = call->on_success == NULL && call->on_failure == NULL &&
+		!call->expect_row;
 
 	if (cacheable &&
 		ds_replay_cache_lookup(call->run_id, call->step_id, call->sql, call->input, &owner,
@@ -189,8 +192,8 @@ answer_replay(FunctionCallInfo fcinfo, StepCall *call, Datum *result)
 		*result = HeapTupleGetDatum(answer);
 		return true;
 	}
-	call->fingerprint = ds_step_fingerprint(call->sql, call->input, call->on_success,
-											call->on_failure);
+	call->fingerprint = ds_sql_step_fingerprint(call->sql, call->expect_row, call->input,
+												call->on_success, call->on_failure);
 	if (!ds_replay_cache_probe(call->run_id, call->step_id, statement_snapshot(), &rec, &ticket))
 		return false;
 
@@ -254,6 +257,7 @@ new_step_record(const StepCall *call, StepRecord *rec)
 	rec->on_failure = call->on_failure;
 	rec->queue = call->queue;
 	rec->priority = call->priority;
+	rec->expect_row = call->expect_row;
 	rec->owner = GetUserId();
 	rec->search_path = namespace_search_path;
 	rec->status = STEP_RUNNING;
@@ -349,7 +353,12 @@ check_rearm(const StepRecord *rec, bool new_input)
 						GetUserNameFromId(rec->owner, true) ? GetUserNameFromId(rec->owner, true) : "(dropped)"),
 				 new_input ?
 				 errdetail("Only roles with the privileges of a step's owner can give it a new input or SQL.") :
-				 errdetail("Only superusers can re-arm a superuser's step.")));
+				 errdetail("Only superusers can re-arm a superuser's step."),
+				 new_input && !superuser_arg(rec->owner) ?
+				 errhint("Re-arm it as a member of role %s (GRANT %s TO %s, by a role that may grant it), or re-arm it as it was defined.",
+						 quote_identifier(GetUserNameFromId(rec->owner, true) ? GetUserNameFromId(rec->owner, true) : "?"),
+						 quote_identifier(GetUserNameFromId(rec->owner, true) ? GetUserNameFromId(rec->owner, true) : "?"),
+						 quote_identifier(GetUserNameFromId(GetUserId(), true) ? GetUserNameFromId(GetUserId(), true) : "?")) : 0));
 }
 
 /*
@@ -485,7 +494,8 @@ ds_retry_step(PG_FUNCTION_ARGS)
 		}
 		if (new_sql != NULL)
 			rec.sql = new_sql;
-		rec.fingerprint = ds_step_fingerprint(rec.sql, rec.input, rec.on_success, rec.on_failure);
+		rec.fingerprint = ds_sql_step_fingerprint(rec.sql, rec.expect_row, rec.input, rec.on_success,
+												  rec.on_failure);
 	}
 	/* a fresh budget of attempts; attempt numbers go on from where they were */
 	rec.attempt_base = rec.attempts;

@@ -373,6 +373,7 @@ ds_run_next_attempt(StepRecord *rec, bool is_new, bool by_worker)
 	body.step_id = rec->step_id;
 	body.sql = rec->sql;
 	body.input = rec->input;
+	body.expect_row = rec->expect_row;
 	body.timeout = rec->timeout;
 	body.isolate_as = by_worker ? rec->owner : InvalidOid;
 	body.cancel_key = by_worker ? ds_attempt_cancel_key(rec->run_id, rec->step_id, attempt) : 0;

@@ -254,6 +254,53 @@ ds_step_check_owner(const StepRecord *rec)
  * run now.
  */
 bool
+ds_expect_row_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *expect;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return false;
+	expect = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (strcmp(expect, "row") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("expect must be 'row' or null")));
+	return true;
+}
+
+char *
+ds_sql_step_fingerprint(const char *sql, bool expect_row, Jsonb *input, const char *on_success,
+						const char *on_failure)
+{
+	/*
+	 * a prefix no stored SQL has (a statement does not begin so): a step
+	 * stored without it hashes as it did before steps could expect a row
+	 */
+	return ds_step_fingerprint(expect_row ? psprintf("expect row\n%s", sql) : sql, input,
+							   on_success, on_failure);
+}
+
+/*
+ * The hint of a conflict with stored step `rec`: a step that stopped without succeeding takes a
+ * corrected definition through its re-arm (docs/steps.md, "Stuck work: find, cancel, re-arm"); any other needs a
+ * new step id.
+ */
+static char *
+conflict_hint(const StepRecord *rec)
+{
+	const char *fix;
+
+	if (rec->status != STEP_FAILED && rec->status != STEP_BLOCKED &&
+		rec->status != STEP_UNCERTAIN)
+		return pstrdup("Use a new step_id for a different step.");
+	fix = rec->kind == STEP_KIND_HTTP ? "request => ..." :
+		rec->kind == STEP_KIND_TASK ? "input => ..." : "sql => ..., input => ...";
+	return psprintf("To run this %s step with a corrected definition, re-arm it: ds_retry_step(%s, %s, %s).",
+					ds_step_status_name(rec->status), quote_literal_cstr(rec->run_id),
+					quote_literal_cstr(rec->step_id), fix);
+}
+
+bool
 ds_step_answer_from_store(const StepRecord *rec, const char *fingerprint)
 {
 	ds_step_check_owner(rec);
@@ -264,9 +311,7 @@ ds_step_answer_from_store(const StepRecord *rec, const char *fingerprint)
 						rec->run_id, rec->step_id),
 				 errdetail("The stored step (status %s) was created with other SQL, input or hooks.",
 						   ds_step_status_name(rec->status)),
-				 rec->status == STEP_BLOCKED ?
-				 errhint("Give a blocked step corrected input with ds_retry_step().") :
-				 errhint("Use a new step_id for a different step.")));
+				 errhint("%s", conflict_hint(rec))));
 	if (ds_step_status_is_settled(rec->status))
 		return true;
 	if ((rec->status == STEP_RETRYING || rec->status == STEP_PENDING) &&

@@ -32,6 +32,19 @@ extern void ds_check_slot_run_id(const char *run_id);
 /* Argument `argno`, a step timeout, in microseconds: 0 for NULL, else in (0, 24 hours]. */
 extern int64 ds_step_timeout_arg(FunctionCallInfo fcinfo, int argno);
 
+/*
+ * A SQL step's expect argument (argument `argno`): NULL, or 'row' (true): a body that returns no
+ * row fails (22023 for anything else).
+ */
+extern bool ds_expect_row_arg(FunctionCallInfo fcinfo, int argno);
+
+/*
+ * The fingerprint of a SQL step's definition: its SQL, whether it expects a row, its input and
+ * hooks. One that expects no row hashes as ds_step_fingerprint of its SQL.
+ */
+extern char *ds_sql_step_fingerprint(const char *sql, bool expect_row, Jsonb *input,
+									 const char *on_success, const char *on_failure);
+
 /* The fingerprint of a definition: `sql` (never NULL), `input` and the hooks (may be NULL). */
 extern char *ds_step_fingerprint(const char *sql, Jsonb *input, const char *on_success,
 								 const char *on_failure);

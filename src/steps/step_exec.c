@@ -303,6 +303,12 @@ run_body(const StepBody *body, int result_limit, MemoryContext result_cxt)
 	rc = SPI_execute_plan(plan, values, nulls, false, 2);
 	if (rc < 0)
 		elog(ERROR, "step SQL failed: %s", SPI_result_code_string(rc));
+	if (body->expect_row && SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DS_NO_ROW),
+				 errmsg("step returned no row"),
+				 errdetail("The step expects a row (expect => 'row'): its statement found none."),
+				 errhint("Correct the step's input or the data it depends on, then re-arm it with ds_retry_step().")));
 	result = result_to_jsonb(SPI_tuptable, SPI_processed);
 	if (VARSIZE(result) > (Size) result_limit)
 		ereport(ERROR,

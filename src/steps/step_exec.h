@@ -32,6 +32,8 @@ typedef struct StepBody
 	const char *search_path;	/* search_path to run under; NULL = the
 								 * current one */
 	const ClassOverrides *overrides;
+	bool		expect_row;		/* a body that returns no row fails (DS008,
+								 * correctable) */
 } StepBody;
 
 extern void ds_step_exec_init_module(void);

@@ -92,6 +92,7 @@ const StepColumnDesc ds_step_columns[N_STEP_COLUMNS] = {
 	[STEP_COL_TASK] = STEP_FIELD("task", FIELD_TEXT, task),
 	[STEP_COL_ON_LOST] = STEP_FIELD("on_lost", FIELD_TEXT, on_lost),
 	[STEP_COL_WORKER] = STEP_FIELD("worker", FIELD_TEXT, worker),
+	[STEP_COL_EXPECT_ROW] = STEP_FIELD("expect_row", FIELD_BOOL_FALSE_NULL, expect_row),
 };
 
 const char *const ds_attempt_column_names[N_ATTEMPT_COLUMNS] = {
@@ -194,6 +195,7 @@ ds_step_set_field(StepRecord *rec, StepColumn col, Datum value, bool isnull, Mem
 			*(double *) field = isnull ? 0.0 : DatumGetFloat8(value);
 			break;
 		case FIELD_BOOL:
+		case FIELD_BOOL_FALSE_NULL:
 			*(bool *) field = isnull ? false : DatumGetBool(value);
 			break;
 		case FIELD_USECS:
@@ -237,6 +239,9 @@ step_field_value(const StepRecord *rec, StepColumn col, bool *isnull)
 		case FIELD_FLOAT8:
 			return Float8GetDatum(*(const double *) field);
 		case FIELD_BOOL:
+			return BoolGetDatum(*(const bool *) field);
+		case FIELD_BOOL_FALSE_NULL:
+			*isnull = !*(const bool *) field;
 			return BoolGetDatum(*(const bool *) field);
 		case FIELD_USECS:
 			*isnull = *(const int64 *) field == 0;

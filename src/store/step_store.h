@@ -85,6 +85,8 @@ typedef struct StepRecord
 	char	   *queue;			/* the queue the worker serves it from
 								 * (docs/queues.md) */
 	int			priority;		/* lower numbers first within the queue */
+	bool		expect_row;		/* SQL steps: no row returned is a failure
+								 * (docs/steps.md, "Expecting a row") */
 	StepStatus	status;
 	Jsonb	   *result;
 	char	   *error_class;
@@ -219,10 +221,11 @@ typedef enum StepColumn
 	STEP_COL_KEPT_OUTCOME,
 	STEP_COL_TASK,
 	STEP_COL_ON_LOST,
-	STEP_COL_WORKER
+	STEP_COL_WORKER,
+	STEP_COL_EXPECT_ROW
 } StepColumn;
 
-#define N_STEP_COLUMNS (STEP_COL_WORKER + 1)
+#define N_STEP_COLUMNS (STEP_COL_EXPECT_ROW + 1)
 /* the primary key is the first two columns */
 #define N_STEP_KEY_COLUMNS 2
 
@@ -240,6 +243,7 @@ typedef enum StepFieldType
 	FIELD_INT8,					/* int64 (bigint), never NULL */
 	FIELD_FLOAT8,				/* double, never NULL */
 	FIELD_BOOL,					/* bool, never NULL */
+	FIELD_BOOL_FALSE_NULL,		/* bool, false = SQL NULL */
 	FIELD_OID,					/* Oid (regrole), never NULL */
 	FIELD_USECS,				/* int64 microseconds of an interval, 0 = SQL
 								 * NULL */

@@ -588,9 +588,7 @@ next_look_time(void)
 static void
 start_http_worker(void)
 {
-	Oid			dbid;
-
-	dbid = ds_worker_connect("durable_steps http", true, false);
+	(void) ds_worker_connect("durable_steps http", true, false);
 
 	/*
 	 * one HTTP worker per database: a second one (a launcher restarted under
@@ -598,7 +596,7 @@ start_http_worker(void)
 	 */
 	if (!ds_http_worker_take_slot())
 	{
-		ereport(LOG, (errmsg("durable_steps: database %u has an HTTP worker already", dbid)));
+		ereport(LOG, (errmsg("durable_steps: this database has an HTTP worker already")));
 		proc_exit(0);
 	}
 	/* the partitions it serves: those of the settings it started with */
@@ -609,7 +607,7 @@ start_http_worker(void)
 	ds_http_transfers_init((long) max_inflight);
 	outcome_cxt = AllocSetContextCreate(TopMemoryContext, "durable_steps HTTP outcomes",
 										ALLOCSET_DEFAULT_SIZES);
-	ereport(LOG, (errmsg("durable_steps: HTTP worker started in database %u", dbid)));
+	ereport(LOG, (errmsg("durable_steps: HTTP worker started")));
 }
 
 void
@@ -685,8 +683,7 @@ ds_http_worker_main(Datum arg)
 				 * the launcher knows
 				 */
 				ereport(LOG,
-						(errmsg("durable_steps: extension is not installed in database %u, or not at the library's version; its HTTP worker stops",
-								MyDatabaseId)));
+						(errmsg("durable_steps: extension is not installed in this database, or not at the library's version; its HTTP worker stops")));
 				proc_exit(0);
 			}
 			if (claimed < 0)

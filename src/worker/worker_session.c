@@ -10,6 +10,7 @@
 #include "access/xlog.h"
 #include "catalog/pg_db_role_setting.h"
 #include "catalog/pg_extension.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -22,6 +23,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"	/* get_database_name() from 19 */
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -49,6 +51,32 @@ ds_worker_session_init_module(void)
 
 static void look_at_stored_settings(void);
 
+/* The database this worker process serves, for its log lines; NULL in the launcher. */
+static char *served_database_name = NULL;
+static emit_log_hook_type prev_emit_log_hook = NULL;
+
+/*
+ * The worker's own log lines name the database they are about, unless they do already: a server
+ * may serve several, and log_line_prefix's %d names a client's database only.
+ */
+static void
+name_the_database(ErrorData *edata)
+{
+	static const char prefix[] = "durable_steps: ";
+
+	if (served_database_name != NULL && edata->output_to_server && edata->message != NULL &&
+		strncmp(edata->message, prefix, sizeof(prefix) - 1) == 0 &&
+		strstr(edata->message, "database \"") == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ErrorContext);
+
+		edata->message = psprintf("%s (database \"%s\")", edata->message, served_database_name);
+		MemoryContextSwitchTo(old);
+	}
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
+
 Oid
 ds_worker_connect(const char *appname, bool database, bool cancel)
 {
@@ -63,6 +91,16 @@ ds_worker_connect(const char *appname, bool database, bool cancel)
 	{
 		memcpy(&dbid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
 		BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
+		StartTransactionCommand();
+		{
+			char	   *name = get_database_name(dbid);
+
+			if (name != NULL)
+				served_database_name = MemoryContextStrdup(TopMemoryContext, name);
+		}
+		CommitTransactionCommand();
+		prev_emit_log_hook = emit_log_hook;
+		emit_log_hook = name_the_database;
 		/* what the stored settings say as the process took them, connecting */
 		look_at_stored_settings();
 	}

@@ -60,6 +60,13 @@ sub ran_in
 	ok(poll_until($node, 'postgres', $executors, 'db1:2,db2:2'),
 		"$t: CREATE EXTENSION starts max_workers executors in each database, none elsewhere");
 
+	# the worker's own log lines name the database they are about
+	for my $db ('db1', 'db2')
+	{
+		$node->wait_for_log(qr/durable_steps: HTTP worker started \(database "$db"\)/);
+	}
+	pass("$t: the worker's log lines name their database");
+
 	for my $db ('db1', 'db2')
 	{
 		is(retried_step($db, "r-$db"), 'retrying', "$t: $db: the first attempt asks for a retry");

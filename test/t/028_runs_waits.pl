@@ -71,6 +71,13 @@ BEGIN
     RETURN ds_step('check', $q$SELECT CASE WHEN ($1->>'ok')::boolean THEN 'fine'
                                           ELSE ds_blocked('not ok', 'send ok')::text END$q$, input);
 END $$;
+-- a step that must find its row (expect => 'row'; docs/steps.md, "Expecting a row")
+CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL);
+CREATE FUNCTION reserve(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN ds_step('reserve', 'UPDATE stock SET qty = qty - 1 WHERE sku = $1->>''sku'' RETURNING qty',
+                   input, expect => 'row');
+END $$;
 CREATE FUNCTION short(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 BEGIN
     RETURN ds_step('one', 'SELECT ($1->>''i'')::int * 2', input);
@@ -216,6 +223,23 @@ is_deeply(
 	rows_of($node, 'postgres', q{SELECT attempt, class FROM ds_attempts WHERE run_id = 'blocked' ORDER BY attempt}),
 	[ { attempt => 1, class => 'correctable' }, { attempt => 2, class => 'completed' } ],
 	"$t: the step's attempts");
+
+$t = 'a step that expects a row';
+$node->safe_psql('postgres', q{SELECT ds_start_run('reserve', '{"sku": "B-2"}', 'no-row')});
+ok( poll_row($node, 'postgres', q{SELECT r.status, s.error_code, s.expect FROM ds_runs r
+		JOIN ds_steps s USING (run_id) WHERE run_id = 'no-row'},
+		{ status => 'blocked', error_code => 'DS008', expect => 'row' }),
+	"$t: a sku that is not there blocks its step (DS008) and the run, rather than a NULL result");
+$node->safe_psql('postgres', q{INSERT INTO stock VALUES ('B-2', 3)});
+$node->safe_psql('postgres', q{SELECT ds_retry_step('no-row', 'reserve')});
+ok( poll_row($node, 'postgres', q{SELECT status, output::text AS output FROM ds_runs WHERE run_id = 'no-row'},
+		{ status => 'succeeded', output => '2' }),
+	"$t: once the row is there, the re-armed step finds it and the run goes on");
+$node->safe_psql('postgres',
+	q{SELECT ds_run_step('no-row-deferred', 's', 'SELECT 1 WHERE false', expect => 'row', defer => true)});
+ok( poll_row($node, 'postgres', q{SELECT status, error_code FROM ds_steps WHERE run_id = 'no-row-deferred'},
+		{ status => 'blocked', error_code => 'DS008' }),
+	"$t: the worker's attempt of a deferred step that finds no row is blocked the same way");
 
 $t = 'many runs';
 $t0 = time();

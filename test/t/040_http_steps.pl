@@ -61,6 +61,14 @@ SELECT status || ' ' || replayed || ' ' || (result->'body'->>'charge')
 	'succeeded true 1', 'the same ds_http_step again replays the stored response');
 is($p->requests('order-1'), 1, 'and sends nothing');
 
+# a refusal (400) blocks the step; the response is kept in error_detail, as its remediation says
+http_step('refused', qq({"url": "@{[$p->url('refused', 'fault=400')]}"}));
+is(settle_http($node, 'pay', 'refused'), 'blocked', 'a 400 blocks the step');
+like(step_field($node, 'pay', 'refused', 'remediation'), qr/the response is kept in the step's error_detail/,
+	"400: the remediation says where the response is");
+like(step_field($node, 'pay', 'refused', 'error_detail'), qr/Response: .*bad request/,
+	'400: and error_detail holds it');
+
 # a text response, a GET, a custom idempotency header
 my $get = $p->url('lookup', 'key_header=X-Request-Id');
 http_step('lookup', qq({"url": "$get", "expect": "text"}), ", idempotency_header => 'X-Request-Id'");

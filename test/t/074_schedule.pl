@@ -150,6 +150,23 @@ ok(poll_until($node, 'postgres', q{SELECT status || ' ' || output FROM ds_runs W
 	'viabob: the step its turn makes through bob\'s SECURITY DEFINER function is made, and the run succeeds');
 psql_as_ok($node, 'alice', q{SELECT ds_unschedule('viabob')});
 
+# a trial: a firing right after ds_schedule starts nothing (no slot since it was created);
+# now => true starts one run at once, for the current second, keyed as any slot
+psql_as_ok($node, 'alice', q{SELECT ds_schedule('trial', '0 3 * * *', 'tick', '{"k": 2}')});
+is(psql_as_ok($node, 'alice', q{SELECT ds_schedule_fire('trial')}), '0',
+	'trial: a firing right after ds_schedule starts nothing');
+is(psql_as_ok($node, 'alice', q{SELECT ds_schedule_fire('trial', now => true)}), '1',
+	'trial: now => true starts one run at once');
+ok( poll_until($node, 'postgres', q{SELECT status || ' ' || (input->>'k') || ' '
+	     || (run_id = ds_key('schedule', 'trial', (input->>'scheduled_at')::timestamptz))
+	     FROM ds_runs WHERE run_key LIKE 'schedule:trial:%'}, 'succeeded 2 true'),
+	'trial: its run, keyed by its slot with the schedule\'s input, succeeds');
+($rc, $out, $err) = psql_as($node, 'alice', q{SELECT ds_schedule_fire('trial', now(), now => true)});
+like($err, qr/22023: a trial firing \(now => true\) takes no fired_at/, 'trial: with a fired_at, refused');
+($rc, $out, $err) = psql_as($node, 'bob', q{SELECT ds_schedule_fire('trial', now => true)});
+like($err, qr/DS404/, 'trial: another role cannot fire one');
+psql_as_ok($node, 'alice', q{SELECT ds_unschedule('trial')});
+
 # another role: sees nothing, cannot fire, take over or unschedule alice's schedules
 is(psql_as_ok($node, 'bob', q{SELECT count(*) FROM ds_schedules}), '0', 'bob sees none of alice\'s schedules');
 is(psql_as_ok($node, 'alice', q{SELECT count(*) FROM ds_schedules}), '3', 'alice sees her three');

@@ -113,6 +113,8 @@ export interface RunStepOptions {
     onFailure?: string;
     queue?: string;
     priority?: number;
+    /** 'row': a body that returns no row fails (DS008, the step is blocked) instead of succeeding with null */
+    expect?: 'row';
 }
 
 export interface HttpStepOptions {
@@ -344,7 +346,8 @@ export class DurableSteps {
             .arg('on_success', options.onSuccess, 'text')
             .arg('on_failure', options.onFailure, 'text')
             .arg('queue', options.queue, 'text')
-            .arg('priority', options.priority, 'integer');
+            .arg('priority', options.priority, 'integer')
+            .arg('expect', options.expect, 'text');
         return this.step<R>('ds_run_step', call);
     }
 

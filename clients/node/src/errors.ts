@@ -142,6 +142,12 @@ export class InvocationLostError extends DurableStepsError {
     static override readonly httpStatus = 503;
 }
 
+/** DS008 no_row: a step called with `expect: 'row'` returned no row (it is blocked). */
+export class NoRowError extends DurableStepsError {
+    static override readonly sqlstate = 'DS008';
+    static override readonly httpStatus = 409;
+}
+
 /** DS010 http_status: an HTTP step's response was not 2xx. */
 export class HttpStatusError extends DurableStepsError {
     static override readonly sqlstate = 'DS010';
@@ -355,7 +361,7 @@ export class QueryCanceledError extends DurableStepsError {
 export const ERRORS_BY_SQLSTATE: ReadonlyMap<string, typeof DurableStepsError> = new Map(
     [
         NonRetriableError, RetryAfterError, BlockedError, StepTimeoutError, ResultTooLargeError,
-        TooManyRowsError, InvocationLostError, HttpStatusError, HttpNotSentError, HttpUncertainError,
+        TooManyRowsError, InvocationLostError, NoRowError, HttpStatusError, HttpNotSentError, HttpUncertainError,
         HttpBadResponseError, ResolvedFailedError, NoStepContextError, StepNotSucceededError,
         InvalidStepStateError, StepRecursionError, NoRunContextError, RunSuspendedError,
         WrongPartitionError, VersionMismatchError, StepNotFoundError, EventTimeoutError, InProgressError, LeaseLostError,

@@ -98,6 +98,17 @@ describe('runStep', () => {
         assert.equal(typeof step.errorClass, 'string');
     });
 
+    test("expect: 'row' blocks a step whose body finds no row (DS008, NoRowError)", async () => {
+        const sql = `SELECT n FROM (VALUES (1), (2)) v(n) WHERE n = ($1->>'n')::int`;
+        const none = await client.runStep(env.unique('expect'), 's', sql, { input: { n: 3 }, expect: 'row' });
+        assert.equal(none.status, 'blocked');
+        assert.equal(none.errorCode, 'DS008');
+        assert.equal(ds.ERRORS_BY_SQLSTATE.get(none.errorCode), ds.NoRowError);
+        const one = await client.runStep(env.unique('expect'), 's', sql, { input: { n: 2 }, expect: 'row' });
+        assert.equal(one.status, 'succeeded');
+        assert.equal(one.result, 2);
+    });
+
     test('calls on a PoolClient share its transaction', async () => {
         const run = env.unique('tx');
         const conn = await pool.connect();

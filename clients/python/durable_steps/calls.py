@@ -188,8 +188,11 @@ def run_step(conn, run_id: str, step_id: str, sql: str, input: Any = None, *,
              defer: Optional[bool] = None, run_at: Optional[datetime.datetime] = None,
              notify: Optional[str] = None, on_success: Optional[str] = None,
              on_failure: Optional[str] = None, queue: Optional[str] = None,
-             priority: Optional[int] = None) -> StepResult:
-    """ds_run_step: the durable step ``(run_id, step_id)`` whose body is ``sql`` ($1 = input)."""
+             priority: Optional[int] = None, expect: Optional[str] = None) -> StepResult:
+    """ds_run_step: the durable step ``(run_id, step_id)`` whose body is ``sql`` ($1 = input).
+
+    ``expect='row'``: a body that returns no row fails (DS008, the step is blocked) instead of
+    succeeding with None."""
     return _one(StepResult, _call(conn, "ds_run_step", [
         ("run_id", "text", run_id, True), ("step_id", "text", step_id, True),
         ("sql", "text", sql, True), ("input", "jsonb", input, False),
@@ -199,7 +202,7 @@ def run_step(conn, run_id: str, step_id: str, sql: str, input: Any = None, *,
         ("defer", "boolean", defer, False), ("run_at", "timestamptz", run_at, False),
         ("notify", "text", notify, False), ("on_success", "text", on_success, False),
         ("on_failure", "text", on_failure, False), ("queue", "text", queue, False),
-        ("priority", "integer", priority, False)]))
+        ("priority", "integer", priority, False), ("expect", "text", expect, False)]))
 
 
 def http_step(conn, run_id: str, step_id: str, request: dict, *, policy: Optional[dict] = None,

@@ -67,6 +67,11 @@ class InvocationLost(DurableStepsError):
     sqlstate = "DS007"
 
 
+class NoRow(DurableStepsError):
+    """DS008: a step called with expect='row' returned no row (it is blocked)."""
+    sqlstate, http_status = "DS008", 409
+
+
 class HttpStatus(DurableStepsError):
     """DS010: an HTTP step's response was not 2xx."""
     sqlstate, http_status = "DS010", 502

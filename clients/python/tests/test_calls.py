@@ -50,6 +50,14 @@ class Calls(unittest.TestCase):
         self.assertIs(again.replayed, True)
         self.assertEqual(again.result, first.result)
 
+    def test_run_step_expect_row(self):
+        sql = "SELECT n FROM (VALUES (1), (2)) v(n) WHERE n = ($1->>'n')::int"
+        none = ds.run_step(self.conn, uid("expect-none"), "s", sql, {"n": 3}, expect="row")
+        self.assertEqual((none.status, none.error_code), ("blocked", "DS008"))
+        self.assertIs(ds.BY_SQLSTATE[none.error_code], ds.errors.NoRow)
+        one = ds.run_step(self.conn, uid("expect-one"), "s", sql, {"n": 2}, expect="row")
+        self.assertEqual((one.status, one.result), ("succeeded", 2))
+
     def test_run_step_deferred_and_wait_step_timeout(self):
         run = uid("deferred")
         later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
