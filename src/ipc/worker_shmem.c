@@ -33,6 +33,9 @@ static bool wake_tasks_pending = false;
 static bool kept_pending = false;
 static bool callback_registered = false;
 static bool warned_not_preloaded = false;
+static uint32 warned_starved = 0;	/* DS_STARVED_* said in this session */
+
+static void warn_if_starved(uint32 needed);
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -344,6 +347,7 @@ ds_worker_wake_at_commit(void)
 		return;
 	}
 	ds_warn_if_database_not_served();
+	warn_if_starved(DS_STARVED_EXECUTOR);
 	ds_worker_serve_at_commit();
 }
 
@@ -361,9 +365,49 @@ ds_kept_outcomes_generation(void)
 }
 
 void
+ds_note_starved_database(int i, Oid dbid, uint32 lacks)
+{
+	if (shared == NULL || i < 0 || i >= DS_STARVED_DATABASES)
+		return;
+	if (pg_atomic_read_u32(&shared->starved[i].dboid) != dbid)
+		pg_atomic_write_u32(&shared->starved[i].dboid, dbid);
+	if (pg_atomic_read_u32(&shared->starved[i].lacks) != lacks)
+		pg_atomic_write_u32(&shared->starved[i].lacks, lacks);
+}
+
+/*
+ * Work stored in this database that no worker process of it (`needed`, DS_STARVED_*) will take,
+ * because the launcher found no slot for one: said once a session, with what to raise (README,
+ * "Requirements").
+ */
+static void
+warn_if_starved(uint32 needed)
+{
+	uint32		lacks = 0;
+
+	if (shared == NULL || (warned_starved & needed) != 0)
+		return;
+	for (int i = 0; i < DS_STARVED_DATABASES; i++)
+		if (pg_atomic_read_u32(&shared->starved[i].dboid) == MyDatabaseId)
+			lacks = pg_atomic_read_u32(&shared->starved[i].lacks);
+	if ((lacks & needed) == 0)
+		return;
+	warned_starved |= needed;
+	ereport(WARNING,
+			(errmsg(needed == DS_STARVED_HTTP ?
+					"no durable_steps HTTP worker runs in this database: its HTTP steps will not be sent" :
+					"no durable_steps executor runs in this database: its deferred steps, retries and runs will not run"),
+			 errdetail("Every slot of max_worker_processes (%d) is taken.", max_worker_processes),
+			 errhint("Raise max_worker_processes to at least the databases served times (durable_steps.max_workers + 1), plus what other extensions and parallel queries use, and restart the server.")));
+}
+
+void
 ds_worker_wake_kind_at_commit(StepKind kind)
 {
 	bool		executor_pending = wake_pending;
+
+	if (preloaded && ds_step_kinds[kind].sent_by_http_worker)
+		warn_if_starved(DS_STARVED_HTTP);
 
 	if (!ds_step_kinds[kind].sent_by_http_worker && !ds_step_kinds[kind].run_by_app_worker)
 	{

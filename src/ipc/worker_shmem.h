@@ -19,6 +19,22 @@
 /* databases that may ask the launcher at once to be served */
 #define DS_SERVE_REQUESTS 16
 
+/*
+ * The databases the launcher could not give a worker process, for lack of a slot of
+ * max_worker_processes (or of the executors' slots): what each lacks, so that a call storing work
+ * there says so (ds_worker_wake_kind_at_commit). One entry per served database.
+ */
+#define DS_STARVED_DATABASES 64
+#define DS_STARVED_EXECUTOR 0x1 /* no executor runs: nothing deferred, retried
+								 * or of a run is taken */
+#define DS_STARVED_HTTP 0x2		/* no HTTP worker runs: no HTTP step is sent */
+
+typedef struct StarvedDatabase
+{
+	pg_atomic_uint32 dboid;		/* InvalidOid: none */
+	pg_atomic_uint32 lacks;		/* DS_STARVED_* */
+} StarvedDatabase;
+
 /* most attempts one transaction of an executor starts (executor_slot.c) */
 #define DS_STARTED_CLAIMS_MAX 256
 
@@ -89,6 +105,13 @@ typedef struct ExecutorSlot
 	 * (executor_slot.c)
 	 */
 	pg_atomic_uint64 partitions_applied;
+
+	/*
+	 * The launcher asks its executor to leave after its pass, so that its
+	 * slot of max_worker_processes goes to a database that has no worker
+	 * (launcher.c); reset when the slot's next executor is started
+	 */
+	pg_atomic_uint32 leave_requested;
 } ExecutorSlot;
 
 /* The HTTP worker of one served database (http_worker.c). */
@@ -143,6 +166,9 @@ typedef struct WorkerShared
 	 */
 	pg_atomic_uint64 tasks_generation;
 	ConditionVariable tasks_cv;
+
+	/* written by the launcher only: entry i is its i-th served database */
+	StarvedDatabase starved[DS_STARVED_DATABASES];
 } WorkerShared;
 
 /* how long an attempt runs before its executor counts as busy (executor_slot.h) */
@@ -193,6 +219,12 @@ extern bool ds_cancel_requested(uint64 key);
 
 /* In an executor: forget a request for attempt `key` (it ended). */
 extern void ds_cancel_request_clear(uint64 key);
+
+/*
+ * In the launcher: what its `i`-th served database, `dbid`, lacks (DS_STARVED_*; 0 when its
+ * workers run or it needs none).
+ */
+extern void ds_note_starved_database(int i, Oid dbid, uint32 lacks);
 
 /* In the launcher: the next database that asked to be served; InvalidOid when none. */
 extern Oid	ds_take_serve_request(void);

@@ -1136,6 +1136,14 @@ ds_executor_main(Datum arg)
 		CHECK_FOR_INTERRUPTS();
 		reload_settings_if_asked();
 		ds_worker_end_if_outdated();
+		/* between passes: it holds no claim */
+		if (ds_worker_shared() != NULL &&
+			pg_atomic_read_u32(&ds_worker_shared()->executor[my_slot].leave_requested) != 0)
+		{
+			ereport(LOG, (errmsg("durable_steps: worker %d leaves database \"%s\" for a database without a worker",
+								 my_slot, my_database)));
+			proc_exit(0);
+		}
 		sleep_ms = run_pass();
 		if (sleep_ms == PASS_LEAVE)
 		{

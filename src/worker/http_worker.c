@@ -735,11 +735,6 @@ ds_http_worker_register(Oid dbid, const char *dbname)
 	memcpy(worker.bgw_extra, &dbid, sizeof(Oid));
 	worker.bgw_notify_pid = MyProcPid;
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
-	{
-		ereport(WARNING,
-				(errmsg("durable_steps: could not start the HTTP worker of database \"%s\"", dbname),
-				 errhint("Raise max_worker_processes: the HTTP worker needs a slot besides the executors.")));
 		return NULL;
-	}
 	return handle;
 }

@@ -135,6 +135,14 @@ typedef struct ServedDatabase
 	 * was logged
 	 */
 	bool		said_no_extra;
+
+	/*
+	 * an executor, or the HTTP worker, found no free slot, and that was
+	 * logged; cleared once one starts. The callers of this database hear it
+	 * while none runs (ds_note_starved_database).
+	 */
+	bool		said_no_executor;
+	bool		said_no_http;
 } ServedDatabase;
 
 static ServedDatabase databases[MAX_SERVED_DATABASES];
@@ -253,7 +261,10 @@ start_executor(ServedDatabase *db, int slot, bool extra)
 	memcpy(worker.bgw_extra + sizeof(Oid), &extra, sizeof(bool));
 	worker.bgw_notify_pid = MyProcPid;
 	if (shared != NULL)
+	{
 		pg_atomic_write_u32(&shared->executor[slot].state, EXECUTOR_STARTING);
+		pg_atomic_write_u32(&shared->executor[slot].leave_requested, 0);
+	}
 	if (slot_handle[slot] != NULL)
 		pfree(slot_handle[slot]);
 	if (!RegisterDynamicBackgroundWorker(&worker, &slot_handle[slot]))
@@ -261,22 +272,25 @@ start_executor(ServedDatabase *db, int slot, bool extra)
 		slot_handle[slot] = NULL;
 
 		/*
-		 * an extra executor is a bonus: said once until one starts, not every
-		 * second
+		 * said once until one starts, not every second; an extra executor is
+		 * a bonus, logged only
 		 */
-		if (!extra)
+		if (!extra && !db->said_no_executor)
 			ereport(WARNING,
 					(errmsg("durable_steps: could not start an executor for database \"%s\"", db->name),
-					 errhint("Raise max_worker_processes: each served database needs durable_steps.max_workers of them.")));
-		else if (!db->said_no_extra)
+					 errhint("Raise max_worker_processes: each served database needs durable_steps.max_workers of them, and one for its HTTP worker.")));
+		else if (extra && !db->said_no_extra)
 			ereport(LOG,
 					(errmsg("durable_steps: could not start an extra executor for database \"%s\"", db->name),
 					 errhint("Every slot of max_worker_processes is taken; raise it, or lower durable_steps.max_extra_workers.")));
 		db->said_no_extra |= extra;
+		db->said_no_executor |= !extra;
 		return false;
 	}
 	if (extra)
 		db->said_no_extra = false;
+	else
+		db->said_no_executor = false;
 	return true;
 }
 
@@ -446,12 +460,67 @@ extension_confirmed(ServedDatabase *db)
 	return false;
 }
 
+/* The executor slot asked to leave for a database without a worker; -1 when none is. */
+static int	donated_slot = -1;
+
 /*
- * Keep database `db`'s executors running. In every-database mode one executor looks for the
- * extension first; the others start once it has found it, and none when it has not.
+ * Database `needy` has no executor or no HTTP worker, and no slot was free for one: ask the last
+ * executor of a database that runs two or more to leave after its pass (executor.c), so that
+ * every database is served before any has a second. The launcher is woken when it has left, and
+ * its next pass gives the freed slot to the databases without a worker first. One at a time.
  */
 static void
-serve_database(ServedDatabase *db)
+ask_a_donor(const ServedDatabase *needy)
+{
+	WorkerShared *shared = ds_worker_shared();
+
+	/*
+	 * one asked before is still to leave (its slot's next executor clears the
+	 * ask)
+	 */
+	if (shared == NULL ||
+		(donated_slot >= 0 && slot_running(donated_slot) &&
+		 pg_atomic_read_u32(&shared->executor[donated_slot].leave_requested) != 0))
+		return;
+	donated_slot = -1;
+	for (int d = 0; d < n_databases; d++)
+	{
+		int			running = 0;
+		int			last = -1;
+
+		if (&databases[d] == needy)
+			continue;
+
+		/*
+		 * the highest entry first: an extra executor, then the last regular
+		 * one
+		 */
+		for (int i = 0; i < DS_MAX_WORKERS; i++)
+			if (slot_running(databases[d].slot[i]))
+			{
+				running++;
+				last = databases[d].slot[i];
+			}
+		if (running >= 2)
+		{
+			Latch	   *latch = shared->executor[last].latch;
+
+			pg_atomic_write_u32(&shared->executor[last].leave_requested, 1);
+			/* a latch of an exited executor belongs to a PGPROC: harmless */
+			if (latch != NULL)
+				SetLatch(latch);
+			donated_slot = last;
+			return;
+		}
+	}
+}
+
+/*
+ * Keep database `db`'s first `upto` executors running. In every-database mode one executor looks
+ * for the extension first; the others start once it has found it, and none when it has not.
+ */
+static void
+serve_database(ServedDatabase *db, int upto)
 {
 	WorkerShared *shared = ds_worker_shared();
 	int			wanted;
@@ -464,7 +533,7 @@ serve_database(ServedDatabase *db)
 	{
 		int			slot = db->slot[i];
 
-		if (i >= ds_max_workers)
+		if (i >= ds_max_workers || i >= upto)
 			break;				/* the extra executors' entries
 								 * (serve_extra_executors) */
 		if (slot >= 0 && slot_running(slot))
@@ -490,9 +559,13 @@ serve_database(ServedDatabase *db)
 		slot = free_slot();
 		if (slot < 0)
 		{
-			ereport(WARNING,
-					(errmsg("durable_steps: all %d executor slots are taken; database \"%s\" waits for one",
-							DS_MAX_WORKERS, db->name)));
+			if (!db->said_no_executor)
+				ereport(WARNING,
+						(errmsg("durable_steps: all %d executor slots are taken; database \"%s\" waits for one",
+								DS_MAX_WORKERS, db->name)));
+			db->said_no_executor = true;
+			if (i == 0)
+				ask_a_donor(db);
 			return;
 		}
 		db->last_start[i] = GetCurrentTimestamp();
@@ -506,6 +579,8 @@ serve_database(ServedDatabase *db)
 			 */
 			db->probe_again = false;
 		}
+		else if (i == 0)
+			ask_a_donor(db);
 	}
 }
 
@@ -586,6 +661,36 @@ keep_http_worker(ServedDatabase *db)
 	if (db->http_worker != NULL)
 		pfree(db->http_worker);
 	db->http_worker = ds_http_worker_register(db->dbid, db->name);
+	if (db->http_worker == NULL && !db->said_no_http)
+		ereport(WARNING,
+				(errmsg("durable_steps: could not start the HTTP worker of database \"%s\"", db->name),
+				 errhint("Raise max_worker_processes: the HTTP worker needs a slot besides the executors.")));
+	db->said_no_http = db->http_worker == NULL;
+	if (db->said_no_http)
+		ask_a_donor(db);
+}
+
+/*
+ * What database `db` lacks (DS_STARVED_*): an executor when none runs and one could not start;
+ * its HTTP worker when it could not start.
+ */
+static uint32
+lacks_of(ServedDatabase *db)
+{
+	uint32		lacks = 0;
+
+	if (db->said_no_executor)
+	{
+		bool		running = false;
+
+		for (int i = 0; i < DS_MAX_WORKERS && !running; i++)
+			running = slot_running(db->slot[i]);
+		if (!running)
+			lacks |= DS_STARVED_EXECUTOR;
+	}
+	if (db->said_no_http)
+		lacks |= DS_STARVED_HTTP;
+	return lacks;
 }
 
 /* After a reload of the settings: look for the extension again in every database. */
@@ -601,6 +706,7 @@ ds_launcher_main(Datum arg)
 {
 	MemoryContext pass_cxt;
 	WorkerShared *shared = ds_worker_shared();
+	bool		starved;
 
 	(void) ds_worker_connect("durable_steps launcher", false, false);
 	pass_cxt = AllocSetContextCreate(TopMemoryContext, "durable_steps launcher pass",
@@ -615,12 +721,31 @@ ds_launcher_main(Datum arg)
 
 		find_databases(pass_cxt);
 		take_serve_requests();
+
+		/*
+		 * every database its first executor and its HTTP worker before any
+		 * gets a second: with too few slots of max_worker_processes, each
+		 * database is served, slower, rather than some not at all. While one
+		 * lacks a worker, no database starts a second executor (one that has
+		 * two gives one back: ask_a_donor), so that a slot let go is its.
+		 */
+		starved = false;
 		for (int d = 0; d < n_databases; d++)
 		{
-			serve_database(&databases[d]);
-			serve_extra_executors(&databases[d]);
+			serve_database(&databases[d], 1);
 			keep_http_worker(&databases[d]);
 		}
+		for (int d = 0; d < DS_STARVED_DATABASES; d++)
+		{
+			uint32		lacks = d < n_databases ? lacks_of(&databases[d]) : 0;
+
+			starved |= lacks != 0;
+			ds_note_starved_database(d, d < n_databases ? databases[d].dbid : InvalidOid, lacks);
+		}
+		for (int d = 0; d < n_databases && !starved; d++)
+			serve_database(&databases[d], DS_MAX_WORKERS);
+		for (int d = 0; d < n_databases && !starved; d++)
+			serve_extra_executors(&databases[d]);
 		MemoryContextReset(pass_cxt);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
