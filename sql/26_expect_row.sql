@@ -55,3 +55,18 @@ SELECT ds_run_step('expect:5', 'take', 'SELECT 1', expect => 'rows');
 SELECT ds_run_step('expect:5', 'take', 'SELECT 1', expect => '');
 \echo :SQLSTATE
 SELECT count(*) FROM ds_steps WHERE run_id = 'expect:5';
+
+-- a task stored with expect => 'row': a handler that completes it with no result blocks it
+SELECT status FROM ds_task_step('expect:task', 'none', 'expecting', expect => 'row');
+SELECT status FROM ds_task_step('expect:task', 'some', 'expecting', expect => 'row', priority => 1);
+SELECT r.step_id, r.status, r.error_code
+  FROM ds_claim_tasks(ARRAY['expecting'], 1) c, LATERAL ds_complete_task(c.token) r;
+SELECT r.step_id, r.status, r.result
+  FROM ds_claim_tasks(ARRAY['expecting'], 1) c, LATERAL ds_complete_task(c.token, '{"sent": true}') r;
+SELECT step_id, status, result, error_code, error_message, remediation, expect
+  FROM ds_steps WHERE run_id = 'expect:task' ORDER BY step_id;
+-- part of its definition too
+SELECT status FROM ds_task_step('expect:task', 'some', 'expecting', priority => 1);
+\echo :SQLSTATE
+SELECT ds_task_step('expect:task', 'bad', 'expecting', expect => 'rows');
+\echo :SQLSTATE

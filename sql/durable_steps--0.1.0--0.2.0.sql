@@ -389,7 +389,8 @@ CREATE FUNCTION @extschema@.ds_task_step(
         on_success text DEFAULT NULL,
         on_failure text DEFAULT NULL,
         on_lost text DEFAULT 'retry',
-        nowait boolean DEFAULT false)
+        nowait boolean DEFAULT false,
+        expect text DEFAULT NULL)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_task_step' LANGUAGE C VOLATILE;
 CREATE FUNCTION @extschema@.ds_claim_tasks(

@@ -463,10 +463,39 @@ ds_due_group_compare(const void *a, const void *b)
 	return x->priority < y->priority ? -1 : x->priority > y->priority ? 1 : 0;
 }
 
+/* Under the lock: does the registry hold every group of this database, of steps or of tasks? */
+static bool
+all_held(bool tasks)
+{
+	SharedDatabase *db = find_database(MyDatabaseId, false);
+
+	return !floors->overflow && db != NULL && (tasks ? db->tasks_complete : db->complete);
+}
+
+static bool sql_writer_in_flight(void);
+
+/*
+ * Under the exclusive lock, after a walk (read when the generation was `gen`) found this
+ * database's groups of steps or of tasks, and `held` says whether the registry holds each: from
+ * now on it knows them all, unless a SQL write came since or is in flight.
+ */
+static void
+found_all(bool tasks, bool held, uint64 gen)
+{
+	SharedDatabase *db = find_database(MyDatabaseId, true);
+
+	if (db == NULL || !held || floors->overflow || floors->generation != gen ||
+		sql_writer_in_flight())
+		return;
+	if (tasks)
+		db->tasks_complete = true;
+	else
+		db->complete = true;
+}
+
 bool
 ds_due_groups_known(DueGroup **groups, int *n)
 {
-	SharedDatabase *db;
 	DueGroup   *out;
 	int			k = 0;
 
@@ -476,8 +505,7 @@ ds_due_groups_known(DueGroup **groups, int *n)
 		return false;
 	out = palloc(sizeof(DueGroup) * DUE_GROUPS);
 	LWLockAcquire(floors->lock, LW_SHARED);
-	db = find_database(MyDatabaseId, false);
-	if (floors->overflow || db == NULL || !db->complete)
+	if (!all_held(false))
 	{
 		LWLockRelease(floors->lock);
 		pfree(out);
@@ -533,7 +561,6 @@ sql_writer_in_flight(void)
 void
 ds_due_groups_found(DueGroup *groups, int n, uint64 gen)
 {
-	SharedDatabase *db;
 	bool		held = true;
 
 	if (floors == NULL)
@@ -552,17 +579,13 @@ ds_due_groups_found(DueGroup *groups, int n, uint64 gen)
 		groups[i].floor = g != NULL ? g->floor : DS_NO_FLOOR;
 		held &= g != NULL;
 	}
-	db = find_database(MyDatabaseId, true);
-	if (db != NULL && held && !floors->overflow && floors->generation == gen &&
-		!sql_writer_in_flight())
-		db->complete = true;
+	found_all(false, held, gen);
 	LWLockRelease(floors->lock);
 }
 
 bool
 ds_due_task_groups_known(DueTaskGroup **groups, int *n)
 {
-	SharedDatabase *db;
 	DueTaskGroup *out;
 	int			k = 0;
 
@@ -572,8 +595,7 @@ ds_due_task_groups_known(DueTaskGroup **groups, int *n)
 		return false;
 	out = palloc(sizeof(DueTaskGroup) * DUE_GROUPS);
 	LWLockAcquire(floors->lock, LW_SHARED);
-	db = find_database(MyDatabaseId, false);
-	if (floors->overflow || db == NULL || !db->tasks_complete)
+	if (!all_held(true))
 	{
 		LWLockRelease(floors->lock);
 		pfree(out);
@@ -600,7 +622,6 @@ ds_due_task_groups_known(DueTaskGroup **groups, int *n)
 void
 ds_due_task_groups_found(DueTaskGroup *groups, int n, uint64 gen)
 {
-	SharedDatabase *db;
 	bool		held = true;
 
 	if (floors == NULL)
@@ -619,10 +640,7 @@ ds_due_task_groups_found(DueTaskGroup *groups, int n, uint64 gen)
 		groups[i].floor = g != NULL ? g->floor : DS_NO_FLOOR;
 		held &= g != NULL;
 	}
-	db = find_database(MyDatabaseId, true);
-	if (db != NULL && held && !floors->overflow && floors->generation == gen &&
-		!sql_writer_in_flight())
-		db->tasks_complete = true;
+	found_all(true, held, gen);
 	LWLockRelease(floors->lock);
 }
 

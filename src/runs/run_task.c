@@ -145,7 +145,7 @@ ds_task(PG_FUNCTION_ARGS)
 		 */
 		(void) ds_step_answer_from_store(&rec,
 										 rearmed ? rec.fingerprint :
-										 ds_task_fingerprint(task, input, NULL, NULL));
+										 ds_task_fingerprint(task, false, input, NULL, NULL));
 		switch (rec.status)
 		{
 			case STEP_SUCCEEDED:

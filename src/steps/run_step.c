@@ -478,7 +478,8 @@ ds_retry_step(PG_FUNCTION_ARGS)
 		/* a task's corrected input (docs/tasks.md, "Failures") */
 		rec.input = PG_GETARG_JSONB_P_COPY(2);
 		ds_check_size(DS_LIMIT_INPUT, "input", VARSIZE_ANY(rec.input));
-		rec.fingerprint = ds_task_fingerprint(rec.task, rec.input, rec.on_success, rec.on_failure);
+		rec.fingerprint = ds_task_fingerprint(rec.task, rec.expect_row, rec.input, rec.on_success,
+											  rec.on_failure);
 	}
 	else if (new_input || new_sql != NULL)
 	{

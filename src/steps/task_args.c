@@ -95,8 +95,13 @@ ds_task_names_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool may
 }
 
 char *
-ds_task_fingerprint(const char *task, Jsonb *input, const char *on_success,
+ds_task_fingerprint(const char *task, bool expect_row, Jsonb *input, const char *on_success,
 					const char *on_failure)
 {
-	return ds_step_fingerprint(psprintf("task %s", task), input, on_success, on_failure);
+	/*
+	 * as a SQL step's (ds_sql_step_fingerprint): one without it hashes as
+	 * before
+	 */
+	return ds_step_fingerprint(psprintf("%stask %s", expect_row ? "expect row\n" : "", task),
+							   input, on_success, on_failure);
 }

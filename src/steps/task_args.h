@@ -33,8 +33,9 @@ extern int64 ds_task_interval_arg(FunctionCallInfo fcinfo, int argno, const char
 extern ArrayType *ds_task_names_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 									bool may_be_null);
 
-/* The fingerprint of a task's definition: its name, input and hooks. */
-extern char *ds_task_fingerprint(const char *task, Jsonb *input, const char *on_success,
+/* The fingerprint of a task's definition: its name, whether it expects a result, input and hooks. */
+extern char *ds_task_fingerprint(const char *task, bool expect_row, Jsonb *input,
+								 const char *on_success,
 								 const char *on_failure);
 
 #endif							/* DS_TASK_ARGS_H */

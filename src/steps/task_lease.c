@@ -232,8 +232,26 @@ void
 ds_record_task_success(StepRecord *rec, Jsonb *result)
 {
 	AttemptOutcome o;
+	JsonbValue	scalar;
 
 	memset(&o, 0, sizeof(o));
+
+	/*
+	 * a task stored with expect => 'row' whose handler answered nothing:
+	 * correctable, as a SQL step that found no row (docs/tasks.md)
+	 */
+	if (rec->expect_row &&
+		(result == NULL ||
+		 (JsonbExtractScalar(&result->root, &scalar) && scalar.type == jbvNull)))
+	{
+		o.cls = ATTEMPT_CORRECTABLE;
+		o.sqlerrcode = ERRCODE_DS_NO_ROW;
+		o.message = pstrdup("task returned no result");
+		o.detail = pstrdup("The task expects a result (expect => 'row'): its handler completed it with none.");
+		o.hint = pstrdup("Correct the task's input or the data it depends on, then re-arm it with ds_retry_step().");
+		ds_record_task_outcome(rec, &o);
+		return;
+	}
 	o.cls = ATTEMPT_COMPLETED;
 
 	/*

@@ -48,6 +48,7 @@ ds_task_step(PG_FUNCTION_ARGS)
 	char	   *on_failure = PG_ARGISNULL(11) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(11));
 	char	   *on_lost;
 	bool		nowait;
+	bool		expect_row;
 	RetryPolicy parsed;
 	char	   *fingerprint;
 	StepRecord	rec;
@@ -82,11 +83,13 @@ ds_task_step(PG_FUNCTION_ARGS)
 				 errmsg("nowait must not be null")));
 	nowait = PG_GETARG_BOOL(13);
 
-	fingerprint = ds_task_fingerprint(task, input, on_success, on_failure);
+	expect_row = ds_expect_row_arg(fcinfo, 14);
+	fingerprint = ds_task_fingerprint(task, expect_row, input, on_success, on_failure);
 	if (ds_outbox_step_stored(fcinfo, run_id, step_id, nowait, fingerprint, &answer))
 		PG_RETURN_DATUM(answer);
 	ds_outbox_step_init(&rec, run_id, step_id, STEP_KIND_TASK, policy, nowait, fingerprint, run_at);
 	rec.task = task;
+	rec.expect_row = expect_row;
 	rec.input = input;
 	rec.timeout = timeout;
 	/* NULL for the default: the column costs a retried task nothing */

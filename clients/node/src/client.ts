@@ -149,6 +149,8 @@ export interface TaskStepOptions {
      */
     onLost?: 'retry' | 'uncertain';
     nowait?: boolean;
+    /** 'row': a handler that completes it with no result (undefined, null) blocks it (DS008) */
+    expect?: 'row';
 }
 
 export interface RetryStepOptions {
@@ -396,7 +398,8 @@ export class DurableSteps {
             .arg('on_success', options.onSuccess, 'text')
             .arg('on_failure', options.onFailure, 'text')
             .arg('on_lost', options.onLost, 'text')
-            .arg('nowait', options.nowait, 'boolean');
+            .arg('nowait', options.nowait, 'boolean')
+            .arg('expect', options.expect, 'text');
         return this.step<R>('ds_task_step', call);
     }
 

@@ -228,11 +228,13 @@ def task_step(conn_or_cursor, run_id: str, step_id: str, task: str, input: Any =
               priority: Optional[int] = None, run_at: Optional[datetime.datetime] = None,
               timeout: Optional[Interval] = None, notify: Optional[str] = None,
               on_success: Optional[str] = None, on_failure: Optional[str] = None,
-              on_lost: Optional[str] = None, nowait: Optional[bool] = None) -> StepResult:
+              on_lost: Optional[str] = None, nowait: Optional[bool] = None,
+              expect: Optional[str] = None) -> StepResult:
     """ds_task_step: the step ``(run_id, step_id)`` whose body is the application's handler of
     ``task`` (durable_steps.worker), stored with the transaction; a worker runs it once this
     commits. ``timeout`` is the handler's deadline per attempt; ``on_lost`` is 'retry' (a lost
-    lease is a counted lost attempt) or 'uncertain'. Status 'pending' until a worker ran it."""
+    lease is a counted lost attempt) or 'uncertain'; ``expect='row'``: a handler that returns
+    None blocks it (DS008). Status 'pending' until a worker ran it."""
     return _one(StepResult, _call(conn_or_cursor, "ds_task_step", [
         ("run_id", "text", run_id, True), ("step_id", "text", step_id, True),
         ("task", "text", task, True), ("input", "jsonb", input, False),
@@ -240,7 +242,8 @@ def task_step(conn_or_cursor, run_id: str, step_id: str, task: str, input: Any =
         ("priority", "integer", priority, False), ("run_at", "timestamptz", run_at, False),
         ("timeout", "interval", timeout, False), ("notify", "text", notify, False),
         ("on_success", "text", on_success, False), ("on_failure", "text", on_failure, False),
-        ("on_lost", "text", on_lost, False), ("nowait", "boolean", nowait, False)]))
+        ("on_lost", "text", on_lost, False), ("nowait", "boolean", nowait, False),
+        ("expect", "text", expect, False)]))
 
 
 def wait_step(conn, run_id: str, step_id: str, timeout: Optional[Interval] = None) -> StepResult:

@@ -197,6 +197,15 @@ class Tasks(unittest.TestCase):
         self.assertEqual((step.status, step.error_class, step.error_code, step.error_message,
                           step.attempt), ("failed", "permanent", "CardDeclined", "no funds", 1))
 
+    def test_expect_row_blocks_a_handler_that_returns_none(self):
+        task, run = uid("expecting"), uid("expecting-run")
+        self.start({task: lambda input, ctx: None if input["n"] == 0 else {"n": input["n"]}})
+        ds.task_step(self.conn, run, "none", task, {"n": 0}, expect="row")
+        ds.task_step(self.conn, run, "some", task, {"n": 1}, expect="row")
+        none, some = self.wait(run, "none"), self.wait(run, "some")
+        self.assertEqual((none.status, none.error_code), ("blocked", "DS008"))
+        self.assertEqual((some.status, some.result), ("succeeded", {"n": 1}))
+
     def test_other_exceptions_are_retryable_with_their_traceback(self):
         task, run = uid("boom"), uid("boom-run")
 
