@@ -144,8 +144,12 @@ SELECT $q$CREATE OR REPLACE FUNCTION ds_proxy.route_key(run_key text) RETURNS in
 
 -- a run again replaces what the last one made: views first (they depend on the functions)
 SELECT format('DROP VIEW IF EXISTS %I.%I;', schema, name) FROM ext_relations WHERE kind = 'v' ORDER BY name;
-SELECT format('DROP FUNCTION IF EXISTS %I.%I(%s);', schema, name, pg_get_function_identity_arguments(oid))
-  FROM ext_functions WHERE route NOT IN ('local', 'admin', 'worker') ORDER BY name;
+-- every function of each routed name, whatever its arguments: a release that gives a function
+-- another signature leaves none of the old proxy's behind (two would make its calls ambiguous)
+SELECT format($d$DO $$DECLARE f pg_catalog.regprocedure; BEGIN FOR f IN SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc p WHERE p.pronamespace = %L::pg_catalog.regnamespace AND p.proname = %L LOOP EXECUTE 'DROP FUNCTION ' || f; END LOOP; END$$;$d$,
+              schema, name)
+  FROM (SELECT DISTINCT schema, name FROM ext_functions WHERE route NOT IN ('local', 'admin', 'worker')) f
+ ORDER BY name;
 SELECT format('DROP TYPE IF EXISTS %I.%I;', schema, name) FROM ext_relations WHERE kind = 'c' ORDER BY name;
 SELECT format('CREATE TYPE %I.%I AS (%s);', schema, name, columns) FROM ext_relations WHERE kind = 'c' ORDER BY name;
 

@@ -77,6 +77,7 @@ worker_shmem_startup(void)
 			pg_atomic_init_u64(&slot->attempt_since, 0);
 			pg_atomic_init_u32(&slot->ended.pid, 0);
 			pg_atomic_init_u64(&slot->partitions_applied, 0);
+			pg_atomic_init_u32(&slot->leave_requested, 0);
 		}
 		for (int i = 0; i < DS_SERVE_REQUESTS; i++)
 			pg_atomic_init_u32(&shared->serve_request[i], InvalidOid);
@@ -99,6 +100,11 @@ worker_shmem_startup(void)
 		 */
 		pg_atomic_init_u64(&shared->kept_outcomes, 1);
 		pg_atomic_init_u64(&shared->tasks_generation, 1);
+		for (int i = 0; i < DS_STARVED_DATABASES; i++)
+		{
+			pg_atomic_init_u32(&shared->starved[i].dboid, InvalidOid);
+			pg_atomic_init_u32(&shared->starved[i].lacks, 0);
+		}
 		ConditionVariableInit(&shared->tasks_cv);
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -397,7 +403,7 @@ warn_if_starved(uint32 needed)
 			(errmsg(needed == DS_STARVED_HTTP ?
 					"no durable_steps HTTP worker runs in this database: its HTTP steps will not be sent" :
 					"no durable_steps executor runs in this database: its deferred steps, retries and runs will not run"),
-			 errdetail("Every slot of max_worker_processes (%d) is taken.", max_worker_processes),
+			 errdetail("The launcher found no free slot for it: every slot of max_worker_processes (%d) is taken, or the executors' 32.", max_worker_processes),
 			 errhint("Raise max_worker_processes to at least the databases served times (durable_steps.max_workers + 1), plus what other extensions and parallel queries use, and restart the server.")));
 }
 

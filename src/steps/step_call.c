@@ -248,11 +248,6 @@ ds_step_check_owner(const StepRecord *rec)
 	ds_step_check_owner_id(rec->owner, rec->run_id, rec->step_id);
 }
 
-/*
- * The rows of the table in docs/steps.md, "How a step behaves", that do not run the body. Returns true
- * when the stored state is the answer; raises on a conflict; false means there is an attempt to
- * run now.
- */
 bool
 ds_expect_row_arg(FunctionCallInfo fcinfo, int argno)
 {
@@ -290,8 +285,13 @@ conflict_hint(const StepRecord *rec)
 {
 	const char *fix;
 
-	if (rec->status != STEP_FAILED && rec->status != STEP_BLOCKED &&
-		rec->status != STEP_UNCERTAIN)
+	/*
+	 * an uncertain HTTP step's request is never replaced: it may have been
+	 * received
+	 */
+	if ((rec->status != STEP_FAILED && rec->status != STEP_BLOCKED &&
+		 rec->status != STEP_UNCERTAIN) ||
+		(rec->kind == STEP_KIND_HTTP && rec->status == STEP_UNCERTAIN))
 		return pstrdup("Use a new step_id for a different step.");
 	fix = rec->kind == STEP_KIND_HTTP ? "request => ..." :
 		rec->kind == STEP_KIND_TASK ? "input => ..." : "sql => ..., input => ...";
@@ -300,6 +300,11 @@ conflict_hint(const StepRecord *rec)
 					quote_literal_cstr(rec->step_id), fix);
 }
 
+/*
+ * The rows of the table in docs/steps.md, "How a step behaves", that do not run the body. Returns true
+ * when the stored state is the answer; raises on a conflict; false means there is an attempt to
+ * run now.
+ */
 bool
 ds_step_answer_from_store(const StepRecord *rec, const char *fingerprint)
 {

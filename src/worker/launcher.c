@@ -308,6 +308,9 @@ stop_executors(ServedDatabase *db)
 			TerminateBackgroundWorker(slot_handle[slot]);
 		db->slot[i] = -1;
 	}
+	/* it lacks nothing any more: it is not served */
+	db->said_no_executor = false;
+	db->said_no_http = false;
 	if (db->http_worker != NULL)
 	{
 		TerminateBackgroundWorker(db->http_worker);
@@ -463,14 +466,25 @@ extension_confirmed(ServedDatabase *db)
 /* The executor slot asked to leave for a database without a worker; -1 when none is. */
 static int	donated_slot = -1;
 
+/* Does an executor of database `db` run? */
+static bool
+executor_running(const ServedDatabase *db)
+{
+	for (int i = 0; i < DS_MAX_WORKERS; i++)
+		if (slot_running(db->slot[i]))
+			return true;
+	return false;
+}
+
 /*
- * Database `needy` has no executor or no HTTP worker, and no slot was free for one: ask the last
- * executor of a database that runs two or more to leave after its pass (executor.c), so that
- * every database is served before any has a second. The launcher is woken when it has left, and
+ * Database `needy` has no executor, or no HTTP worker (`for_http`), and no slot was free for
+ * one: ask the last executor of a database that runs two or more to leave after its pass
+ * (executor.c), so that every database is served before any has a second. For an HTTP worker,
+ * `needy`'s own second executor is the first asked. The launcher is woken when it has left, and
  * its next pass gives the freed slot to the databases without a worker first. One at a time.
  */
 static void
-ask_a_donor(const ServedDatabase *needy)
+ask_a_donor(const ServedDatabase *needy, bool for_http)
 {
 	WorkerShared *shared = ds_worker_shared();
 
@@ -483,23 +497,35 @@ ask_a_donor(const ServedDatabase *needy)
 		 pg_atomic_read_u32(&shared->executor[donated_slot].leave_requested) != 0))
 		return;
 	donated_slot = -1;
-	for (int d = 0; d < n_databases; d++)
+	for (int k = -1; k < n_databases; k++)
 	{
+		const ServedDatabase *donor;
 		int			running = 0;
 		int			last = -1;
 
-		if (&databases[d] == needy)
-			continue;
+		/* itself first, and only for its HTTP worker; then the others */
+		if (k < 0)
+		{
+			if (!for_http)
+				continue;
+			donor = needy;
+		}
+		else
+		{
+			donor = &databases[k];
+			if (donor == needy)
+				continue;
+		}
 
 		/*
 		 * the highest entry first: an extra executor, then the last regular
 		 * one
 		 */
 		for (int i = 0; i < DS_MAX_WORKERS; i++)
-			if (slot_running(databases[d].slot[i]))
+			if (slot_running(donor->slot[i]))
 			{
 				running++;
-				last = databases[d].slot[i];
+				last = donor->slot[i];
 			}
 		if (running >= 2)
 		{
@@ -533,9 +559,19 @@ serve_database(ServedDatabase *db, int upto)
 	{
 		int			slot = db->slot[i];
 
-		if (i >= ds_max_workers || i >= upto)
+		if (i >= ds_max_workers)
 			break;				/* the extra executors' entries
 								 * (serve_extra_executors) */
+		if (i >= upto)
+		{
+			/*
+			 * not started now, but a stopped one's slot is let go: another
+			 * database may need it
+			 */
+			if (slot >= 0 && !slot_running(slot))
+				db->slot[i] = -1;
+			continue;
+		}
 		if (slot >= 0 && slot_running(slot))
 			continue;
 		if (slot >= 0 && shared != NULL && ds_serves_every_database() &&
@@ -564,8 +600,8 @@ serve_database(ServedDatabase *db, int upto)
 						(errmsg("durable_steps: all %d executor slots are taken; database \"%s\" waits for one",
 								DS_MAX_WORKERS, db->name)));
 			db->said_no_executor = true;
-			if (i == 0)
-				ask_a_donor(db);
+			if (i == 0 && !executor_running(db))
+				ask_a_donor(db, false);
 			return;
 		}
 		db->last_start[i] = GetCurrentTimestamp();
@@ -579,8 +615,8 @@ serve_database(ServedDatabase *db, int upto)
 			 */
 			db->probe_again = false;
 		}
-		else if (i == 0)
-			ask_a_donor(db);
+		else if (i == 0 && !executor_running(db))
+			ask_a_donor(db, false);
 	}
 }
 
@@ -642,6 +678,15 @@ serve_extra_executors(ServedDatabase *db)
 		db->slot[free_entry] = slot;
 }
 
+/* While no extra executor may start: the slots of those that stopped are let go. */
+static void
+let_go_stopped_extras(ServedDatabase *db)
+{
+	for (int i = ds_max_workers; i < DS_MAX_WORKERS; i++)
+		if (db->slot[i] >= 0 && !slot_running(db->slot[i]))
+			db->slot[i] = -1;
+}
+
 /*
  * Keep database `db`'s HTTP worker running once the database is served (in every-database mode:
  * once an executor found the extension there): started again when it ends, at most once a second.
@@ -667,7 +712,7 @@ keep_http_worker(ServedDatabase *db)
 				 errhint("Raise max_worker_processes: the HTTP worker needs a slot besides the executors.")));
 	db->said_no_http = db->http_worker == NULL;
 	if (db->said_no_http)
-		ask_a_donor(db);
+		ask_a_donor(db, true);
 }
 
 /*
@@ -678,6 +723,13 @@ static uint32
 lacks_of(ServedDatabase *db)
 {
 	uint32		lacks = 0;
+
+	/*
+	 * a database that is gone, or has no extension, is not served: it lacks
+	 * nothing
+	 */
+	if (!OidIsValid(db->dbid) || db->no_extension)
+		return 0;
 
 	if (db->said_no_executor)
 	{
@@ -744,8 +796,11 @@ ds_launcher_main(Datum arg)
 		}
 		for (int d = 0; d < n_databases && !starved; d++)
 			serve_database(&databases[d], DS_MAX_WORKERS);
-		for (int d = 0; d < n_databases && !starved; d++)
-			serve_extra_executors(&databases[d]);
+		for (int d = 0; d < n_databases; d++)
+			if (starved)
+				let_go_stopped_extras(&databases[d]);
+			else
+				serve_extra_executors(&databases[d]);
 		MemoryContextReset(pass_cxt);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -69,7 +69,8 @@ my ($rc, $out, $err) = $node->psql('db4',
 is($rc, 0, 'db4: the calls store their steps');
 like($err, qr/WARNING:  no durable_steps executor runs in this database: its deferred steps, retries and runs will not run/,
 	'db4: a deferred step is told that no executor runs');
-like($err, qr/DETAIL:  Every slot of max_worker_processes \(7\) is taken\./, 'db4: with the setting named');
+like($err, qr/DETAIL:  The launcher found no free slot for it: every slot of max_worker_processes \(7\) is taken/,
+	'db4: with the setting named');
 like($err, qr/HINT:  Raise max_worker_processes/, 'db4: and what to raise');
 like($err, qr/WARNING:  no durable_steps HTTP worker runs in this database: its HTTP steps will not be sent/,
 	'db4: an HTTP step is told that no HTTP worker runs');
