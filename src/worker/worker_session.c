@@ -28,8 +28,10 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "base/partition.h"
 #include "ipc/executor_slot.h"
 #include "ipc/partitions_in_force.h"
+#include "ipc/worker_shmem.h"
 #include "store/store_relations.h"
 #include "worker/worker_session.h"
 
@@ -113,10 +115,22 @@ ds_worker_connect(const char *appname, bool database, bool cancel)
 bool
 ds_worker_reload_settings_if_asked(ReloadedSettingsHook reapply)
 {
+	uint64		partitions_before;
+
 	if (!ConfigReloadPending)
 		return false;
 	ConfigReloadPending = false;
+	partitions_before = ds_partition_settings_key();
 	ProcessConfigFile(PGC_SIGHUP);
+
+	/*
+	 * Partitions this server takes (back) may have running steps whose
+	 * executors are gone, left unrecorded while another server owned them:
+	 * the executors look for lost attempts now, not at their backstop a
+	 * minute later (docs/partitions.md).
+	 */
+	if (ds_partition_settings_key() != partitions_before)
+		ds_attempts_may_be_lost();
 
 	/*
 	 * the partitions of this reload are in force for every process now

@@ -247,4 +247,39 @@ is($b->safe_psql('postgres', q{SELECT string_agg(line #>> '{row,key}' || ' ' || 
 	"$key3 201", 'B: once it is committed, the export has its key');
 ok(reload_executors($b, "ALTER SYSTEM SET durable_steps.partitions = '1,2,3'"), 'B: partition 3 opened once more');
 
+# an attempt of a fenced partition whose executor ended is recorded lost by no one (only the
+# owner records it); once the partition is taken back, it is recorded at once -- the reload
+# makes the executors look -- not at their backstop a minute later
+{
+	my $t = 'a lost attempt of a partition taken back';
+	my $run = $id{2}[1];
+	my $gate = DurableSteps::Session->new($b, 'postgres');
+	$gate->query_ok('SELECT pg_advisory_lock(8402);');
+	app_sql($b, "SELECT ds_run_step('$run', 'lost', 'SELECT 1 FROM pg_advisory_xact_lock_shared(8402)', defer => true)");
+	ok(poll_until($b, 'postgres', "SELECT status = 'running' FROM ds_steps WHERE run_id = '$run' AND step_id = 'lost'"),
+		"$t: its attempt runs in B's worker");
+	$b->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.partitions = '1,3'");
+	$b->reload;
+	ok(poll_until($b, 'postgres', "SELECT current_setting('durable_steps.partitions') = '1,3'"), "$t: partition 2 fenced");
+	my $pid = $b->safe_psql('postgres',
+		"SELECT backend_pid FROM ds_attempts WHERE run_id = '$run' AND step_id = 'lost' AND class IS NULL");
+	$b->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+	ok(poll_until($b, 'postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid"),
+		"$t: its executor is ended while the attempt runs");
+	$gate->query_ok('SELECT pg_advisory_unlock(8402);');
+	$gate->quit;
+	sleep(2);    # the other executor's look for lost attempts (the ended one moved its epoch)
+	is($b->safe_psql('postgres', "SELECT status FROM ds_steps WHERE run_id = '$run' AND step_id = 'lost'"),
+		'running', "$t: fenced, its lost attempt is left to the partition's owner");
+	my $t0 = time();
+	$b->safe_psql('postgres', "ALTER SYSTEM SET durable_steps.partitions = '1,2,3'");
+	$b->reload;
+	is(settle($b, $run, 'lost'), 'succeeded', "$t: taken back, the step is retried and succeeds");
+	my $took = time() - $t0;
+	cmp_ok($took, '<', 30, "$t: within $took s of the reload (the backstop would take 60)");
+	is($b->safe_psql('postgres', "SELECT string_agg(attempt || ' ' || coalesce(error_code, class), ',' ORDER BY attempt)
+	  FROM ds_attempts WHERE run_id = '$run' AND step_id = 'lost'"),
+		'1 DS007,2 completed', "$t: attempt 1 recorded lost, attempt 2 completed");
+}
+
 done_testing();
