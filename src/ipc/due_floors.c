@@ -584,16 +584,22 @@ ds_due_groups_found(DueGroup *groups, int n, uint64 gen)
 }
 
 bool
-ds_due_task_groups_known(DueTaskGroup **groups, int *n)
+ds_due_task_groups_known(char *const *names, int n_names, DueTaskGroup **groups, int *n)
 {
 	DueTaskGroup *out;
+	int			room = 8;
 	int			k = 0;
 
 	*groups = NULL;
 	*n = 0;
 	if (floors == NULL)
 		return false;
-	out = palloc(sizeof(DueTaskGroup) * DUE_GROUPS);
+
+	/*
+	 * a claim's few groups, not the registry's size: this is every claim's
+	 * path
+	 */
+	out = palloc(sizeof(DueTaskGroup) * room);
 	LWLockAcquire(floors->lock, LW_SHARED);
 	if (!all_held(true))
 	{
@@ -605,8 +611,19 @@ ds_due_task_groups_known(DueTaskGroup **groups, int *n)
 	{
 		SharedGroup *g = &floors->groups[i];
 
+		bool		named = false;
+
 		if (pg_atomic_read_u32(&g->dboid) != MyDatabaseId || g->owner == InvalidOid)
 			continue;
+		for (int j = 0; j < n_names && !named; j++)
+			named = strcmp(g->queue, names[j]) == 0;
+		if (!named)
+			continue;
+		if (k == room)
+		{
+			room *= 2;
+			out = repalloc(out, sizeof(DueTaskGroup) * room);
+		}
 		memcpy(out[k].task, g->queue, DS_DUE_TASK_NAME_LEN);
 		out[k].owner = g->owner;
 		out[k].priority = g->priority;

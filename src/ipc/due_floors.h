@@ -119,11 +119,13 @@ typedef struct DueTaskGroup
 } DueTaskGroup;
 
 /*
- * The task groups of this database known to have had waiting tasks since the server started,
- * with their floors, in no order; false when the registry does not know them all: the caller
- * finds them (ds_due_task_groups_found, with a generation read before its query).
+ * The task groups of this database whose task is one of names[0..n_names-1], known to have had
+ * waiting tasks since the server started, with their floors, in no order; false when the
+ * registry does not know them all: the caller finds them (ds_due_task_groups_found, with a
+ * generation read before its query).
  */
-extern bool ds_due_task_groups_known(DueTaskGroup **groups, int *n);
+extern bool ds_due_task_groups_known(char *const *names, int n_names, DueTaskGroup **groups,
+									 int *n);
 extern void ds_due_task_groups_found(DueTaskGroup *groups, int n, uint64 gen);
 
 /*

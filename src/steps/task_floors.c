@@ -25,16 +25,6 @@
 StaticAssertDecl(DS_MAX_TASK_NAME < DS_DUE_TASK_NAME_LEN,
 				 "the floors' registry holds every task name");
 
-/* Is `task` one of `names` (n of them)? */
-static bool
-named(const char *task, char **names, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (strcmp(task, names[i]) == 0)
-			return true;
-	return false;
-}
-
 /*
  * Every task group with waiting tasks, found by a walk of steps_task_due_idx, for the registry
  * to hold from now on.
@@ -95,7 +85,7 @@ groups_to_read(ArrayType *tasks, Oid caller, MemoryContext cxt, DueTaskGroup **o
 	names = palloc(sizeof(char *) * Max(n_names, 1));
 	for (int i = 0; i < n_names; i++)
 		names[i] = TextDatumGetCString(elems[i]);
-	if (!ds_due_task_groups_known(&all, &n_all))
+	if (!ds_due_task_groups_known(names, n_names, &all, &n_all))
 	{
 		/*
 		 * this read starts at the groups' starts; the next ones at their
@@ -113,8 +103,12 @@ groups_to_read(ArrayType *tasks, Oid caller, MemoryContext cxt, DueTaskGroup **o
 	if (prepared != 0 && !ds_store_prepared_transactions())
 		ds_due_floors_prepared_gone(prepared);
 
+	/*
+	 * the groups of the names asked for, of the roles whose tasks the caller
+	 * may run
+	 */
 	for (int i = 0; i < n_all; i++)
-		if (named(all[i].task, names, n_names) && has_privs_of_role(caller, all[i].owner))
+		if (has_privs_of_role(caller, all[i].owner))
 			all[n++] = all[i];
 	groups = MemoryContextAlloc(cxt, sizeof(DueTaskGroup) * Max(n, 1));
 	memcpy(groups, all, sizeof(DueTaskGroup) * n);
