@@ -476,7 +476,7 @@ ds_step_lock_visible(const char *run_id, const char *step_id, bool stop_running,
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_IN_PROGRESS),
 				 errmsg("step %s/%s is in progress in this process", run_id, step_id)));
-	if (!ds_store_lock_step(run_id, step_id, rec) || !ds_store_may_access(rec->owner))
+	if (!ds_lock_step_row(run_id, step_id, rec) || !ds_store_may_access(rec->owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_DS_STEP_NOT_FOUND),
 				 errmsg("step %s/%s does not exist", run_id, step_id)));

@@ -138,6 +138,64 @@ ds_probe_step(const char *run_id, const char *step_id, Snapshot snapshot, StepRe
 	return found;
 }
 
+/*
+ * A locked read without a statement: the row as the latest snapshot sees it, locked FOR UPDATE
+ * in place with table_tuple_lock, which follows a newer committed version itself. Its callers hold
+ * the step's identity lock, so a newer version is rare (an operator's own UPDATE); what the
+ * table's lock cannot settle here (a version this transaction wrote, a row deleted under us)
+ * goes to the statement, whose FOR UPDATE answers every case.
+ */
+bool
+ds_lock_step_row(const char *run_id, const char *step_id, StepRecord *out)
+{
+	const StoreRelations *r = ds_store_relations();
+	const char *keys[2] = {run_id, step_id};
+	Relation	rel;
+	Relation	index;
+	TupleTableSlot *slot;
+	TM_Result	locked = TM_Invisible;
+	TM_FailureData tmfd;
+
+	/* the earlier writes of this transaction are seen, as a statement sees them */
+	CommandCounterIncrement();
+	rel = table_open(r->steps, RowShareLock);
+	index = index_open(r->steps_pkey, AccessShareLock);
+	slot = table_slot_create(rel, NULL);
+	if (probe_primary_key(rel, index, keys, 2, GetLatestSnapshot(), slot))
+	{
+		ItemPointerData tid = slot->tts_tid;
+		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+
+		locked = table_tuple_lock(rel, &tid, snapshot, slot, GetCurrentCommandId(false),
+								  LockTupleExclusive, LockWaitBlock,
+								  TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		UnregisterSnapshot(snapshot);
+		if (locked == TM_Ok)
+		{
+			slot_getallattrs(slot);
+			memset(out, 0, sizeof(*out));
+			for (int i = 0; i < N_STEP_COLUMNS; i++)
+			{
+				int			att = r->step_attnums[i] - 1;
+
+				ds_step_set_field(out, (StepColumn) i, slot->tts_values[att],
+								  slot->tts_isnull[att], CurrentMemoryContext);
+			}
+			out->tid = slot->tts_tid;
+		}
+	}
+	else
+		locked = TM_Deleted;
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+	if (locked == TM_Ok)
+		return true;
+	if (locked == TM_Deleted)
+		return false;
+	return ds_store_lock_step(run_id, step_id, out);
+}
+
 Jsonb *
 ds_probe_run_policy(const char *run_id, Snapshot snapshot, Oid *owner)
 {

@@ -22,6 +22,13 @@ extern bool ds_probe_step(const char *run_id, const char *step_id, Snapshot snap
 						  StepRecord *out, bool *settled);
 
 /*
+ * ds_store_lock_step without its statement: every column of step (run_id, step_id), the latest
+ * version, locked FOR UPDATE to the end of the transaction. The caller holds the step's identity
+ * lock (step_lock.c). Returns false when there is no such row.
+ */
+extern bool ds_lock_step_row(const char *run_id, const char *step_id, StepRecord *out);
+
+/*
  * The default policy of run `run_id` as `snapshot` sees it, or NULL when there is no such run or
  * it sets none; its owner in *owner (InvalidOid when there is no such run).
  */

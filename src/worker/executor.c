@@ -45,6 +45,7 @@
 
 #include "store/direct_write.h"
 #include "ipc/executor_slot.h"
+#include "store/step_probe.h"
 #include "store/step_store.h"
 #include "store/retention.h"
 #include "store/task_store.h"
@@ -594,7 +595,7 @@ record_kept_outcomes(void)
 			ds_step_lock_release_session(run_ids[i], step_ids[i]);
 			break;
 		}
-		take = ds_store_lock_step(run_ids[i], step_ids[i], &rec) &&
+		take = ds_lock_step_row(run_ids[i], step_ids[i], &rec) &&
 			rec.status == STEP_RUNNING && rec.kept_outcome != NULL;
 		if (take && rec.claimed_by != 0)
 		{
@@ -615,7 +616,7 @@ record_kept_outcomes(void)
 			 * advisory locks
 			 */
 			ds_step_lock_pin(run_ids[i], step_ids[i]);
-			if (ds_store_lock_step(run_ids[i], step_ids[i], &rec) &&
+			if (ds_lock_step_row(run_ids[i], step_ids[i], &rec) &&
 				rec.status == STEP_RUNNING && rec.kept_outcome != NULL)
 			{
 				int			owner_level = ds_isolation_begin_owner(rec.owner);
@@ -676,7 +677,7 @@ record_expired_task_leases(void)
 		 * next time
 		 */
 		if (ds_step_lock_acquire(run_ids[i], step_ids[i], true) &&
-			ds_store_lock_step(run_ids[i], step_ids[i], &rec))
+			ds_lock_step_row(run_ids[i], step_ids[i], &rec))
 		{
 			/* an outcome hook the loss runs runs as the task's owner */
 			int			owner_level = ds_isolation_begin_owner(rec.owner);

@@ -26,6 +26,7 @@
 #include "store/step_claim_store.h"
 #include "store/task_store.h"
 #include "store/step_lock.h"
+#include "store/step_probe.h"
 #include "store/step_store.h"
 
 /* the owners of a limited queue's running steps counted apart (more are rare: see below) */
@@ -727,7 +728,7 @@ ds_recover_lost_attempts(int limit, MemoryContext cxt, ClaimedStep **recovered)
 		 * a kept HTTP outcome (kept since the running steps were read) is an
 		 * executor's to record
 		 */
-		if (!ds_store_lock_step(run_ids[i], step_ids[i], &rec) ||
+		if (!ds_lock_step_row(run_ids[i], step_ids[i], &rec) ||
 			rec.status != STEP_RUNNING || rec.kept_outcome != NULL)
 			continue;
 		(*recovered)[n - 1].attempt = rec.attempts;
