@@ -156,7 +156,10 @@ ds_lock_step_row(const char *run_id, const char *step_id, StepRecord *out)
 	TM_Result	locked = TM_Invisible;
 	TM_FailureData tmfd;
 
-	/* the earlier writes of this transaction are seen, as a statement sees them */
+	/*
+	 * the earlier writes of this transaction are seen, as a statement sees
+	 * them
+	 */
 	CommandCounterIncrement();
 	rel = table_open(r->steps, RowShareLock);
 	index = index_open(r->steps_pkey, AccessShareLock);
