@@ -9,11 +9,18 @@
  */
 #include "base/compat.h"
 
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 
 #include "ipc/outcome_waits.h"
 #include "ipc/due_floors.h"
@@ -246,6 +253,37 @@ ds_run_wake_for_queue(const char *queue)
 	ds_store_spi_end(&spi);
 }
 
+/*
+ * Is there a version of run run_id's row, committed or still being written by a transaction in
+ * progress? A dirty snapshot sees both, as a unique check does. Most steps -- a task or a step
+ * stored on its own, under a run_id that only groups it -- belong to no run: their outcomes skip
+ * the statement that wakes one.
+ */
+static bool
+run_row_may_exist(const char *run_id)
+{
+	const StoreRelations *r = ds_store_relations();
+	Relation	rel = table_open(r->runs, AccessShareLock);
+	Relation	index = index_open(r->runs_pkey, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	SnapshotData dirty;
+	ScanKeyData skey;
+	IndexScanDesc scan;
+	bool		found;
+
+	InitDirtySnapshot(dirty);
+	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ, CStringGetTextDatum(run_id));
+	scan = ds_index_beginscan(rel, index, &dirty, 1, 0);
+	index_rescan(scan, &skey, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+	return found;
+}
+
 void
 ds_run_wake_for_step_outcome(const char *run_id, const char *step_id)
 {
@@ -255,6 +293,8 @@ ds_run_wake_for_step_outcome(const char *run_id, const char *step_id)
 	StoreSpi	spi;
 	bool		woken;
 
+	if (!run_row_may_exist(run_id))
+		return;
 	ds_store_spi_begin(&spi);
 	ds_due_floor_note_waiting(DS_RUNS_GROUP, 0, GetCurrentTimestamp());
 
