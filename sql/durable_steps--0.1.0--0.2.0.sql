@@ -495,3 +495,90 @@ CREATE FUNCTION @extschema@.ds_step(
         expect text DEFAULT NULL)
     RETURNS jsonb
     AS 'MODULE_PATHNAME', 'ds_step' LANGUAGE C VOLATILE;
+
+-- Application workflows (docs/app-workflows.md). A segment of a workflow written in Node or Python
+-- is a task of its run, and the steps it runs are tasks of the same run that no worker claims by
+-- name: the segment's holder claims each one's attempts itself, under its own lease.
+CREATE FUNCTION @extschema@.ds_claim_task(holder text, step_id text, lease interval DEFAULT '30 s',
+        worker text DEFAULT NULL,
+        OUT status text, OUT result jsonb, OUT attempt integer, OUT max_attempts integer,
+        OUT idempotency_key text, OUT attempt_key text, OUT token text,
+        OUT lease_expires_at timestamptz, OUT deadline timestamptz, OUT next_attempt_at timestamptz,
+        OUT error_code text, OUT error_message text)
+    AS 'MODULE_PATHNAME', 'ds_claim_task' LANGUAGE C VOLATILE;
+
+-- The SQL workflow that stands for an application workflow: each segment is a task
+-- 'ds.workflow:<name>' that the application's worker runs, until one answers with the workflow's
+-- output. A segment that must sleep or wait for an event answers so, and the run sleeps or waits
+-- here, as a SQL workflow does, between that segment and the next.
+CREATE FUNCTION @extschema@.ds_app_workflow(workflow text, input jsonb, policy jsonb DEFAULT NULL)
+    RETURNS jsonb LANGUAGE plpgsql AS $body$
+DECLARE
+    segment integer := 0;
+    answer jsonb;
+BEGIN
+    LOOP
+        segment := segment OPERATOR(pg_catalog.+) 1;
+        answer := @extschema@.ds_task('ds.segment:' OPERATOR(pg_catalog.||) segment,
+                                      'ds.workflow:' OPERATOR(pg_catalog.||) workflow, input, policy);
+        CASE answer OPERATOR(pg_catalog.->>) 'then'
+        WHEN 'return' THEN
+            RETURN answer OPERATOR(pg_catalog.->) 'output';
+        WHEN 'sleep' THEN
+            PERFORM @extschema@.ds_sleep(answer OPERATOR(pg_catalog.->>) 'step',
+                pg_catalog.make_interval(secs => (answer OPERATOR(pg_catalog.->>) 'ms')::float8
+                                                 OPERATOR(pg_catalog./) 1000));
+        WHEN 'event' THEN
+            BEGIN
+                PERFORM @extschema@.ds_await_event(answer OPERATOR(pg_catalog.->>) 'step',
+                    answer OPERATOR(pg_catalog.->>) 'event',
+                    pg_catalog.make_interval(secs => (answer OPERATOR(pg_catalog.->>) 'timeout_ms')::float8
+                                                     OPERATOR(pg_catalog./) 1000));
+            EXCEPTION WHEN SQLSTATE 'DS408' THEN
+                -- timed out: the next segment reads it from the event's step and throws there
+                NULL;
+            END;
+        ELSE
+            RAISE EXCEPTION 'segment % of application workflow % answered %', segment, workflow, answer
+                USING ERRCODE = '22023',
+                      HINT = 'A segment answers {"then": "return" | "sleep" | "event", ...}: run it with the durable_steps client library.';
+        END CASE;
+    END LOOP;
+END $body$;
+
+-- Declares application workflow `name`: a function name(run_id text, input jsonb) in the current
+-- schema that ds_start_run resolves like any SQL workflow, so that SQL and application workflows
+-- share one namespace. It replaces only a function it made itself.
+CREATE FUNCTION @extschema@.ds_define_workflow(name text, policy jsonb DEFAULT NULL)
+    RETURNS regprocedure LANGUAGE plpgsql AS $body$
+DECLARE
+    body text;
+    existing regprocedure;
+BEGIN
+    IF name IS NULL OR pg_catalog.octet_length(name) NOT BETWEEN 1 AND 63 THEN
+        RAISE EXCEPTION 'a workflow name must be 1 to 63 bytes' USING ERRCODE = '22023';
+    END IF;
+    IF policy IS NOT NULL AND pg_catalog.jsonb_typeof(policy) OPERATOR(pg_catalog.<>) 'object' THEN
+        RAISE EXCEPTION 'policy must be a JSON object' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.current_schema() IS NULL THEN
+        RAISE EXCEPTION 'no schema to create workflow % in', name USING ERRCODE = '3F000',
+            HINT = 'Set search_path to the schema the workflows belong in.';
+    END IF;
+    body := pg_catalog.format('SELECT %s.ds_app_workflow(%L, input, %L::jsonb)',
+                              '@extschema@', name, policy::text);
+    existing := pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(text, jsonb)',
+                                           pg_catalog.current_schema(), name));
+    IF existing IS NOT NULL AND NOT EXISTS (
+            SELECT FROM pg_catalog.pg_proc p
+             WHERE p.oid OPERATOR(pg_catalog.=) existing
+               AND p.prosrc OPERATOR(pg_catalog.~~) ('SELECT ' OPERATOR(pg_catalog.||) '%.ds_app_workflow(%')) THEN
+        RAISE EXCEPTION 'function %(text, jsonb) exists and is not an application workflow', name
+            USING ERRCODE = '42723',
+                  HINT = 'A SQL workflow and an application workflow share one namespace: choose another name.';
+    END IF;
+    EXECUTE pg_catalog.format('CREATE OR REPLACE FUNCTION %I.%I(run_id text, input jsonb) RETURNS jsonb'
+                              ' LANGUAGE sql AS %L', pg_catalog.current_schema(), name, body);
+    RETURN pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(text, jsonb)',
+                                      pg_catalog.current_schema(), name));
+END $body$;

@@ -36,6 +36,7 @@
 #include "base/policy.h"
 #include "ipc/worker_shmem.h"
 #include "store/run_store.h"
+#include "store/step_probe.h"
 #include "store/step_store.h"
 #include "store/task_store.h"
 #include "steps/step_attempt.h"
@@ -50,6 +51,7 @@ PG_FUNCTION_INFO_V1(ds_heartbeat);
 PG_FUNCTION_INFO_V1(ds_complete_task);
 PG_FUNCTION_INFO_V1(ds_fail_task);
 PG_FUNCTION_INFO_V1(ds_release_task);
+PG_FUNCTION_INFO_V1(ds_claim_task);
 
 /* The most tasks one claim takes, and the longest lease and the default one. */
 #define MAX_CLAIM 1000
@@ -611,6 +613,165 @@ ds_release_task(PG_FUNCTION_ARGS)
 	ds_store_update_step(&rec);
 	ds_worker_wake_kind_at_commit(STEP_KIND_TASK);
 	PG_RETURN_BOOL(true);
+}
+
+/* A column of ds_claim_task's row. */
+enum
+{
+	CT_STATUS, CT_RESULT, CT_ATTEMPT, CT_MAX_ATTEMPTS, CT_IDEMPOTENCY_KEY, CT_ATTEMPT_KEY,
+	CT_TOKEN, CT_LEASE_EXPIRES_AT, CT_DEADLINE, CT_NEXT_ATTEMPT_AT, CT_ERROR_CODE,
+	CT_ERROR_MESSAGE, N_CT
+};
+
+/*
+ * ds_claim_task(holder, step_id, lease, worker) -> (status, result, attempt, max_attempts,
+ * idempotency_key, attempt_key, token, lease_expires_at, deadline, next_attempt_at, error_code,
+ * error_message)
+ *
+ * The attempt of one named task of a run, claimed by the holder of another task of the same run
+ * (docs/app-workflows.md): an application workflow's segment claims the attempts of its own
+ * steps, which no worker claims by name. `holder` is the segment's token and must hold its
+ * lease (DS410 otherwise), so that a worker that paused or came back after its lease ran out
+ * starts no step. A step that waits and is due is claimed exactly as ds_claim_tasks claims it
+ * (counted, its lease running, committed by this statement); a running one whose lease ran out
+ * is first recorded lost, as the background worker records it. Any other state is answered as
+ * it is, with no token: succeeded (its result), failed or cancelled (its error), a retry not yet
+ * due (next_attempt_at), running under another attempt's lease (lease_expires_at), blocked or
+ * uncertain.
+ */
+Datum
+ds_claim_task(PG_FUNCTION_ARGS)
+{
+	TaskToken	holder;
+	TaskToken	step;
+	char	   *step_id;
+	int64		lease = ds_task_interval_arg(fcinfo, 2, "lease", DEFAULT_LEASE_USECS);
+	char	   *worker = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	StepRecord	hrec;
+	StepRecord	rec;
+	TupleDesc	desc;
+	Datum		values[N_CT];
+	bool		nulls[N_CT];
+	TimestampTz now;
+
+	token_arg(fcinfo, 0, &holder);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("step_id must not be null")));
+	step_id = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	if (step_id[0] == '\0' || strlen(step_id) > 255)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("step_id must be 1 to 255 bytes")));
+	if (strcmp(step_id, holder.step_id) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a task cannot claim itself"),
+				 errdetail("Step %s/%s is the holder's own step.", holder.run_id, step_id)));
+	if (worker != NULL && (worker[0] == '\0' || strlen(worker) > MAX_WORKER_NAME))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("worker must be 1 to %d bytes", MAX_WORKER_NAME)));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "ds_claim_task must return a row");
+
+	/*
+	 * the same rules as ds_claim_tasks: the claim commits before the attempt
+	 * runs
+	 */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("ds_claim_task() must run at the READ COMMITTED isolation level")));
+	if (IsTransactionBlock())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("ds_claim_task() must be called outside a transaction block"),
+				 errdetail("A claim is the start of its attempt: it must commit before the attempt runs."),
+				 errhint("Run it as a statement of its own, in autocommit mode.")));
+
+	/*
+	 * Both steps' locks in the order of their identities, as
+	 * ds_complete_tasks and ds_cancel_run take a run's: two callers never
+	 * wait for each other in a circle.
+	 */
+	step.run_id = holder.run_id;
+	step.step_id = step_id;
+	step.attempt = 0;
+	step.claimed_at = 0;
+	if (strcmp(holder.step_id, step_id) < 0)
+	{
+		lock_task(&holder, &hrec);
+		lock_task(&step, &rec);
+	}
+	else
+	{
+		lock_task(&step, &rec);
+		lock_task(&holder, &hrec);
+	}
+	now = GetCurrentTimestamp();
+	if (!lease_held(&hrec, &holder, now))
+		refuse_lost_lease(&hrec, &holder);
+
+	/* a lease that ran out is recorded now rather than waited for */
+	if (ds_record_expired_task_lease(&rec, now) &&
+		!ds_lock_step_row(holder.run_id, step_id, &rec))
+		elog(ERROR, "step %s/%s vanished under its lock", holder.run_id, step_id);
+
+	memset(nulls, true, sizeof(nulls));
+	if ((rec.status == STEP_PENDING || rec.status == STEP_RETRYING) &&
+		rec.next_attempt_at != 0 && rec.next_attempt_at <= now)
+	{
+		Datum		tid = PointerGetDatum(&rec.tid);
+		StoreSpi	spi;
+		StringInfoData key;
+
+		ds_store_spi_begin(&spi);
+		if (ds_store_mark_tasks_running(construct_array(&tid, 1, TIDOID, sizeof(ItemPointerData),
+														false, TYPALIGN_SHORT),
+										now, MyProcPid, worker, usecs_interval(lease)) != 1)
+			elog(ERROR, "task %s/%s was not claimed", holder.run_id, step_id);
+		ds_store_spi_end(&spi);
+		if (!ds_lock_step_row(holder.run_id, step_id, &rec))
+			elog(ERROR, "step %s/%s vanished under its lock", holder.run_id, step_id);
+		initStringInfo(&key);
+		ds_append_step_key(&key, holder.run_id, step_id);
+		values[CT_IDEMPOTENCY_KEY] = CStringGetTextDatum(key.data);
+		values[CT_ATTEMPT_KEY] = CStringGetTextDatum(psprintf("%s:%d", key.data, rec.attempts));
+		values[CT_TOKEN] = CStringGetTextDatum(token_text(holder.run_id, step_id, rec.attempts, now));
+		if (rec.timeout != 0)
+			values[CT_DEADLINE] = TimestampTzGetDatum(now + rec.timeout);
+		nulls[CT_IDEMPOTENCY_KEY] = nulls[CT_ATTEMPT_KEY] = nulls[CT_TOKEN] = false;
+		nulls[CT_DEADLINE] = rec.timeout == 0;
+	}
+	values[CT_STATUS] = CStringGetTextDatum(ds_step_status_name(rec.status));
+	nulls[CT_STATUS] = false;
+	if (rec.status == STEP_SUCCEEDED && rec.result != NULL)
+	{
+		values[CT_RESULT] = JsonbPGetDatum(rec.result);
+		nulls[CT_RESULT] = false;
+	}
+	values[CT_ATTEMPT] = Int32GetDatum(rec.attempts);
+	values[CT_MAX_ATTEMPTS] = Int32GetDatum(rec.attempt_base + rec.max_attempts);
+	nulls[CT_ATTEMPT] = nulls[CT_MAX_ATTEMPTS] = false;
+	if (rec.status == STEP_RUNNING && rec.lease_expires_at != 0)
+	{
+		values[CT_LEASE_EXPIRES_AT] = TimestampTzGetDatum(rec.lease_expires_at);
+		nulls[CT_LEASE_EXPIRES_AT] = false;
+	}
+	if ((rec.status == STEP_PENDING || rec.status == STEP_RETRYING) && rec.next_attempt_at != 0)
+	{
+		values[CT_NEXT_ATTEMPT_AT] = TimestampTzGetDatum(rec.next_attempt_at);
+		nulls[CT_NEXT_ATTEMPT_AT] = false;
+	}
+	if (rec.status != STEP_SUCCEEDED && rec.status != STEP_RUNNING && rec.error_code != NULL)
+	{
+		values[CT_ERROR_CODE] = CStringGetTextDatum(rec.error_code);
+		values[CT_ERROR_MESSAGE] = CStringGetTextDatum(rec.error_message ? rec.error_message : "");
+		nulls[CT_ERROR_CODE] = nulls[CT_ERROR_MESSAGE] = false;
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 
 bool
