@@ -26,6 +26,7 @@ export * from './client.js';
 export * from './errors.js';
 export * from './middleware.js';
 export * from './worker.js';
+export * from './workflow.js';
 
 // The calls as functions of a connection, for code that keeps no DurableSteps object: each is
 // `new DurableSteps(db).<method>(...)`.

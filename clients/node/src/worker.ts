@@ -24,6 +24,8 @@ import { hostname } from 'node:os';
 
 import type { Queryable } from './client.js';
 import { LeaseLostError, StepTimeoutError, toDurableStepsError } from './errors.js';
+import type { Workflow } from './workflow.js';
+import { segmentHandler } from './workflow.js';
 
 /** A connection lent by a pool: node-postgres's PoolClient has it. */
 export interface TaskClient extends Queryable {
@@ -61,6 +63,8 @@ export interface TaskContext<C extends TaskClient = TaskClient> {
     readonly deadline: Date | null;
     /** the name of the worker that claimed it */
     readonly worker: string;
+    /** the attempt's token (ds_heartbeat, ds_complete_task, ds_claim_task take it) */
+    readonly token: string;
     /**
      * Aborted at the deadline (reason: StepTimeoutError), when the step is cancelled or the lease
      * is lost (LeaseLostError), and when the worker stops and its grace period has passed
@@ -97,7 +101,14 @@ export interface WorkerOptions<P extends TaskPool = TaskPool> {
     /** a node-postgres Pool (or anything with its query() and connect()) */
     pool: P;
     /** the handlers, by task name: ctx.transaction lends them a connection of the pool */
-    tasks: Record<string, TaskHandler<any, unknown, ClientOf<P>>>;
+    tasks?: Record<string, TaskHandler<any, unknown, ClientOf<P>>>;
+    /**
+     * Application workflows this worker runs (docs/app-workflows.md): each is declared with
+     * ds_define_workflow when the worker starts, unless defineWorkflows is false
+     */
+    workflows?: Workflow[];
+    /** declare the workflows at start (true): the role needs CREATE on the current schema */
+    defineWorkflows?: boolean;
     /** how many handlers run at once (10) */
     concurrency?: number;
     /**
@@ -290,6 +301,7 @@ class Attempt<C extends TaskClient> {
             attemptKey: row.attempt_key,
             deadline: row.deadline_ms === null ? null : new Date(row.deadline_ms),
             worker,
+            token: row.token,
             signal: this.controller.signal,
             transaction<T>(fn: (client: C) => Promise<T> | T): Promise<T> {
                 const done = transaction(attempt, fn) as Promise<T>;
@@ -417,6 +429,8 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
     private readonly names: string[];
     private readonly logger: WorkerLogger;
     private readonly prefix: string;
+    private readonly workflows: Workflow[];
+    private readonly defineWorkflows: boolean;
 
     private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
     private readonly running = new Set<Attempt<C>>();
@@ -447,17 +461,33 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         super();
         // inside, a connection is a TaskClient: the handlers see the pool's own type (ClientOf<P>)
         const pool: TaskPool = options.pool;
-        const tasks = options.tasks as unknown as Record<string, TaskHandler<any, unknown, C>>;
+        const tasks = { ...(options.tasks ?? {}) } as unknown as Record<string, TaskHandler<any, unknown, C>>;
         if (pool === null || typeof pool !== 'object' || typeof pool.query !== 'function'
             || typeof pool.connect !== 'function') {
             throw new TypeError('pool must be a node-postgres Pool (query and connect)');
         }
-        if (tasks === null || typeof tasks !== 'object') {
+        if (options.tasks !== undefined && (options.tasks === null || typeof options.tasks !== 'object')) {
             throw new TypeError('tasks must be an object of handlers by task name');
+        }
+        if (options.workflows !== undefined && !Array.isArray(options.workflows)) {
+            throw new TypeError('workflows must be an array of workflow() definitions');
+        }
+        this.workflows = [...(options.workflows ?? [])];
+        this.defineWorkflows = options.defineWorkflows ?? true;
+        this.prefix = options.schema ? `"${options.schema.replace(/"/g, '""')}".` : '';
+        this.name = options.worker ?? `${hostname()}:${process.pid}`;
+        for (const wf of this.workflows) {
+            if (typeof wf?.taskName !== 'string' || typeof wf.fn !== 'function') {
+                throw new TypeError('workflows must be an array of workflow() definitions');
+            }
+            if (wf.taskName in tasks) {
+                throw new TypeError(`workflow ${wf.name} is given twice`);
+            }
+            tasks[wf.taskName] = segmentHandler(wf, pool, this.prefix, this.name, options.lease ?? 30_000) as TaskHandler<any, unknown, C>;
         }
         this.names = Object.keys(tasks);
         if (this.names.length === 0) {
-            throw new TypeError('tasks must name at least one task');
+            throw new TypeError('tasks or workflows must name at least one task or workflow');
         }
         for (const name of this.names) {
             if (typeof tasks[name] !== 'function') {
@@ -489,9 +519,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         this.queues = options.queues ? [...options.queues] : null;
         this.pool = pool;
         this.tasks = new Map(Object.entries(tasks));
-        this.name = options.worker ?? `${hostname()}:${process.pid}`;
         this.logger = options.logger ?? defaultLogger;
-        this.prefix = options.schema ? `"${options.schema.replace(/"/g, '""')}".` : '';
         const max = (pool as { options?: { max?: unknown } }).options?.max;
         if (typeof max === 'number' && max < this.concurrency + 2) {
             this.logger.warn(`durable-steps worker ${this.name}: the pool has ${max} connections, fewer than`
@@ -522,6 +550,12 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         let rows: ClaimedRow[];
         const want = this.wanted();
         try {
+            if (this.defineWorkflows) {
+                for (const wf of this.workflows) {
+                    await this.pool.query(`SELECT ${this.prefix}ds_define_workflow($1, $2::jsonb)`,
+                        [wf.name, wf.policy === null ? null : JSON.stringify(wf.policy)]);
+                }
+            }
             rows = await this.claim(want);
         } catch (e) {
             this.state = 'stopped';

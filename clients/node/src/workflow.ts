@@ -1,0 +1,560 @@
+// Application workflows (docs/app-workflows.md): a workflow written in TypeScript, run by the
+// Worker, on the engine's runs. `workflow(name, fn)` makes the handler of task
+// `ds.workflow:<name>`: each *segment* of a run is one attempt of such a task, and its steps are
+// tasks of the same run whose attempts the segment claims itself (ds_claim_task), under its own
+// lease. A segment reads the run's recorded steps in one query, replays them, runs each new step
+// and records it as it completes, and goes on until the workflow returns (the run's output) or
+// must sleep or wait for an event: the run then waits in the engine, and the next segment
+// replays from the start.
+
+import type { Json } from './client.js';
+import { EventTimeoutError, NonRetriableError, toDurableStepsError } from './errors.js';
+import type { TaskClient, TaskContext, TaskHandler, TaskPool } from './worker.js';
+import { describeFailure } from './worker.js';
+
+/** The seed's retry policy names, in milliseconds. */
+export interface RetryOptions {
+    maxAttempts?: number;
+    initialMs?: number;
+    maxMs?: number;
+    multiplier?: number;
+}
+
+export interface StepOptions {
+    retry?: RetryOptions;
+    /** each attempt's limit: its signal aborts then, and the attempt fails as timed out */
+    timeoutMs?: number;
+    /** run `fn` with a client in a transaction whose writes commit with the step's record */
+    transaction?: boolean;
+}
+
+/** What a step's function gets, once per attempt. */
+export interface StepContext<C extends TaskClient = TaskClient> {
+    readonly stepId: string;
+    readonly attempt: number;
+    readonly maxAttempts: number;
+    /** the same for every attempt of the step: pass it to providers */
+    readonly idempotencyKey: string;
+    readonly attemptKey: string;
+    /** aborted at the step's timeout, when the run is cancelled, when a lease is lost */
+    readonly signal: AbortSignal;
+    /** with `transaction: true`: the transaction's client (null otherwise) */
+    readonly client: C | null;
+}
+
+export interface WorkflowContext<C extends TaskClient = TaskClient> {
+    readonly runId: string;
+    readonly workflow: string;
+    /** the segment's number, from 1 (a run's later segments replay the earlier ones' steps) */
+    readonly segment: number;
+    /** aborted when the run is cancelled, when the segment's lease is lost, when the worker stops */
+    readonly signal: AbortSignal;
+    step<T = Json>(id: string, fn: (s: StepContext<C>) => T | Promise<T>, options?: StepOptions): Promise<T>;
+    sql<T = Json>(id: string, sql: string, input?: Json, options?: { retry?: RetryOptions; timeoutMs?: number }): Promise<T>;
+    sleep(id: string, ms: number): Promise<void>;
+    waitForEvent<T = Json>(id: string, event: string, options?: { timeoutMs?: number }): Promise<T>;
+    patched(changeId: string): Promise<boolean>;
+}
+
+export type WorkflowFunction<I = any, O = unknown, C extends TaskClient = TaskClient> =
+    (ctx: WorkflowContext<C>, input: I) => O | Promise<O>;
+
+export interface WorkflowOptions {
+    /** the policy of the workflow's segments: an uncaught error retries the segment by it */
+    retry?: RetryOptions;
+}
+
+/** A workflow definition, for `new Worker({ workflows: [...] })`. */
+export interface Workflow<I = any, O = unknown> {
+    readonly name: string;
+    /** the task each segment is: `ds.workflow:<name>` */
+    readonly taskName: string;
+    /** its steps' tasks: `ds.step:<name>` (no worker claims them by name) */
+    readonly stepTaskName: string;
+    /** the segments' policy, as the engine's JSON, or null */
+    readonly policy: Json | null;
+    readonly fn: WorkflowFunction<I, O, any>;
+}
+
+/**
+ * A step that failed for good (its attempts used up, a NonRetriableError, cancelled), thrown into
+ * the workflow at the step's call. Caught, the workflow goes on; uncaught, the run fails (it is
+ * non-retriable: a segment that throws it is not tried again).
+ */
+export class StepFailedError extends NonRetriableError {
+    constructor(readonly stepId: string, readonly status: string, readonly errorCode: string | null,
+        message: string) {
+        super(`step ${stepId} ${status}${errorCode ? ` (${errorCode})` : ''}: ${message}`);
+        this.name = 'StepFailedError';
+    }
+}
+
+/** The run's recorded history no longer matches the code: never silently. */
+export class WorkflowMismatchError extends NonRetriableError {
+    constructor(message: string) {
+        super(message);
+        this.name = 'WorkflowMismatchError';
+    }
+}
+
+const MAX_NAME = 63;
+/** a retry or a lease held elsewhere shorter than this is waited for inside the segment */
+const WAIT_IN_SEGMENT_MS = 30_000;
+
+function checkId(what: string, id: unknown): asserts id is string {
+    if (typeof id !== 'string' || id === '' || Buffer.byteLength(id) > 200 || id.startsWith('ds.')) {
+        throw new RangeError(`${what} must be a string of 1 to 200 bytes that does not start with "ds.", not ${JSON.stringify(id)}`);
+    }
+}
+
+function checkMs(what: string, v: unknown, min: number): asserts v is number {
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > 86_400_000 * 366) {
+        throw new RangeError(`${what} must be a number of milliseconds from ${min}, not ${String(v)}`);
+    }
+}
+
+/** The engine's policy JSON for the seed's names; unknown names and bad values are refused. */
+export function retryPolicy(retry: RetryOptions | undefined): Json | null {
+    if (retry === undefined) {
+        return null;
+    }
+    const known = ['maxAttempts', 'initialMs', 'maxMs', 'multiplier'];
+    for (const k of Object.keys(retry)) {
+        if (!known.includes(k)) {
+            throw new RangeError(`retry has no option ${k} (it has ${known.join(', ')})`);
+        }
+    }
+    const out: Record<string, Json> = {};
+    if (retry.maxAttempts !== undefined) {
+        if (!Number.isInteger(retry.maxAttempts) || retry.maxAttempts < 1 || retry.maxAttempts > 1000) {
+            throw new RangeError(`retry.maxAttempts must be an integer from 1 to 1000, not ${String(retry.maxAttempts)}`);
+        }
+        out.max_attempts = retry.maxAttempts;
+    }
+    if (retry.initialMs !== undefined) {
+        checkMs('retry.initialMs', retry.initialMs, 0);
+        out.initial_delay = retry.initialMs;
+    }
+    if (retry.maxMs !== undefined) {
+        checkMs('retry.maxMs', retry.maxMs, 0);
+        out.max_delay = retry.maxMs;
+    }
+    if (retry.multiplier !== undefined) {
+        if (typeof retry.multiplier !== 'number' || !(retry.multiplier >= 1 && retry.multiplier <= 100)) {
+            throw new RangeError(`retry.multiplier must be a number from 1 to 100, not ${String(retry.multiplier)}`);
+        }
+        out.multiplier = retry.multiplier;
+    }
+    return out;
+}
+
+/** Defines application workflow `name`; pass it to the Worker's `workflows`. */
+export function workflow<I = any, O = unknown, C extends TaskClient = TaskClient>(
+    name: string, fn: WorkflowFunction<I, O, C>, options: WorkflowOptions = {}): Workflow<I, O> {
+    if (typeof name !== 'string' || name === '' || Buffer.byteLength(name) > MAX_NAME) {
+        throw new RangeError(`a workflow name must be a string of 1 to ${MAX_NAME} bytes`);
+    }
+    if (typeof fn !== 'function') {
+        throw new TypeError('a workflow is a function (ctx, input) => output');
+    }
+    return {
+        name, taskName: `ds.workflow:${name}`, stepTaskName: `ds.step:${name}`,
+        policy: retryPolicy(options.retry), fn: fn as WorkflowFunction<I, O, any>,
+    };
+}
+
+/** What a segment answers (the task's result), read by ds_app_workflow. */
+type Answer =
+    | { then: 'return'; output: Json }
+    | { then: 'sleep'; step: string; ms: number }
+    | { then: 'event'; step: string; event: string; timeout_ms?: number };
+
+/** Thrown through the workflow's code when the segment ends here; the segment answers it. */
+class Suspended extends Error {
+    constructor(readonly answer: Answer) {
+        super('the workflow waits: this segment ends here');
+        this.name = 'Suspended';
+    }
+}
+
+interface Recorded {
+    step_id: string;
+    kind: string;
+    status: string;
+    result: Json;
+    error_code: string | null;
+    error_message: string | null;
+    seq: number | null;
+}
+
+interface ClaimAnswer {
+    status: string;
+    result: Json;
+    attempt: number;
+    max_attempts: number;
+    idempotency_key: string | null;
+    attempt_key: string | null;
+    token: string | null;
+    lease_ms: number | null;
+    deadline_ms: number | null;
+    next_ms: number | null;
+    now_ms: number;
+    error_code: string | null;
+    error_message: string | null;
+}
+
+function delay(ms: number, signal: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+        if (signal.aborted) {
+            reject(signal.reason);
+            return;
+        }
+        const t = setTimeout(() => {
+            signal.removeEventListener('abort', onAbort);
+            resolve();
+        }, Math.max(0, ms));
+        const onAbort = (): void => {
+            clearTimeout(t);
+            reject(signal.reason);
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+    });
+}
+
+/** The handler of one workflow's segments: made by the Worker for its pool. */
+export function segmentHandler<C extends TaskClient>(wf: Workflow, pool: TaskPool<C>, prefix: string,
+    worker: string, leaseMs: number): TaskHandler<Json, Answer, C> {
+    return async (input, task) => {
+        const segment = Number(task.stepId.slice('ds.segment:'.length)) || 1;
+        const history = await readHistory(pool, prefix, task.runId);
+        const run = new Segment<C>(wf, pool, prefix, worker, leaseMs, task, history, segment);
+        let output: unknown;
+        try {
+            output = await wf.fn(run.ctx, input);
+        } catch (e) {
+            if (run.suspension !== null) {
+                return run.suspension;
+            }
+            throw e;
+        }
+        // a workflow that caught the suspension still ends its segment there
+        if (run.suspension !== null) {
+            return run.suspension;
+        }
+        return { then: 'return', output: (output === undefined ? null : output) as Json };
+    };
+}
+
+async function readHistory(pool: TaskPool, prefix: string, runId: string): Promise<Map<string, Recorded>> {
+    const { rows }: { rows: Recorded[] } = await pool.query(
+        `SELECT s.step_id, s.kind, s.status, s.result, s.error_code, s.error_message,
+                CASE WHEN s.kind = 'task' AND s.task LIKE 'ds.step:%' AND jsonb_typeof(s.input -> 'seq') = 'number'
+                     THEN (s.input ->> 'seq')::integer END AS seq
+           FROM ${prefix}ds_steps s WHERE s.run_id = $1`, [runId]);
+    return new Map(rows.map((r) => [r.step_id, r]));
+}
+
+class Segment<C extends TaskClient> {
+    readonly ctx: WorkflowContext<C>;
+    suspension: Answer | null = null;
+    private seq = 0;
+    private readonly maxSeq: number;
+    private readonly used = new Set<string>();
+
+    constructor(private readonly wf: Workflow, private readonly pool: TaskPool<C>,
+        private readonly prefix: string, private readonly worker: string, private readonly leaseMs: number,
+        private readonly task: TaskContext<C>, private readonly history: Map<string, Recorded>,
+        segment: number) {
+        this.maxSeq = Math.max(0, ...[...history.values()].map((r) => r.seq ?? 0));
+        const self = this;
+        this.ctx = {
+            runId: task.runId, workflow: wf.name, segment, signal: task.signal,
+            step: (id, fn, options) => self.step(id, fn, options),
+            sql: (id, sql, input, options) => self.sql(id, sql, input, options),
+            sleep: (id, ms) => self.sleep(id, ms),
+            waitForEvent: (id, event, options) => self.waitForEvent(id, event, options),
+            patched: (changeId) => self.patched(changeId),
+        } as WorkflowContext<C>;
+    }
+
+    /** every call after the suspension throws it again: the segment ends there */
+    private enter(id: string, what: string): void {
+        if (this.suspension !== null) {
+            throw new Suspended(this.suspension);
+        }
+        this.task.signal.throwIfAborted();
+        checkId(`${what}'s id`, id);
+        if (this.used.has(id)) {
+            throw new WorkflowMismatchError(`step id ${id} is used twice in workflow ${this.wf.name}: each step, sleep and event wait needs an id of its own`);
+        }
+        this.used.add(id);
+    }
+
+    private suspend(answer: Answer): never {
+        this.suspension = answer;
+        throw new Suspended(answer);
+    }
+
+    private failed(r: { step_id?: string; status: string; error_code: string | null; error_message: string | null }, id: string): StepFailedError {
+        return new StepFailedError(id, r.status, r.error_code, r.error_message ?? '');
+    }
+
+    async step<T>(id: string, fn: (s: StepContext<C>) => T | Promise<T>, options: StepOptions = {}): Promise<T> {
+        this.enter(id, 'a step');
+        if (typeof fn !== 'function') {
+            throw new TypeError(`step ${id}: fn must be a function`);
+        }
+        if (options.timeoutMs !== undefined) {
+            checkMs('timeoutMs', options.timeoutMs, 1);
+        }
+        const policy = retryPolicy(options.retry);
+        const seq = ++this.seq;
+        const recorded = this.history.get(id);
+        if (recorded !== undefined) {
+            if (recorded.kind !== 'task' || recorded.seq === null) {
+                throw new WorkflowMismatchError(`workflow ${this.wf.name} calls ctx.step('${id}') where run ${this.task.runId} recorded a ${recorded.kind} step of that id: its code changed under a run in flight; put the change behind ctx.patched()`);
+            }
+            if (recorded.seq !== seq) {
+                throw new WorkflowMismatchError(`workflow ${this.wf.name} reaches step ${id} as its step ${seq}, but run ${this.task.runId} recorded it as step ${recorded.seq}: its code changed under a run in flight; put the change behind ctx.patched()`);
+            }
+            if (recorded.status === 'succeeded') {
+                return recorded.result as T;
+            }
+            if (['failed', 'cancelled'].includes(recorded.status)) {
+                throw this.failed(recorded, id);
+            }
+        } else {
+            if (seq <= this.maxSeq) {
+                throw new WorkflowMismatchError(`workflow ${this.wf.name} reaches a new step ${id} as its step ${seq}, but run ${this.task.runId} recorded ${this.maxSeq} steps already: its code changed under a run in flight; put the change behind ctx.patched()`);
+            }
+            await this.pool.query(
+                `SELECT 1 FROM ${this.prefix}ds_task_step($1, $2, $3, $4::jsonb, $5::jsonb, timeout => $6::interval)`,
+                [this.task.runId, id, this.wf.stepTaskName, JSON.stringify({ seq }),
+                    policy === null ? null : JSON.stringify(policy),
+                    options.timeoutMs === undefined ? null : `${options.timeoutMs} milliseconds`]);
+        }
+        for (;;) {
+            const c = await this.claim(id);
+            if (c.token !== null) {
+                const outcome = await this.attempt(c, fn, options);
+                if (outcome.done) {
+                    return outcome.value as T;
+                }
+                continue;
+            }
+            const result = await this.settle(id, c);
+            if (result.done) {
+                return result.value as T;
+            }
+        }
+    }
+
+    /** A claim's answer without a token: return, throw, wait here, or end the segment. */
+    private async settle(id: string, c: ClaimAnswer): Promise<{ done: boolean; value?: unknown }> {
+        switch (c.status) {
+            case 'succeeded':
+                return { done: true, value: c.result };
+            case 'failed':
+            case 'cancelled':
+            case 'blocked':
+            case 'uncertain':
+                throw this.failed(c, id);
+        }
+        const until = c.status === 'running' ? c.lease_ms : c.next_ms;
+        const wait = until === null ? 1000 : until - c.now_ms;
+        if (wait <= WAIT_IN_SEGMENT_MS) {
+            await delay(wait + 5, this.task.signal);
+            return { done: false };
+        }
+        return this.suspend({ then: 'sleep', step: `ds.wait:${id}:${c.attempt}`, ms: Math.ceil(wait) });
+    }
+
+    private async claim(id: string): Promise<ClaimAnswer> {
+        const { rows }: { rows: ClaimAnswer[] } = await this.pool.query(
+            `SELECT c.status, c.result, c.attempt, c.max_attempts, c.idempotency_key, c.attempt_key, c.token,
+                    extract(epoch FROM c.lease_expires_at)::float8 * 1000 AS lease_ms,
+                    extract(epoch FROM c.deadline)::float8 * 1000 AS deadline_ms,
+                    extract(epoch FROM c.next_attempt_at)::float8 * 1000 AS next_ms,
+                    extract(epoch FROM clock_timestamp())::float8 * 1000 AS now_ms,
+                    c.error_code, c.error_message
+               FROM ${this.prefix}ds_claim_task($1, $2, $3::interval, $4) AS c`,
+            [this.task.token, id, `${this.leaseMs} milliseconds`, this.worker]);
+        return rows[0];
+    }
+
+    /** One attempt: fn under the step's lease (heartbeats), its outcome recorded. */
+    private async attempt<T>(c: ClaimAnswer, fn: (s: StepContext<C>) => T | Promise<T>,
+        options: StepOptions): Promise<{ done: boolean; value?: unknown }> {
+        const token = c.token as string;
+        const controller = new AbortController();
+        const onParent = (): void => controller.abort(this.task.signal.reason);
+        this.task.signal.addEventListener('abort', onParent, { once: true });
+        const offset = c.now_ms - Date.now();
+        const timers: ReturnType<typeof setTimeout>[] = [];
+        if (c.deadline_ms !== null) {
+            timers.push(setTimeout(() => controller.abort(new Error(`step ${c.idempotency_key}: its timeout passed`)),
+                Math.max(0, c.deadline_ms - offset - Date.now())));
+        }
+        const beat = setInterval(() => {
+            this.pool.query(`SELECT h.held FROM ${this.prefix}ds_heartbeat($1::text) AS h`, [token])
+                .then(({ rows }) => {
+                    if (!rows[0]?.held) {
+                        controller.abort(new Error('the step no longer holds its lease'));
+                    }
+                }, () => undefined);
+        }, this.leaseMs / 3);
+        let client: C | null = null;
+        try {
+            const s = (c2: C | null): StepContext<C> => ({
+                stepId: c.idempotency_key ?? '', attempt: c.attempt, maxAttempts: c.max_attempts,
+                idempotencyKey: c.idempotency_key ?? '', attemptKey: c.attempt_key ?? '',
+                signal: controller.signal, client: c2,
+            });
+            let value: unknown;
+            try {
+                if (options.transaction) {
+                    client = await this.pool.connect();
+                    await client.query('BEGIN');
+                    value = await fn(s(client));
+                    controller.signal.throwIfAborted();
+                    await client.query(`SELECT 1 FROM ${this.prefix}ds_complete_task($1::text, $2::jsonb)`,
+                        [token, JSON.stringify(value === undefined ? null : value)]);
+                    await client.query('COMMIT');
+                } else {
+                    value = await fn(s(null));
+                    controller.signal.throwIfAborted();
+                    await this.pool.query(`SELECT 1 FROM ${this.prefix}ds_complete_task($1::text, $2::jsonb)`,
+                        [token, JSON.stringify(value === undefined ? null : value)]);
+                }
+                return { done: true, value: value === undefined ? null : JSON.parse(JSON.stringify(value)) };
+            } catch (e) {
+                if (client !== null) {
+                    await client.query('ROLLBACK').catch(() => undefined);
+                }
+                // the segment itself ends (cancelled, lease lost, stopping): the step's lease decides
+                if (this.task.signal.aborted) {
+                    throw e;
+                }
+                const d = describeFailure(toDurableStepsError(e));
+                await this.pool.query(
+                    `SELECT 1 FROM ${this.prefix}ds_fail_task($1::text, $2, $3, $4, $5, $6::interval, $7)`,
+                    [token, d.errorCode, d.message, d.detail,
+                        d.errorClass === 'correctable' ? 'permanent' : d.errorClass, d.retryAfter, d.remediation]);
+                return { done: false };
+            }
+        } finally {
+            client?.release();
+            clearInterval(beat);
+            timers.forEach(clearTimeout);
+            this.task.signal.removeEventListener('abort', onParent);
+        }
+    }
+
+    async sql<T>(id: string, sql: string, input?: Json, options: { retry?: RetryOptions; timeoutMs?: number } = {}): Promise<T> {
+        this.enter(id, 'a SQL step');
+        const recorded = this.history.get(id);
+        if (recorded !== undefined && recorded.kind !== 'sql') {
+            throw new WorkflowMismatchError(`workflow ${this.wf.name} calls ctx.sql('${id}') where run ${this.task.runId} recorded a ${recorded.kind} step of that id: put the change behind ctx.patched()`);
+        }
+        if (recorded?.status === 'succeeded') {
+            return recorded.result as T;
+        }
+        if (recorded !== undefined && ['failed', 'cancelled'].includes(recorded.status)) {
+            throw this.failed(recorded, id);
+        }
+        const policy = retryPolicy(options.retry);
+        for (;;) {
+            const { rows }: { rows: ClaimAnswer[] } = await this.pool.query(
+                `SELECT r.status, r.result, r.attempt, r.max_attempts, NULL AS token,
+                        NULL::float8 AS lease_ms, NULL::float8 AS deadline_ms,
+                        extract(epoch FROM r.next_attempt_at)::float8 * 1000 AS next_ms,
+                        extract(epoch FROM clock_timestamp())::float8 * 1000 AS now_ms,
+                        r.error_code, r.error_message
+                   FROM ${this.prefix}ds_run_step($1, $2, $3, $4::jsonb, $5::jsonb, $6::interval) AS r`,
+                [this.task.runId, id, sql, input === undefined ? null : JSON.stringify(input),
+                    policy === null ? null : JSON.stringify(policy),
+                    options.timeoutMs === undefined ? null : `${options.timeoutMs} milliseconds`]);
+            const r = rows[0];
+            if (r.status === 'running') {
+                r.status = 'retrying';      // run by another session now: look again shortly
+                r.next_ms = r.now_ms + 50;
+            }
+            const settled = await this.settle(id, r);
+            if (settled.done) {
+                return settled.value as T;
+            }
+        }
+    }
+
+    async sleep(id: string, ms: number): Promise<void> {
+        this.enter(id, 'a sleep');
+        checkMs(`sleep ${id}`, ms, 0);
+        const recorded = this.history.get(id);
+        if (recorded !== undefined && recorded.kind !== 'sleep') {
+            throw new WorkflowMismatchError(`workflow ${this.wf.name} sleeps as ${id} where run ${this.task.runId} recorded a ${recorded.kind} step of that id: put the change behind ctx.patched()`);
+        }
+        if (recorded?.status === 'succeeded') {
+            return;
+        }
+        this.suspend({ then: 'sleep', step: id, ms: Math.ceil(ms) });
+    }
+
+    async waitForEvent<T>(id: string, event: string, options: { timeoutMs?: number } = {}): Promise<T> {
+        this.enter(id, 'an event wait');
+        if (typeof event !== 'string' || event === '') {
+            throw new RangeError(`event wait ${id}: the event's name must be a non-empty string`);
+        }
+        if (options.timeoutMs !== undefined) {
+            checkMs(`event wait ${id}: timeoutMs`, options.timeoutMs, 1);
+        }
+        const recorded = this.history.get(id);
+        if (recorded !== undefined && recorded.kind !== 'event') {
+            throw new WorkflowMismatchError(`workflow ${this.wf.name} waits for an event as ${id} where run ${this.task.runId} recorded a ${recorded.kind} step of that id: put the change behind ctx.patched()`);
+        }
+        if (recorded?.status === 'succeeded') {
+            return recorded.result as T;
+        }
+        if (recorded?.status === 'failed') {
+            throw new EventTimeoutError(`event ${event} was not emitted within its timeout (wait ${id})`);
+        }
+        const answer: Answer = { then: 'event', step: id, event };
+        if (options.timeoutMs !== undefined) {
+            answer.timeout_ms = Math.ceil(options.timeoutMs);
+        }
+        this.suspend(answer);
+    }
+
+    /**
+     * Whether this run takes the code of change `changeId`: true for a run that reaches this
+     * point with nothing recorded past it, false for one whose history already went past it;
+     * recorded, so that every later segment answers the same.
+     */
+    async patched(changeId: string): Promise<boolean> {
+        if (this.suspension !== null) {
+            throw new Suspended(this.suspension);
+        }
+        checkId('a change id', changeId);
+        const id = `ds.patch:${changeId}`;
+        const recorded = this.history.get(id);
+        if (recorded?.status === 'succeeded') {
+            return recorded.result === true;
+        }
+        const value = this.seq >= this.maxSeq;
+        if (recorded === undefined) {
+            await this.pool.query(`SELECT 1 FROM ${this.prefix}ds_task_step($1, $2, $3)`,
+                [this.task.runId, id, this.wf.stepTaskName]);
+        }
+        for (;;) {
+            const c = await this.claim(id);
+            if (c.token !== null) {
+                await this.pool.query(`SELECT 1 FROM ${this.prefix}ds_complete_task($1::text, $2::jsonb)`,
+                    [c.token, JSON.stringify(value)]);
+                return value;
+            }
+            const settled = await this.settle(id, c);
+            if (settled.done) {
+                return settled.value === true;
+            }
+        }
+    }
+}
