@@ -9,5 +9,7 @@ from .calls import (EventEmitted, IdempotentBegin, IdempotentResponse, RunResult
 from .errors import *  # noqa: F401,F403 -- every exception class
 from .errors import BY_SQLSTATE, DurableStepsError, from_exception
 from .worker import TaskContext, Worker
+from .workflows import (StepContext, StepFailed, Workflow, WorkflowContext, WorkflowMismatch,
+                        workflow)
 
 __version__ = "0.1.0"

@@ -45,6 +45,7 @@ from psycopg2.extras import Json
 
 from .errors import (BlockedError, DurableStepsError, LeaseLost, RetryAfterError, TaskError,
                      from_exception)
+from .workflows import Workflow, segment_handler
 
 __all__ = ["Worker", "TaskContext", "Handler"]
 
@@ -191,6 +192,7 @@ class Worker:
                  worker: Optional[str] = None, grace: float = 10.0,
                  heartbeat: Optional[float] = None, wait_timeout: float = 30.0,
                  tasks: Optional[Mapping[str, Handler]] = None,
+                 workflows: Optional[Sequence[Workflow]] = None, define_workflows: bool = True,
                  logger: Optional[logging.Logger] = None):
         if isinstance(connect, str):
             # a connection that stops answering without closing (a half-open TCP connection)
@@ -225,6 +227,10 @@ class Worker:
         self._reset()
         for name, handler in (tasks or {}).items():
             self.register(name, handler)
+        self._workflows: List[Workflow] = []
+        self.define_workflows = define_workflows
+        for wf in workflows or ():
+            self.add_workflow(wf)
 
     def _reset(self) -> None:
         # a run's state; a handler's thread abandoned by a run (a second stop()) keeps its own
@@ -263,6 +269,32 @@ class Worker:
             return handler
         return decorate
 
+    def add_workflow(self, wf: Workflow) -> None:
+        """Runs application workflow ``wf`` (``@workflow(name)``, docs/app-workflows.md): its
+        segments are tasks ``ds.workflow:<name>``. run() declares it with ds_define_workflow
+        first, unless ``define_workflows`` is False (the role needs CREATE on the current
+        schema)."""
+        if not isinstance(wf, Workflow):
+            raise TypeError("add_workflow takes a @workflow(name) definition")
+        if wf.task_name in self._handlers:
+            raise ValueError("workflow %s is given twice" % wf.name)
+        self.register(wf.task_name, segment_handler(wf, self))
+        self._workflows.append(wf)
+
+    def define(self) -> None:
+        """Declares the worker's workflows now (ds_define_workflow), so that ds_start_run finds
+        them; run() does it too unless ``define_workflows`` is False."""
+        if not self._workflows:
+            return
+        conn = self._autocommit()
+        try:
+            with conn.cursor() as cur:
+                for wf in self._workflows:
+                    cur.execute("SELECT ds_define_workflow(%s, %s::jsonb)",
+                                (wf.name, _json(wf.policy)))
+        finally:
+            _close(conn)
+
     @property
     def tasks(self) -> List[str]:
         return sorted(self._handlers)
@@ -277,6 +309,8 @@ class Worker:
         returns without waiting for them (their leases run out: counted lost attempts)."""
         if not self._handlers:
             raise ValueError("no task handlers: register one with @worker.task(name)")
+        if self.define_workflows:
+            self.define()
         with self._cond:
             if self._running:
                 raise RuntimeError("this worker is already running")

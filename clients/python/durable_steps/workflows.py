@@ -1,0 +1,491 @@
+"""Application workflows (docs/app-workflows.md): a workflow written in Python, run by the Worker
+on the engine's runs.
+
+    @workflow("checkout", retry={"max_attempts": 5})
+    def checkout(ctx, input):
+        ctx.sql("reserve", "UPDATE stock SET qty = qty - 1 WHERE sku = $1->>'sku' RETURNING qty", input)
+        charge = ctx.step("charge", lambda s: payments.charge(input, idempotency_key=s.idempotency_key),
+                          retry={"max_attempts": 3}, timeout=10.0)
+        shipped = ctx.wait_for_event("shipped", "shipped:%s" % input["order"], timeout=7 * 86400)
+        ctx.sleep("cool-off", 60)
+        if ctx.patched("receipt-v2"):
+            ctx.step("receipt", lambda s: send_receipt(input))
+        return {"charge": charge, "shipped": shipped}
+
+    worker = Worker(dsn, workflows=[checkout])
+    worker.run()
+
+Each *segment* of a run is one attempt of task ``ds.workflow:<name>``, run by the Worker in one of
+its threads; its steps are tasks ``ds.step:<name>`` of the same run whose attempts the segment
+claims itself (``ds_claim_task``), under its own lease. A segment reads the run's recorded steps
+in one query, replays them, runs each new step and records it as it completes, and goes on until
+the workflow returns (the run's output) or must sleep or wait for an event: the run then waits in
+the engine, and the next segment replays from the start. The same protocol as the Node client's
+(clients/node/src/workflow.ts).
+"""
+import contextlib
+import datetime
+import threading
+import time
+import traceback
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import psycopg2
+from psycopg2.extras import Json, RealDictCursor
+
+from .errors import (BlockedError, EventTimeout, LeaseLost, NonRetriableError, RetryAfterError,
+                     TaskError, from_exception)
+
+__all__ = ["workflow", "Workflow", "WorkflowContext", "StepContext", "StepFailed",
+           "WorkflowMismatch"]
+
+MAX_NAME = 63
+WAIT_IN_SEGMENT = 30.0          # a retry or a lease held elsewhere shorter than this is waited out
+MAX_DAYS = 366
+
+
+class StepFailed(NonRetriableError):
+    """A step that failed for good, raised into the workflow at the step's call. Caught, the
+    workflow goes on; uncaught, the run fails (it is non-retriable)."""
+
+    def __init__(self, step_id: str, status: str, error_code: Optional[str], message: str):
+        super().__init__("step %s %s%s: %s" % (step_id, status,
+                                                " (%s)" % error_code if error_code else "",
+                                                message))
+        self.step_id, self.status, self.error_code = step_id, status, error_code
+
+
+class WorkflowMismatch(NonRetriableError):
+    """The run's recorded history no longer matches the code: never silently."""
+
+
+class _Suspended(BaseException):
+    """Raised through the workflow's code where its segment ends; a BaseException, so that an
+    ``except Exception`` in the workflow does not swallow it."""
+
+    def __init__(self, answer: Dict[str, Any]):
+        super().__init__("the workflow waits: this segment ends here")
+        self.answer = answer
+
+
+def retry_policy(retry: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The engine's policy for the seed's names (max_attempts, initial_ms, max_ms, multiplier)."""
+    if retry is None:
+        return None
+    known = {"max_attempts": "max_attempts", "initial_ms": "initial_delay",
+             "max_ms": "max_delay", "multiplier": "multiplier"}
+    out: Dict[str, Any] = {}
+    for key, value in retry.items():
+        if key not in known:
+            raise ValueError("retry has no option %s (it has %s)" % (key, ", ".join(known)))
+        if key == "max_attempts":
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
+                raise ValueError("retry max_attempts must be an integer from 1 to 1000, not %r"
+                                 % (value,))
+        elif key == "multiplier":
+            if not isinstance(value, (int, float)) or not 1 <= value <= 100:
+                raise ValueError("retry multiplier must be a number from 1 to 100, not %r" % (value,))
+        elif not isinstance(value, (int, float)) or isinstance(value, bool) or \
+                not 0 <= value <= 86400000 * MAX_DAYS:
+            raise ValueError("retry %s must be a number of milliseconds, not %r" % (key, value))
+        out[known[key]] = value
+    return out
+
+
+def _check_id(what: str, value: Any) -> None:
+    if not isinstance(value, str) or not value or len(value.encode()) > 200 or \
+            value.startswith("ds."):
+        raise ValueError("%s must be a string of 1 to 200 bytes that does not start with "
+                         "\"ds.\", not %r" % (what, value))
+
+
+def _check_seconds(what: str, value: Any, minimum: float) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+            not minimum <= value <= 86400 * MAX_DAYS:
+        raise ValueError("%s must be a number of seconds from %s, not %r" % (what, minimum, value))
+    return float(value)
+
+
+class Workflow:
+    """A workflow definition (``@workflow(name)``), for ``Worker(workflows=[...])``."""
+
+    def __init__(self, name: str, fn: Callable[["WorkflowContext", Any], Any],
+                 retry: Optional[Mapping[str, Any]] = None):
+        if not isinstance(name, str) or not name or len(name.encode()) > MAX_NAME:
+            raise ValueError("a workflow name must be a string of 1 to %d bytes" % MAX_NAME)
+        if not callable(fn):
+            raise TypeError("a workflow is a function (ctx, input)")
+        self.name = name
+        self.task_name = "ds.workflow:" + name
+        self.step_task_name = "ds.step:" + name
+        self.policy = retry_policy(retry)
+        self.fn = fn
+
+    def __call__(self, ctx: "WorkflowContext", input: Any) -> Any:
+        return self.fn(ctx, input)
+
+
+def workflow(name: str, *, retry: Optional[Mapping[str, Any]] = None
+             ) -> Callable[[Callable[["WorkflowContext", Any], Any]], Workflow]:
+    """The decorator ``@workflow('checkout')``: the function becomes a Workflow."""
+    def decorate(fn: Callable[["WorkflowContext", Any], Any]) -> Workflow:
+        return Workflow(name, fn, retry)
+    return decorate
+
+
+class StepContext:
+    """What a step's function gets, once per attempt. ``cancelled`` (a threading.Event) is set
+    at the step's timeout, when the run is cancelled, when a lease is lost; ``cursor`` is the
+    transaction's cursor of a ``transaction=True`` step (None otherwise)."""
+
+    def __init__(self, row: Mapping[str, Any], step_id: str, cancelled: threading.Event,
+                 cursor: Any):
+        self.step_id = step_id
+        self.attempt: int = row["attempt"]
+        self.max_attempts: int = row["max_attempts"]
+        self.idempotency_key: str = row["idempotency_key"]
+        self.attempt_key: str = row["attempt_key"]
+        self.cancelled = cancelled
+        self.cursor = cursor
+
+
+class _Segment:
+    def __init__(self, wf: Workflow, worker: Any, task_ctx: Any, conn: Any,
+                 history: Dict[str, Dict[str, Any]]):
+        self.wf, self.worker, self.task, self.conn = wf, worker, task_ctx, conn
+        self.history = history
+        self.seq = 0
+        self.max_seq = max([r["seq"] or 0 for r in history.values()] or [0])
+        self.used: set = set()
+        self.suspension: Optional[Dict[str, Any]] = None
+
+    def query(self, statement: str, params: tuple) -> Dict[str, Any]:
+        with self.conn.cursor(cursor_factory=RealDictCursor) as cur:
+            cur.execute(statement, params)
+            return cur.fetchone() if cur.description else {}
+
+    def enter(self, step_id: str, what: str) -> None:
+        if self.suspension is not None:
+            raise _Suspended(self.suspension)
+        if self.task.cancelled.is_set():
+            raise LeaseLost("the segment was stopped (%s)" % self.task.cancel_reason)
+        _check_id("%s's id" % what, step_id)
+        if step_id in self.used:
+            raise WorkflowMismatch("step id %s is used twice in workflow %s: each step, sleep and "
+                                   "event wait needs an id of its own" % (step_id, self.wf.name))
+        self.used.add(step_id)
+
+    def suspend(self, answer: Dict[str, Any]) -> None:
+        self.suspension = answer
+        raise _Suspended(answer)
+
+    def failed(self, row: Mapping[str, Any], step_id: str) -> StepFailed:
+        return StepFailed(step_id, row["status"], row.get("error_code"),
+                          row.get("error_message") or "")
+
+    def claim(self, step_id: str) -> Dict[str, Any]:
+        return self.query(
+            "SELECT c.*, clock_timestamp() AS now FROM ds_claim_task(%s, %s, %s::interval, %s) AS c",
+            (self.task.token, step_id, datetime.timedelta(seconds=self.worker.lease),
+             self.worker.name))
+
+    def settle(self, step_id: str, row: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+        """A claim's answer without a token: the value (in a dict), a raise, a wait here, or the
+        segment's end."""
+        status = row["status"]
+        if status == "succeeded":
+            return {"value": row["result"]}
+        if status in ("failed", "cancelled", "blocked", "uncertain"):
+            raise self.failed(row, step_id)
+        until = row.get("lease_expires_at") if status == "running" else row.get("next_attempt_at")
+        wait = 1.0 if until is None else (until - row["now"]).total_seconds()
+        if wait <= WAIT_IN_SEGMENT:
+            if self.task.cancelled.wait(max(wait, 0.0) + 0.005):
+                raise LeaseLost("the segment was stopped (%s)" % self.task.cancel_reason)
+            return None
+        self.suspend({"then": "sleep", "step": "ds.wait:%s:%d" % (step_id, row["attempt"]),
+                      "ms": int(wait * 1000) + 1})
+        return None
+
+    # -- the calls of the workflow --------------------------------------------------------------
+
+    def step(self, step_id: str, fn: Callable[[StepContext], Any], *,
+             retry: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
+             transaction: bool = False) -> Any:
+        self.enter(step_id, "a step")
+        if not callable(fn):
+            raise TypeError("step %s: fn must be a function of the step's context" % step_id)
+        if timeout is not None:
+            timeout = _check_seconds("timeout", timeout, 0.001)
+        policy = retry_policy(retry)
+        self.seq += 1
+        seq = self.seq
+        recorded = self.history.get(step_id)
+        if recorded is not None:
+            if recorded["kind"] != "task" or recorded["seq"] is None:
+                raise WorkflowMismatch(
+                    "workflow %s calls ctx.step(%r) where run %s recorded a %s step of that id: its "
+                    "code changed under a run in flight; put the change behind ctx.patched()"
+                    % (self.wf.name, step_id, self.task.run_id, recorded["kind"]))
+            if recorded["seq"] != seq:
+                raise WorkflowMismatch(
+                    "workflow %s reaches step %s as its step %d, but run %s recorded it as step %d: "
+                    "its code changed under a run in flight; put the change behind ctx.patched()"
+                    % (self.wf.name, step_id, seq, self.task.run_id, recorded["seq"]))
+            if recorded["status"] == "succeeded":
+                return recorded["result"]
+            if recorded["status"] in ("failed", "cancelled"):
+                raise self.failed(recorded, step_id)
+        else:
+            if seq <= self.max_seq:
+                raise WorkflowMismatch(
+                    "workflow %s reaches a new step %s as its step %d, but run %s recorded %d steps "
+                    "already: its code changed under a run in flight; put the change behind "
+                    "ctx.patched()" % (self.wf.name, step_id, seq, self.task.run_id, self.max_seq))
+            self.query("SELECT 1 FROM ds_task_step(%s, %s, %s, %s, %s, timeout => %s::interval)",
+                       (self.task.run_id, step_id, self.wf.step_task_name, Json({"seq": seq}),
+                        None if policy is None else Json(policy),
+                        None if timeout is None else datetime.timedelta(seconds=timeout)))
+        while True:
+            row = self.claim(step_id)
+            if row["token"] is not None:
+                done = self.attempt(step_id, row, fn, transaction)
+                if done is not None:
+                    return done["value"]
+                continue
+            settled = self.settle(step_id, row)
+            if settled is not None:
+                return settled["value"]
+
+    def attempt(self, step_id: str, row: Mapping[str, Any], fn: Callable[[StepContext], Any],
+                transaction: bool) -> Optional[Dict[str, Any]]:
+        """One attempt: fn under the step's lease (a heartbeat thread), its outcome recorded."""
+        token = row["token"]
+        cancelled = threading.Event()
+        stop = threading.Event()
+
+        def beat() -> None:
+            conn = None
+            try:
+                conn = self.worker._autocommit()
+                deadline = None if row["deadline"] is None else \
+                    time.monotonic() + (row["deadline"] - row["now"]).total_seconds()
+                while not stop.wait(min(self.worker.heartbeat, 1.0)):
+                    if self.task.cancelled.is_set() or \
+                            (deadline is not None and time.monotonic() >= deadline):
+                        cancelled.set()
+                        continue
+                    with conn.cursor() as cur:
+                        cur.execute("SELECT held FROM ds_heartbeat(%s, %s::interval)",
+                                    (token, datetime.timedelta(seconds=self.worker.lease)))
+                        if not cur.fetchone()[0]:
+                            cancelled.set()
+            except Exception:
+                cancelled.set()
+            finally:
+                if conn is not None:
+                    conn.close()
+
+        beater = threading.Thread(target=beat, daemon=True, name="durable_steps step heartbeat")
+        beater.start()
+        tx = None
+        try:
+            try:
+                if transaction:
+                    tx = self.worker._connect()
+                    tx.autocommit = False
+                    with tx.cursor(cursor_factory=RealDictCursor) as cur:
+                        value = fn(StepContext(row, step_id, cancelled, cur))
+                        cur.execute("SELECT 1 FROM ds_complete_task(%s, %s::jsonb)",
+                                    (token, Json(value)))
+                    tx.commit()
+                else:
+                    value = fn(StepContext(row, step_id, cancelled, None))
+                    self.query("SELECT 1 FROM ds_complete_task(%s, %s::jsonb)", (token, Json(value)))
+                return {"value": _roundtrip(value)}
+            except psycopg2.Error as e:
+                error: BaseException = from_exception(e) if getattr(e, "pgcode", None) else e
+                if isinstance(error, LeaseLost) or self.task.cancelled.is_set():
+                    raise error
+                self.fail(token, error)
+                return None
+            except _Suspended:
+                raise
+            except BaseException as e:  # noqa: B902 -- a step's SystemExit fails it too
+                if self.task.cancelled.is_set():
+                    raise
+                self.fail(token, e)
+                return None
+        finally:
+            if tx is not None:
+                try:
+                    tx.rollback()
+                except Exception:
+                    pass
+                tx.close()
+            stop.set()
+            beater.join()
+
+    def fail(self, token: str, e: BaseException) -> None:
+        klass, retry_after, remediation, detail = "retryable", None, None, None
+        if isinstance(e, TaskError):
+            code, message, klass = e.code, e.message, e.failure_class
+            if isinstance(e, RetryAfterError):
+                retry_after = datetime.timedelta(seconds=min(max(e.delay_seconds, 0.0), 86400.0))
+            if isinstance(e, BlockedError):
+                # a blocked step of an application workflow fails it (docs/app-workflows.md)
+                klass, remediation = "permanent", None
+        else:
+            code = type(e).__name__
+            message = str(e) or code
+            detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-8000:]
+        self.query("SELECT 1 FROM ds_fail_task(%s, %s, %s, %s, %s, %s::interval, %s)",
+                   (token, code[:64], message[:8000], detail, klass, retry_after, remediation))
+
+    def sql(self, step_id: str, sql: str, input: Any = None, *,
+            retry: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> Any:
+        self.enter(step_id, "a SQL step")
+        recorded = self.history.get(step_id)
+        if recorded is not None and recorded["kind"] != "sql":
+            raise WorkflowMismatch("workflow %s calls ctx.sql(%r) where run %s recorded a %s step of "
+                                   "that id: put the change behind ctx.patched()"
+                                   % (self.wf.name, step_id, self.task.run_id, recorded["kind"]))
+        if recorded is not None and recorded["status"] == "succeeded":
+            return recorded["result"]
+        if recorded is not None and recorded["status"] in ("failed", "cancelled"):
+            raise self.failed(recorded, step_id)
+        policy = retry_policy(retry)
+        if timeout is not None:
+            timeout = _check_seconds("timeout", timeout, 0.001)
+        while True:
+            row = self.query(
+                "SELECT r.status, r.result, r.attempt, r.next_attempt_at, r.error_code, "
+                "r.error_message, NULL::timestamptz AS lease_expires_at, clock_timestamp() AS now "
+                "FROM ds_run_step(%s, %s, %s, %s, %s, %s::interval) AS r",
+                (self.task.run_id, step_id, sql, None if input is None else Json(input),
+                 None if policy is None else Json(policy),
+                 None if timeout is None else datetime.timedelta(seconds=timeout)))
+            if row["status"] == "running":       # run by another session now: look again soon
+                row = dict(row, status="retrying",
+                           next_attempt_at=row["now"] + datetime.timedelta(milliseconds=50))
+            settled = self.settle(step_id, row)
+            if settled is not None:
+                return settled["value"]
+
+    def sleep(self, step_id: str, seconds: float) -> None:
+        self.enter(step_id, "a sleep")
+        seconds = _check_seconds("sleep %s" % step_id, seconds, 0)
+        recorded = self.history.get(step_id)
+        if recorded is not None and recorded["kind"] != "sleep":
+            raise WorkflowMismatch("workflow %s sleeps as %s where run %s recorded a %s step of that "
+                                   "id: put the change behind ctx.patched()"
+                                   % (self.wf.name, step_id, self.task.run_id, recorded["kind"]))
+        if recorded is not None and recorded["status"] == "succeeded":
+            return
+        self.suspend({"then": "sleep", "step": step_id, "ms": int(seconds * 1000 + 0.999)})
+
+    def wait_for_event(self, step_id: str, event: str, *, timeout: Optional[float] = None) -> Any:
+        self.enter(step_id, "an event wait")
+        if not isinstance(event, str) or not event:
+            raise ValueError("event wait %s: the event's name must be a non-empty string" % step_id)
+        if timeout is not None:
+            timeout = _check_seconds("event wait %s: timeout" % step_id, timeout, 0.001)
+        recorded = self.history.get(step_id)
+        if recorded is not None and recorded["kind"] != "event":
+            raise WorkflowMismatch("workflow %s waits for an event as %s where run %s recorded a %s "
+                                   "step of that id: put the change behind ctx.patched()"
+                                   % (self.wf.name, step_id, self.task.run_id, recorded["kind"]))
+        if recorded is not None and recorded["status"] == "succeeded":
+            return recorded["result"]
+        if recorded is not None and recorded["status"] == "failed":
+            raise EventTimeout("event %s was not emitted within its timeout (wait %s)"
+                               % (event, step_id))
+        answer: Dict[str, Any] = {"then": "event", "step": step_id, "event": event}
+        if timeout is not None:
+            answer["timeout_ms"] = int(timeout * 1000 + 0.999)
+        self.suspend(answer)
+
+    def patched(self, change_id: str) -> bool:
+        if self.suspension is not None:
+            raise _Suspended(self.suspension)
+        _check_id("a change id", change_id)
+        step_id = "ds.patch:" + change_id
+        recorded = self.history.get(step_id)
+        if recorded is not None and recorded["status"] == "succeeded":
+            return recorded["result"] is True
+        value = self.seq >= self.max_seq
+        if recorded is None:
+            self.query("SELECT 1 FROM ds_task_step(%s, %s, %s)",
+                       (self.task.run_id, step_id, self.wf.step_task_name))
+        while True:
+            row = self.claim(step_id)
+            if row["token"] is not None:
+                self.query("SELECT 1 FROM ds_complete_task(%s, %s::jsonb)", (row["token"], Json(value)))
+                return value
+            settled = self.settle(step_id, row)
+            if settled is not None:
+                return settled["value"] is True
+
+
+def _roundtrip(value: Any) -> Any:
+    """The value as a later segment will read it back (through JSON)."""
+    import json
+    return json.loads(json.dumps(value))
+
+
+class WorkflowContext:
+    """What a workflow function gets: ``step``, ``sql``, ``sleep`` (seconds),
+    ``wait_for_event``, ``patched``; ``run_id``, ``segment``, ``cancelled`` (the segment's
+    threading.Event: the run was cancelled, a lease was lost, the worker stops)."""
+
+    def __init__(self, seg: _Segment, segment: int):
+        self._seg = seg
+        self.run_id: str = seg.task.run_id
+        self.workflow: str = seg.wf.name
+        self.segment = segment
+        self.cancelled: threading.Event = seg.task.cancelled
+
+    def step(self, step_id: str, fn: Callable[[StepContext], Any], *,
+             retry: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
+             transaction: bool = False) -> Any:
+        return self._seg.step(step_id, fn, retry=retry, timeout=timeout, transaction=transaction)
+
+    def sql(self, step_id: str, sql: str, input: Any = None, *,
+            retry: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> Any:
+        return self._seg.sql(step_id, sql, input, retry=retry, timeout=timeout)
+
+    def sleep(self, step_id: str, seconds: float) -> None:
+        self._seg.sleep(step_id, seconds)
+
+    def wait_for_event(self, step_id: str, event: str, *, timeout: Optional[float] = None) -> Any:
+        return self._seg.wait_for_event(step_id, event, timeout=timeout)
+
+    def patched(self, change_id: str) -> bool:
+        return self._seg.patched(change_id)
+
+
+HISTORY = """
+SELECT s.step_id, s.kind, s.status, s.result, s.error_code, s.error_message,
+       CASE WHEN s.kind = 'task' AND s.task LIKE 'ds.step:%%'
+                 AND jsonb_typeof(s.input -> 'seq') = 'number'
+            THEN (s.input ->> 'seq')::integer END AS seq
+  FROM ds_steps s WHERE s.run_id = %s"""
+
+
+def segment_handler(wf: Workflow, worker: Any) -> Callable[[Any, Any], Any]:
+    """The handler of task ``ds.workflow:<name>``: one segment of a run."""
+    def handle(input: Any, task_ctx: Any) -> Dict[str, Any]:
+        segment = int(task_ctx.step_id[len("ds.segment:"):] or 1)
+        with contextlib.closing(worker._autocommit()) as conn:
+            with conn.cursor(cursor_factory=RealDictCursor) as cur:
+                cur.execute(HISTORY, (task_ctx.run_id,))
+                history = {r["step_id"]: dict(r) for r in cur.fetchall()}
+            seg = _Segment(wf, worker, task_ctx, conn, history)
+            try:
+                output = wf.fn(WorkflowContext(seg, segment), input)
+            except _Suspended as s:
+                return s.answer
+            if seg.suspension is not None:       # the workflow caught it: the segment ends there
+                return seg.suspension
+            return {"then": "return", "output": output}
+    return handle
