@@ -548,7 +548,8 @@ END $body$;
 
 -- Declares application workflow `name`: a function name(run_id text, input jsonb) in the current
 -- schema that ds_start_run resolves like any SQL workflow, so that SQL and application workflows
--- share one namespace. It replaces only a function it made itself.
+-- share one namespace. It replaces only a function it made itself. A new one is executable by
+-- its owner alone: starting its runs is granted (GRANT EXECUTE), as for any function.
 CREATE FUNCTION @extschema@.ds_define_workflow(name text, policy jsonb DEFAULT NULL)
     RETURNS regprocedure LANGUAGE plpgsql AS $body$
 DECLARE
@@ -579,6 +580,11 @@ BEGIN
     END IF;
     EXECUTE pg_catalog.format('CREATE OR REPLACE FUNCTION %I.%I(run_id text, input jsonb) RETURNS jsonb'
                               ' LANGUAGE sql AS %L', pg_catalog.current_schema(), name, body);
+    -- who may start its runs is granted, as for any function; not everybody by default
+    IF existing IS NULL THEN
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %I.%I(text, jsonb) FROM PUBLIC',
+                                  pg_catalog.current_schema(), name);
+    END IF;
     RETURN pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(text, jsonb)',
                                       pg_catalog.current_schema(), name));
 END $body$;
