@@ -319,6 +319,12 @@ export class DuplicateObjectError extends DurableStepsError {
     static override readonly httpStatus = 409;
 }
 
+/** 42723 duplicate_function: `ds_define_workflow` of a SQL workflow's name. */
+export class DuplicateFunctionError extends DurableStepsError {
+    static override readonly sqlstate = '42723';
+    static override readonly httpStatus = 409;
+}
+
 /** 42804 datatype_mismatch: a `ds_key` part of an unsupported type; a handler's columns not (integer, jsonb). */
 export class DatatypeMismatchError extends DurableStepsError {
     static override readonly sqlstate = '42804';
@@ -368,7 +374,7 @@ export const ERRORS_BY_SQLSTATE: ReadonlyMap<string, typeof DurableStepsError> =
         StepConflictError,
         CardinalityViolationError, NullValueNotAllowedError, InvalidParameterValueError,
         InvalidTransactionStateError, ActiveSqlTransactionError, ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
-        SqlSyntaxError, DuplicateObjectError, DatatypeMismatchError, WrongObjectTypeError,
+        SqlSyntaxError, DuplicateObjectError, DuplicateFunctionError, DatatypeMismatchError, WrongObjectTypeError,
         UndefinedFunctionError, OutOfMemoryError, ProgramLimitExceededError,
         ObjectNotInPrerequisiteStateError, QueryCanceledError,
     ].map((cls) => [cls.sqlstate as string, cls]),

@@ -354,7 +354,7 @@ describe('errors of SQLSTATEs raised for real', () => {
     test('every documented SQLSTATE has its class', () => {
         for (const code of ['DS001', 'DS002', 'DS003', 'DS004', 'DS005', 'DS006', 'DS007', 'DS010', 'DS011',
             'DS012', 'DS013', 'DS014', 'DS101', 'DS102', 'DS103', 'DS104', 'DS105', 'DS106', 'DS201', 'DS404', 'DS408', 'DS410', 'DS426',
-            'DS409', 'DS422', '21000', '22004', '22023', '25001', '25006', '2D000', '42501', '42601', '42710', '42804',
+            'DS409', 'DS422', '21000', '22004', '22023', '25001', '25006', '2D000', '42501', '42601', '42710', '42723', '42804',
             '42809', '42883', '54000', '55000', '57014']) {
             const cls = ds.ERRORS_BY_SQLSTATE.get(code);
             assert.ok(cls, code);

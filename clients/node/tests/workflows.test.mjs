@@ -294,7 +294,9 @@ describe('a workflow', () => {
         }
         // a SQL workflow's name cannot be taken
         await pool.query(`CREATE OR REPLACE FUNCTION ${name}_sql(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql AS 'SELECT NULL::jsonb'`);
-        await assert.rejects(pool.query('SELECT ds_define_workflow($1)', [`${name}_sql`]), (e) => e.code === '42723');
+        await assert.rejects(pool.query('SELECT ds_define_workflow($1)', [`${name}_sql`]).catch((e) => {
+            throw ds.toDurableStepsError(e);
+        }), ds.DuplicateFunctionError);
     });
 });
 

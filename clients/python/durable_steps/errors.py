@@ -258,6 +258,11 @@ class DuplicateObject(DurableStepsError):
     sqlstate, http_status = "42710", 409
 
 
+class DuplicateFunction(DurableStepsError):
+    """42723: ds_define_workflow of a name that a SQL workflow already has."""
+    sqlstate, http_status = "42723", 409
+
+
 # What a task's handler raises to say how its attempt failed (durable_steps.worker): not errors
 # PostgreSQL raised, so not DurableStepsErrors and without a SQLSTATE. Any other exception a
 # handler raises is a retryable failure named by its class.
