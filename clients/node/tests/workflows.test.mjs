@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import * as ds from 'durable-steps';
 
 import env from './env.cjs';
-import { checkoutWorkflow } from './workflow-defs.mjs';
+import { KILL_POINTS } from './workflow-defs.mjs';
 
 const { DurableSteps, Worker, workflow, NonRetriableError, RetryAfterError, StepFailedError } = ds;
 const pool = env.makePool(20);
@@ -303,47 +303,65 @@ describe('a workflow', () => {
 describe('kill trials', { skip: process.env.DS_CLIENT_PATH === 'pgbouncer' && 'run on the direct path' }, () => {
     const here = fileURLToPath(new URL('.', import.meta.url));
 
-    function startWorker(name, hangStep) {
+    function startWorker(name, killAt) {
         const child = spawn(process.execPath, [`${here}/workflow-worker.mjs`, name], {
-            env: { ...process.env, HANG_STEP: hangStep ?? '', LEASE_MS: '1500' },
+            env: { ...process.env, KILL_AT: killAt ?? '', LEASE_MS: '1500' },
             stdio: ['ignore', 'pipe', 'inherit'],
         });
+        const exited = new Promise((resolve) => child.on('exit', (code, sig) => resolve(sig ?? code)));
         const ready = new Promise((resolve, reject) => {
             child.stdout.on('data', (d) => (String(d).includes('ready') ? resolve() : undefined));
-            child.on('exit', (code) => reject(new Error(`worker exited with ${code}`)));
+            exited.then((how) => reject(new Error(`worker exited (${how}) before it was ready`)));
         });
-        return { child, ready };
+        return { child, ready, exited };
     }
 
-    for (const hangStep of ['charge', 'record', 'confirm']) {
-        test(`SIGKILL inside step ${hangStep}: the run completes, each effect once, attempts only grow`, async () => {
-            const name = wfName(`kill_${hangStep}`);
-            const first = startWorker(name, hangStep);
+    // every point, in an order of its own each time (the seed is printed to repeat it)
+    const seed = Number(process.env.DS_KILL_SEED ?? Date.now() % 100_000);
+    let state = seed;
+    const random = () => {
+        state = (state * 1_103_515_245 + 12_345) % 2_147_483_648;
+        return state / 2_147_483_648;
+    };
+    const order = [...KILL_POINTS].sort(() => random() - 0.5);
+    test(`SIGKILL at every point of a five-step workflow (seed ${seed}, DS_KILL_SEED repeats it): every run completes, each effect once, attempts only grow`, async () => {
+        for (const killAt of order) {
+            const name = wfName(`kill_${killAt.replace(':', '_')}`);
+            const first = startWorker(name, killAt);
             await first.ready;
-            const { runId } = await client.startRun(name, { sleepMs: 100 });
+            const { runId } = await client.startRun(name, { sleepMs: Math.floor(random() * 300) });
             // emitted before the run waits: the wait finds it
             await client.emitEvent(`shipped:${runId}`, { ok: true });
-            await env.until(`step ${hangStep} to run`, async () =>
-                (await steps(runId))[hangStep]?.status === 'running' ? true : null);
-            first.child.kill('SIGKILL');
+            assert.equal(await first.exited, 'SIGKILL', `the worker died at ${killAt}`);
             const second = startWorker(name, null);
             await second.ready;
             try {
                 const done = await finished(runId);
-                assert.equal(done.status, 'succeeded', JSON.stringify(done));
+                assert.equal(done.status, 'succeeded', `${killAt}: ${JSON.stringify(done)}`);
                 const { rows: orders } = await pool.query(
                     'SELECT what, count(*)::int AS n FROM wf_orders WHERE run_id = $1 GROUP BY what ORDER BY what', [runId]);
-                assert.deepEqual(orders, [{ what: 'recorded', n: 1 }, { what: 'reserved', n: 1 }]);
+                assert.deepEqual(orders, [{ what: 'recorded', n: 1 }, { what: 'reserved', n: 1 }], killAt);
                 const { rows: provider } = await pool.query(
                     'SELECT count(DISTINCT idempotency_key)::int AS keys, count(*)::int AS n FROM wf_provider WHERE idempotency_key LIKE $1',
                     [`${runId}:%`]);
-                assert.deepEqual(provider, [{ keys: 1, n: 1 }], 'the charge committed once, with its record');
+                assert.deepEqual(provider, [{ keys: 1, n: 1 }], `${killAt}: the charge committed once, with its record`);
                 const s = await steps(runId);
-                assert.equal(s[hangStep].attempt, 2, 'the killed attempt counted, the next one numbered after it');
+                const killedIn = killAt.startsWith('inside:') ? killAt.slice('inside:'.length) : null;
+                for (const id of ['charge', 'record', 'confirm']) {
+                    assert.equal(s[id].status, 'succeeded', `${killAt}: ${id}`);
+                    assert.equal(s[id].attempt, id === killedIn ? 2 : 1,
+                        `${killAt}: ${id}: the killed attempt counted, the next numbered after it`);
+                }
+                const { rows: attempts } = await pool.query(
+                    `SELECT step_id, array_agg(attempt ORDER BY attempt) AS numbers FROM ds_attempts
+                      WHERE run_id = $1 GROUP BY step_id`, [runId]);
+                for (const a of attempts) {
+                    assert.deepEqual(a.numbers, [...new Set(a.numbers)].sort((x, y) => x - y), `${killAt}: ${a.step_id}`);
+                }
             } finally {
                 second.child.kill('SIGTERM');
-                await new Promise((resolve) => second.child.on('exit', resolve));
+                await second.exited;
             }
-        });
-    }
+        }
+    });
 });
