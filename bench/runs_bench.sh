@@ -25,6 +25,10 @@
 #                  three no-op ctx.step calls, its worker (startWorker, ABSURD_CONCURRENCY tasks in
 #                  flight, claiming ABSURD_BATCH per call, polling every 50 ms) already running.
 #                  Timed from before the first spawning transaction to the last completed_at.
+#   durable_steps Node  the same workflow written in application code (docs/app-workflows.md):
+#                  workflow("three_app") with three no-op ctx.step calls, run by the Node client's
+#                  Worker (concurrency ABSURD_CONCURRENCY) in its own process, already running;
+#                  N `ds_start_run('three_app', ...)` in transactions of TXN. Timed as durable_steps.
 #   DBOS           N `DBOS.startWorkflow(three)` (DBOS starts workflows from its library, in its
 #                  process: there is no SQL to start one), three no-op DBOS.runStep calls; timed by
 #                  the node process from its first start to its last result.
@@ -45,7 +49,7 @@
 #            ms per step, and the ratios.
 #
 # Environment [defaults]: N [2000], TXN [500], ROUNDS [2], LAT_SAMPLES [300], LAT_GAP_MS [20],
-# ABSURD_CONCURRENCY [16], ABSURD_BATCH [16], PEER_POOL [20], SYSTEMS [ds absurd dbos], DS_WORKERS [2],
+# ABSURD_CONCURRENCY [16], ABSURD_BATCH [16], PEER_POOL [20], SYSTEMS [ds dsnode absurd dbos], DS_WORKERS [2],
 # BENCH_PORT [5520], PEERS [../shared/peers beside the repository], PG_CONFIG [pg_config],
 # BENCH_OS_USER [postgres] (the cluster's account when run as root).
 set -euo pipefail
@@ -65,7 +69,7 @@ ABSURD_CONCURRENCY="${ABSURD_CONCURRENCY:-16}"
 ABSURD_BATCH="${ABSURD_BATCH:-16}"
 PEER_POOL="${PEER_POOL:-20}"
 DS_WORKERS="${DS_WORKERS:-2}"
-SYSTEMS="${SYSTEMS-ds absurd dbos}"
+SYSTEMS="${SYSTEMS-ds dsnode absurd dbos}"
 PEERS="${PEERS:-$HERE/../../shared/peers}"
 for v in N TXN ROUNDS LAT_SAMPLES LAT_GAP_MS ABSURD_CONCURRENCY ABSURD_BATCH PEER_POOL DS_WORKERS; do
 	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
@@ -266,6 +270,29 @@ run_absurd() { # round
 	[[ "$bad" == 0 ]] || die "Absurd: $bad of $N tasks did not complete"
 }
 
+# ---- durable_steps, the workflow in application code ---------------------------------------------
+run_dsnode() { # round
+	local tag="n$1" t0 secs bad line
+	q "DELETE FROM durable_steps.runs WHERE status = 'succeeded'; DELETE FROM durable_steps.steps WHERE status = 'succeeded'; DELETE FROM durable_steps.attempts" >/dev/null
+	q "VACUUM ANALYZE" >/dev/null
+	node_start dsnode || { echo "round $1  durable_steps Node: the worker did not start: $(tail -n 3 "$WORK/node.err" | tr '\n' ' ')"; return 0; }
+	echo go >&"$NODE_IN"
+	line=$(node_read)
+	[[ "$line" == started ]] || die "dsnode: $line"
+	begin_measure
+	t0=$(q "SELECT extract(epoch FROM clock_timestamp())")
+	start_runs_sql three_app "$tag" "$N" | as_cluster_owner "${PSQL[@]}" -d bench >/dev/null
+	wait_for "SELECT count(*) = $N FROM durable_steps.runs WHERE workflow LIKE '%three_app%' AND status IN ('succeeded', 'failed', 'cancelled')"
+	secs=$(q "SELECT extract(epoch FROM max(finished_at)) - $t0 FROM durable_steps.runs WHERE workflow LIKE '%three_app%'")
+	end_measure "ds Node" "$1" "$secs"
+	node_stop
+	bad=$(q "SELECT count(*) FROM durable_steps.runs r WHERE r.workflow LIKE '%three_app%' AND (r.status <> 'succeeded'
+		OR r.output <> jsonb_build_object('done', r.input->'i')
+		OR (SELECT count(*) FROM durable_steps.steps s WHERE s.run_id = r.run_id AND s.status = 'succeeded'
+		    AND s.step_id IN ('one', 'two', 'three')) <> 3)")
+	[[ "$bad" == 0 ]] || die "durable_steps Node: $bad of $N runs did not succeed with 3 succeeded steps"
+}
+
 # ---- DBOS -----------------------------------------------------------------------------------------
 run_dbos() { # round
 	local line secs
@@ -296,6 +323,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		ds) run_ds "$r" ;;
 		absurd) if [[ -z "${UNAVAILABLE[absurd]:-}" ]]; then run_absurd "$r"; fi ;;
 		dbos) if [[ -z "${UNAVAILABLE[dbos]:-}" ]]; then run_dbos "$r"; fi ;;
+		dsnode) run_dsnode "$r" ;;
 		*) die "unknown system '$s' in SYSTEMS" ;;
 		esac
 	done
@@ -303,14 +331,19 @@ done
 awk -F'\t' '{ sum[$1] += $2; cnt[$1]++ }
 	END {
 		for (s in sum) mean[s] = sum[s] / cnt[s]
-		for (s in mean) if (s != "durable_steps" && mean[s] > best) { best = mean[s]; which = s }
+		for (s in mean) if (s != "durable_steps" && s != "ds Node" && mean[s] > best) { best = mean[s]; which = s }
 		if ("durable_steps" in mean) printf "mean durable_steps %.0f runs/s", mean["durable_steps"]
 		for (s in mean) if (s != "durable_steps") printf "; %s %.0f", s, mean[s]
 		printf "\n"
-		verdict = "BELOW"
-		if (mean["durable_steps"] >= 2 * best) verdict = "PASS"
-		if (best > 0) printf "durable_steps / better peer (%s): %.2fx (target >= 2x: %s)\n", which, mean["durable_steps"] / best, verdict
-		else print "no peer ran: no ratio"
+		if (best <= 0) { print "no peer ran: no ratio"; exit }
+		if ("durable_steps" in mean) {
+			verdict = mean["durable_steps"] >= 2 * best ? "PASS" : "BELOW"
+			printf "durable_steps / better peer (%s): %.2fx (target >= 2x: %s)\n", which, mean["durable_steps"] / best, verdict
+		}
+		if ("ds Node" in mean) {
+			verdict = mean["ds Node"] >= 3 * best ? "PASS" : "BELOW"
+			printf "durable_steps Node (workflow in application code) / better peer (%s): %.2fx (target >= 3x: %s)\n", which, mean["ds Node"] / best, verdict
+		}
 	}' "$WORK/rates"
 for s in absurd dbos; do
 	[[ -n "${UNAVAILABLE[$s]:-}" ]] && echo "not measured: $s (${UNAVAILABLE[$s]})"

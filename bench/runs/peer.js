@@ -13,7 +13,14 @@
 //                         workflows from its library, not from SQL), await every result and print
 //                         one JSON line {"started", "succeeded", "seconds"}; on "stop", shut down.
 //
-// Both print "ready" only after the library is loaded and connected, so that the driver's timing
+//   node peer.js dsnode   durable_steps' Node client (clients/node, built: dist/cjs): workflow
+//                         "three_app" (three no-op ctx.step calls) run by a Worker of
+//                         PEER_CONCURRENCY, declared with ds_define_workflow; print "ready", on
+//                         "go" start the worker and print "started"; on "stop" stop it. The
+//                         driver starts the runs with SQL (ds_start_run, in transactions of
+//                         RUNS_TXN), as for Absurd, and reads their end from durable_steps.runs.
+//
+// All print "ready" only after the library is loaded and connected, so that the driver's timing
 // starts with the workload, not with node's start-up.
 //
 // Environment:
@@ -130,9 +137,42 @@ async function dbos() {
   process.stdout.write("ready\n");
 }
 
+async function dsnode() {
+  const path = require("path");
+  const client = path.join(__dirname, "..", "..", "clients", "node");
+  const ds = require(path.join(client, "dist", "cjs", "index.js"));
+  const pg = require(path.join(client, "node_modules", "pg"));
+  const concurrency = intEnv("PEER_CONCURRENCY", 16);
+  const dbPool = new pg.Pool({ connectionString: db, max: pool });
+  const three = ds.workflow("three_app", async (ctx, input) => {
+    await ctx.step("one", async () => 1);
+    await ctx.step("two", async () => 2);
+    await ctx.step("three", async () => 3);
+    return { done: input.i };
+  });
+  const worker = new ds.Worker({ pool: dbPool, workflows: [three], concurrency,
+                                 logger: { error: console.error, warn() {} } });
+  await dbPool.query("SELECT ds_define_workflow('three_app')");
+  let started = false;
+  commands({
+    go: async () => {
+      if (started) return;
+      started = true;
+      await worker.start();
+      process.stdout.write("started\n");
+    },
+    stop: async () => {
+      if (started) await worker.stop();
+      await dbPool.end();
+    },
+  });
+  process.stdout.write("ready\n");
+}
+
 if (mode === "absurd") absurd().catch(fail);
+else if (mode === "dsnode") dsnode().catch(fail);
 else if (mode === "dbos") dbos().catch(fail);
 else {
-  console.error("usage: node peer.js absurd|dbos");
+  console.error("usage: node peer.js absurd|dbos|dsnode");
   process.exit(2);
 }
