@@ -323,29 +323,32 @@ class Segment<C extends TaskClient> {
             if (['failed', 'cancelled'].includes(recorded.status)) {
                 throw this.failed(recorded, id);
             }
-        } else {
+        }
+        let c: ClaimAnswer | null = null;
+        if (recorded === undefined) {
             if (seq <= this.maxSeq) {
                 throw new WorkflowMismatchError(`workflow ${this.wf.name} reaches a new step ${id} as its step ${seq}, but run ${this.task.runId} recorded ${this.maxSeq} steps already: its code changed under a run in flight; put the change behind ctx.patched()`);
             }
-            await this.pool.query(
-                `SELECT 1 FROM ${this.prefix}ds_task_step($1, $2, $3, $4::jsonb, $5::jsonb, timeout => $6::interval)`,
-                [this.task.runId, id, this.wf.stepTaskName, JSON.stringify({ seq }),
-                    policy === null ? null : JSON.stringify(policy),
-                    options.timeoutMs === undefined ? null : `${options.timeoutMs} milliseconds`]);
+            // stored and claimed in one statement: one commit
+            c = await this.claim(id, {
+                input: { seq }, policy,
+                timeout: options.timeoutMs === undefined ? null : `${options.timeoutMs} milliseconds`,
+            });
         }
         for (;;) {
-            const c = await this.claim(id);
+            c ??= await this.claim(id);
             if (c.token !== null) {
                 const outcome = await this.attempt(c, fn, options);
                 if (outcome.done) {
                     return outcome.value as T;
                 }
-                continue;
+            } else {
+                const result = await this.settle(id, c);
+                if (result.done) {
+                    return result.value as T;
+                }
             }
-            const result = await this.settle(id, c);
-            if (result.done) {
-                return result.value as T;
-            }
+            c = null;
         }
     }
 
@@ -369,16 +372,30 @@ class Segment<C extends TaskClient> {
         return this.suspend({ then: 'sleep', step: `ds.wait:${id}:${c.attempt}`, ms: Math.ceil(wait) });
     }
 
-    private async claim(id: string): Promise<ClaimAnswer> {
-        const { rows }: { rows: ClaimAnswer[] } = await this.pool.query(
-            `SELECT c.status, c.result, c.attempt, c.max_attempts, c.idempotency_key, c.attempt_key, c.token,
+    /**
+     * ds_claim_task on step `id`; with `create`, the step is stored first (ds_task_step, which
+     * answers a step that exists as it stands) in the same statement.
+     */
+    private async claim(id: string, create?: { input: Json; policy: Json | null; timeout: string | null }): Promise<ClaimAnswer> {
+        const columns = `c.status, c.result, c.attempt, c.max_attempts, c.idempotency_key, c.attempt_key, c.token,
                     extract(epoch FROM c.lease_expires_at)::float8 * 1000 AS lease_ms,
                     extract(epoch FROM c.deadline)::float8 * 1000 AS deadline_ms,
                     extract(epoch FROM c.next_attempt_at)::float8 * 1000 AS next_ms,
                     extract(epoch FROM clock_timestamp())::float8 * 1000 AS now_ms,
-                    c.error_code, c.error_message
-               FROM ${this.prefix}ds_claim_task($1, $2, $3::interval, $4) AS c`,
-            [this.task.token, id, `${this.leaseMs} milliseconds`, this.worker]);
+                    c.error_code, c.error_message`;
+        const lease = `${this.leaseMs} milliseconds`;
+        const { rows }: { rows: ClaimAnswer[] } = create === undefined
+            ? await this.pool.query(
+                `SELECT ${columns} FROM ${this.prefix}ds_claim_task($1, $2, $3::interval, $4) AS c`,
+                [this.task.token, id, lease, this.worker])
+            // the claim names the stored step's id: it runs after the store
+            : await this.pool.query(
+                `SELECT ${columns}
+                   FROM ${this.prefix}ds_task_step($5, $2, $6, $7::jsonb, $8::jsonb, timeout => $9::interval) AS s,
+                        LATERAL ${this.prefix}ds_claim_task($1, s.step_id, $3::interval, $4) AS c`,
+                [this.task.token, id, lease, this.worker, this.task.runId, this.wf.stepTaskName,
+                    JSON.stringify(create.input), create.policy === null ? null : JSON.stringify(create.policy),
+                    create.timeout]);
         return rows[0];
     }
 
@@ -540,12 +557,10 @@ class Segment<C extends TaskClient> {
             return recorded.result === true;
         }
         const value = this.seq >= this.maxSeq;
-        if (recorded === undefined) {
-            await this.pool.query(`SELECT 1 FROM ${this.prefix}ds_task_step($1, $2, $3)`,
-                [this.task.runId, id, this.wf.stepTaskName]);
-        }
+        let c: ClaimAnswer | null = recorded === undefined
+            ? await this.claim(id, { input: null, policy: null, timeout: null }) : null;
         for (;;) {
-            const c = await this.claim(id);
+            c ??= await this.claim(id);
             if (c.token !== null) {
                 await this.pool.query(`SELECT 1 FROM ${this.prefix}ds_complete_task($1::text, $2::jsonb)`,
                     [c.token, JSON.stringify(value)]);
@@ -555,6 +570,7 @@ class Segment<C extends TaskClient> {
             if (settled.done) {
                 return settled.value === true;
             }
+            c = null;
         }
     }
 }

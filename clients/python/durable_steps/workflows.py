@@ -183,11 +183,23 @@ class _Segment:
         return StepFailed(step_id, row["status"], row.get("error_code"),
                           row.get("error_message") or "")
 
-    def claim(self, step_id: str) -> Dict[str, Any]:
+    def claim(self, step_id: str, create: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """ds_claim_task on the step; with ``create``, the step is stored first (ds_task_step,
+        which answers a step that exists as it stands) in the same statement: one commit."""
+        lease = datetime.timedelta(seconds=self.worker.lease)
+        if create is None:
+            return self.query(
+                "SELECT c.*, clock_timestamp() AS now "
+                "FROM ds_claim_task(%s, %s, %s::interval, %s) AS c",
+                (self.task.token, step_id, lease, self.worker.name))
+        # the claim names the stored step's id: it runs after the store
         return self.query(
-            "SELECT c.*, clock_timestamp() AS now FROM ds_claim_task(%s, %s, %s::interval, %s) AS c",
-            (self.task.token, step_id, datetime.timedelta(seconds=self.worker.lease),
-             self.worker.name))
+            "SELECT c.*, clock_timestamp() AS now "
+            "FROM ds_task_step(%s, %s, %s, %s, %s, timeout => %s::interval) AS s, "
+            "LATERAL ds_claim_task(%s, s.step_id, %s::interval, %s) AS c",
+            (self.task.run_id, step_id, self.wf.step_task_name, Json(create["input"]),
+             None if create["policy"] is None else Json(create["policy"]), create["timeout"],
+             self.task.token, lease, self.worker.name))
 
     def settle(self, step_id: str, row: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
         """A claim's answer without a token: the value (in a dict), a raise, a wait here, or the
@@ -236,26 +248,28 @@ class _Segment:
                 return recorded["result"]
             if recorded["status"] in ("failed", "cancelled"):
                 raise self.failed(recorded, step_id)
-        else:
+        row: Optional[Dict[str, Any]] = None
+        if recorded is None:
             if seq <= self.max_seq:
                 raise WorkflowMismatch(
                     "workflow %s reaches a new step %s as its step %d, but run %s recorded %d steps "
                     "already: its code changed under a run in flight; put the change behind "
                     "ctx.patched()" % (self.wf.name, step_id, seq, self.task.run_id, self.max_seq))
-            self.query("SELECT 1 FROM ds_task_step(%s, %s, %s, %s, %s, timeout => %s::interval)",
-                       (self.task.run_id, step_id, self.wf.step_task_name, Json({"seq": seq}),
-                        None if policy is None else Json(policy),
-                        None if timeout is None else datetime.timedelta(seconds=timeout)))
+            row = self.claim(step_id, {
+                "input": {"seq": seq}, "policy": policy,
+                "timeout": None if timeout is None else datetime.timedelta(seconds=timeout)})
         while True:
-            row = self.claim(step_id)
+            if row is None:
+                row = self.claim(step_id)
             if row["token"] is not None:
                 done = self.attempt(step_id, row, fn, transaction)
                 if done is not None:
                     return done["value"]
-                continue
-            settled = self.settle(step_id, row)
-            if settled is not None:
-                return settled["value"]
+            else:
+                settled = self.settle(step_id, row)
+                if settled is not None:
+                    return settled["value"]
+            row = None
 
     def attempt(self, step_id: str, row: Mapping[str, Any], fn: Callable[[StepContext], Any],
                 transaction: bool) -> Optional[Dict[str, Any]]:
@@ -414,17 +428,18 @@ class _Segment:
         if recorded is not None and recorded["status"] == "succeeded":
             return recorded["result"] is True
         value = self.seq >= self.max_seq
-        if recorded is None:
-            self.query("SELECT 1 FROM ds_task_step(%s, %s, %s)",
-                       (self.task.run_id, step_id, self.wf.step_task_name))
+        row = self.claim(step_id, {"input": None, "policy": None, "timeout": None}) \
+            if recorded is None else None
         while True:
-            row = self.claim(step_id)
+            if row is None:
+                row = self.claim(step_id)
             if row["token"] is not None:
                 self.query("SELECT 1 FROM ds_complete_task(%s, %s::jsonb)", (row["token"], Json(value)))
                 return value
             settled = self.settle(step_id, row)
             if settled is not None:
                 return settled["value"] is True
+            row = None
 
 
 def _roundtrip(value: Any) -> Any:
