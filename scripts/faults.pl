@@ -99,6 +99,17 @@
 # runs nothing after a lost lease and ends uncertain (uncertain task); every task settles, each
 # attempt ends as its script says or lost (end state), with the other checks of a step.
 #
+# Workflows in application code (FLOW, docs/app-workflows.md): the task workers also run the
+# workflow fh_appflow, and each trial with tasks starts --flows runs of it (--short 2, else 6) as
+# the owners, before the faults. Each run has 2-4 steps run with transaction=True: a step logs its
+# execution (fh_flow_runs, autocommit), writes its effect (fh_flow_effects) in the step's
+# transaction, sleeps 20-900 ms there, and fails retryably at the attempts its script says; half
+# the runs sleep (ctx.sleep) after a step. The task workers' faults strike their segments and
+# steps as they strike tasks. Checks: every run succeeds, its output the attempt numbers of its
+# steps; each step has exactly one effect, of its last attempt, recorded completed, with the
+# step's idempotency key; no attempt number was handed to two executions (flow effect, flow
+# attempt).
+#
 # --standby (and trial 2 of --short): the primary has a synchronous streaming standby
 # (pg_basebackup -R, synchronous_standby_names, synchronous_commit on), and once in the trial the
 # fault `failover` (preferably while an HTTP request without a key is in flight) kills the
@@ -112,9 +123,9 @@
 # uncertain check holds), no tag was asked for or charged that no step of the trial has (unknown
 # charge); and all the usual checks, on the new primary.
 #
-# Options: --trials N --steps N --runs N --tasks N --seed S --clients N --short --verbose
+# Options: --trials N --steps N --runs N --tasks N --flows N --seed S --clients N --short --verbose
 #          --standby (every trial) / --no-standby (none; --short: trial 2), --no-hog
-#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in ten
+#          --tamper: a check of the checks -- after trial 1 settles, corrupt its rows in eleven
 #          known ways (see tamper()); the run must then fail with exactly those violations
 #          (and committed state too when a client saw the step it marks failed succeed)
 #          --workdir DIR --runner USER --bindir DIR (given by scripts/faults)
@@ -138,9 +149,9 @@ $SIG{PIPE} = 'IGNORE';
 
 my %opt = (short => 0, verbose => 0);
 GetOptions(
-	\%opt, 'trials=i', 'steps=i', 'runs=i', 'tasks=i', 'seed=i', 'clients=i', 'short', 'verbose',
+	\%opt, 'trials=i', 'steps=i', 'runs=i', 'tasks=i', 'flows=i', 'seed=i', 'clients=i', 'short', 'verbose',
 	'tamper', 'workdir=s', 'runner=s', 'bindir=s', 'standby!', 'hog!')
-  or die "usage: scripts/faults [--short] [--trials N] [--steps N] [--runs N] [--tasks N] [--seed S] [--clients N] "
+  or die "usage: scripts/faults [--short] [--trials N] [--steps N] [--runs N] [--tasks N] [--flows N] [--seed S] [--clients N] "
   . "[--standby | --no-standby] [--no-hog]\n";
 for my $k (qw(workdir runner bindir))
 {
@@ -162,6 +173,9 @@ $cfg{runs}    = $opt{runs}    if defined $opt{runs};
 $cfg{tasks}   = $opt{short} ? 6 : 24;
 $cfg{tasks}   = $opt{tasks}   if defined $opt{tasks};
 %cfg = (%cfg, task_lease => 1.5, task_workers => 2, task_concurrency => 3);
+# runs of the application workflow fh_appflow (FLOW), run by the same task workers
+$cfg{flows}   = $cfg{tasks} ? ($opt{short} ? 2 : 6) : 0;
+$cfg{flows}   = $opt{flows}   if defined $opt{flows};
 $cfg{steps}   = $opt{steps}   if defined $opt{steps};
 $cfg{clients} = $opt{clients} if defined $opt{clients};
 $cfg{clients} = 2 if $cfg{clients} < 2;
@@ -639,6 +653,7 @@ import time
 import psycopg2
 from durable_steps.worker import Worker
 from durable_steps.errors import BlockedError, NonRetriableError, RetryAfterError
+from durable_steps.workflows import workflow
 
 dsn, name, lease, concurrency = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 logging.basicConfig(level=logging.INFO, stream=sys.stdout,
@@ -706,8 +721,52 @@ def handler(input, ctx):
         raise NonRetriableError("unknown action " + act, code="fh_unknown")
 
 
+def log_flow_run(run_id, step_id, sc):
+    """Logs this execution of a flow step, committed before it acts (as log_run)."""
+    for _ in range(3):
+        try:
+            conn = getattr(local, "conn", None)
+            if conn is None or conn.closed:
+                conn = local.conn = connect()
+                conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO fh_flow_runs (run_id, step_id, attempt, idem_key, worker, os_pid) "
+                            "VALUES (%s, %s, %s, %s, %s, %s)",
+                            (run_id, step_id, sc.attempt, sc.idempotency_key, name, os.getpid()))
+            return
+        except Exception:
+            try:
+                local.conn.close()
+            except Exception:
+                pass
+            local.conn = None
+            time.sleep(0.05)
+
+
+# FLOW: the workflow of the trials' flows (declared by setup_database, as the superuser)
+@workflow("fh_appflow")
+def appflow(ctx, input):
+    done = []
+    for i, st in enumerate(input["steps"]):
+        def body(sc, i=i, st=st):
+            log_flow_run(ctx.run_id, "s%d" % i, sc)
+            sc.cursor.execute("INSERT INTO fh_flow_effects (run_id, step_id, attempt, idem_key, worker, os_pid) "
+                              "VALUES (%s, %s, %s, %s, %s, %s)",
+                              (ctx.run_id, "s%d" % i, sc.attempt, sc.idempotency_key, name, os.getpid()))
+            time.sleep(st["sleep"] / 1000.0)
+            if sc.attempt <= st["fail"]:
+                raise ScriptedRetry("scripted failure at attempt %d" % sc.attempt)
+            return sc.attempt
+        done.append(ctx.step("s%d" % i, body, transaction=True,
+                             retry={"max_attempts": 20, "initial_ms": 20, "max_ms": 200}))
+        if input.get("nap_after") == i:
+            ctx.sleep("nap", input["nap_ms"] / 1000.0)
+    return done
+
+
 worker = Worker(connect, concurrency=concurrency, lease=lease, worker=name, grace=1.0,
-                wait_timeout=5.0, tasks={sys.argv[5]: handler})
+                wait_timeout=5.0, tasks={sys.argv[5]: handler}, workflows=[appflow],
+                define_workflows=False)
 worker.run()
 print("stopped", flush=True)
 PYEOF
@@ -955,6 +1014,37 @@ CREATE TABLE fh_task_effects (
 );
 GRANT SELECT, INSERT ON fh_task_effects TO PUBLIC;
 GRANT USAGE ON SEQUENCE fh_task_effects_id_seq TO PUBLIC;
+
+-- FLOW: the application workflow the task workers run, startable by the owners; what its steps
+-- write in their transactions (one row per attempt whose transaction committed: no unique
+-- constraint, so that a duplicated effect shows), and every execution of a step, logged first
+SET search_path = public;
+SELECT ds_define_workflow('fh_appflow', '{"max_attempts": 50, "initial_delay": 50, "max_delay": 500}');
+GRANT EXECUTE ON FUNCTION fh_appflow(text, jsonb) TO ${\ join(', ', @ROLES)};
+CREATE TABLE fh_flow_effects (
+    id          bigserial PRIMARY KEY,
+    run_id      text NOT NULL,
+    step_id     text NOT NULL,
+    attempt     integer NOT NULL,
+    idem_key    text NOT NULL,
+    worker      text NOT NULL,
+    os_pid      integer NOT NULL,
+    at          timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+GRANT SELECT, INSERT ON fh_flow_effects TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_flow_effects_id_seq TO PUBLIC;
+CREATE TABLE fh_flow_runs (
+    id          bigserial PRIMARY KEY,
+    run_id      text NOT NULL,
+    step_id     text NOT NULL,
+    attempt     integer NOT NULL,
+    idem_key    text NOT NULL,
+    worker      text NOT NULL,
+    os_pid      integer NOT NULL,
+    at          timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+GRANT SELECT, INSERT ON fh_flow_runs TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_flow_runs_id_seq TO PUBLIC;
 
 -- Every execution of a task handler, committed on its own (autocommit) as the handler begins,
 -- before it writes anything: which attempt ran, in which worker process, when.
@@ -2981,6 +3071,7 @@ sub check_run
 sub tamper
 {
 	my ($prefix, $fc) = @_;
+	(my $aprefix = $prefix) =~ s/^f/a/;    # the trial's flows (FLOW)
 	# a window of the fault `fence` to move an attempt into: the trial's first, or one made now
 	fence($fc) unless @{ $fc->{fence_windows} || [] };
 	my $w = ($fc->{fence_windows} || [])->[0] or die "tampering failed: no fence window to move an attempt into\n";
@@ -3035,6 +3126,10 @@ UPDATE durable_steps.steps SET result = jsonb_set(result, '{body,charge}', '2')
 INSERT INTO fh_task_effects(run_id, step_id, attempt, kind, idem_key, attempt_key, worker, os_pid)
 SELECT run_id, step_id, attempt, kind, idem_key, attempt_key, worker, os_pid FROM fh_task_effects
  WHERE run_id LIKE '$prefix%' AND kind = 'success effect' ORDER BY id LIMIT 1;
+-- a flow step's effect committed twice: [flow effect]
+INSERT INTO fh_flow_effects(run_id, step_id, attempt, idem_key, worker, os_pid)
+SELECT run_id, step_id, attempt, idem_key, worker, os_pid FROM fh_flow_effects
+ WHERE run_id LIKE '$aprefix%' ORDER BY id LIMIT 1;
 -- a run that succeeded with an output its steps did not make: [run end state]
 UPDATE durable_steps.runs SET output = output || '{"s1": 99}'
  WHERE run_id IN (SELECT run_id FROM durable_steps.runs
@@ -3042,7 +3137,7 @@ UPDATE durable_steps.runs SET output = output || '{"s1": 99}'
 EOF
 	die "tampering failed: $err\n" if $rc;
 	die "tampering failed: no worker attempt of partition $p to move into its fence\n" unless $out =~ /^moved$US/m;
-	print "  (--tamper: trial 1's rows were corrupted by hand in ten ways)\n";
+	print "  (--tamper: trial 1's rows were corrupted by hand in eleven ways)\n";
 }
 
 sub run_trial
@@ -3233,12 +3328,32 @@ sub run_trial
 		}
 	}
 	push @steps, @tasks;
+	# the flows (FLOW; after the tasks, which a seed thus makes as before): runs of fh_appflow,
+	# 2-4 steps each failing retryably 0-2 times, half of them with a nap after a step
+	my $aprefix = "a$tseed-";
+	my @flows;
+	for my $i (1 .. ($cfg{tasks} ? $cfg{flows} : 0))
+	{
+		my @fst = map {
+			{ fail => rand() < 0.6 ? 0 : 1 + int rand 2,
+			  sleep => rand() < 0.2 ? 300 + int rand 600 : 20 + int rand 130 }
+		} 1 .. 2 + int rand 3;
+		my $input = { steps => \@fst };
+		if (rand() < 0.5) { $input->{nap_after} = int rand @fst; $input->{nap_ms} = 50 + int rand 350; }
+		push @flows, { id => "$aprefix$i", role => pick(@ROLES), steps => \@fst, input => $json->encode($input) };
+	}
 
 	@TRIAL_LOGS = ([ $LOG, log_size() ]);
 	my %child;
 	my @harness_errs;
 	%TW = (w => [], n => $TW{n}, dir => $dir, prefix => $prefix);
 	task_workers_tend() if @tasks;
+	for my $f (@flows)
+	{
+		my ($rc, $out, $err) = psql($SU, sprintf("SET ROLE %s;\nSELECT created FROM ds_start_run('fh_appflow', %s::jsonb, "
+			  . "run_key => %s);\n", $f->{role}, lit($f->{input}), lit($f->{id})));
+		die "starting flow $f->{id} failed: $err\n" if $rc != 0;
+	}
 	my $deadline = time() + $cfg{calls_deadline};
 	for my $c (0 .. $nc - 1)
 	{
@@ -3327,9 +3442,9 @@ sub run_trial
 	# faults while the clients run and the worker drains
 	my $fault_end = $t0 + $cfg{fault_window};
 	# (an event wait is a pending step that no executor claims: its run is what waits)
-	my $busy_sql = "SELECT (SELECT count(*) FROM ds_steps WHERE run_id LIKE '$prefix%' "
+	my $busy_sql = "SELECT (SELECT count(*) FROM ds_steps WHERE (run_id LIKE '$prefix%' OR run_id LIKE '$aprefix%') "
 	  . "AND status IN ('pending', 'retrying', 'running') AND kind <> 'event') "
-	  . "+ (SELECT count(*) FROM ds_runs WHERE run_id LIKE '$prefix%' "
+	  . "+ (SELECT count(*) FROM ds_runs WHERE (run_id LIKE '$prefix%' OR run_id LIKE '$aprefix%') "
 	  . "AND status IN ('pending', 'running', 'waiting'))";
 	while (time() < $fault_end || defined $failover_at)
 	{
@@ -3919,6 +4034,66 @@ sub run_trial
 	}
 	my %planned_run = map { ($_->{id} => 1) } @runs;
 	$v->('unknown run', "run $_->[0] exists but no client started it") for grep { !$planned_run{ $_->[0] } } @$run_rows;
+
+	my ($flow_ok, $flow_attempts, $flow_lost, $segments_lost) = (0, 0, 0, 0);
+	# the flows (FLOW): every run succeeded with the attempt numbers of its steps as its output;
+	# each step has exactly one effect, of its last attempt, which ds_attempts records completed,
+	# with the step's idempotency key (flow effect); no attempt of a step ran twice (flow attempt)
+	if (@flows)
+	{
+		my %fr = map { ($_->[0] => $_) } @{ rows("SELECT run_id, status, coalesce(output::text, '') FROM ds_runs "
+			  . "WHERE run_id LIKE '$aprefix%'") };
+		my %fs = map { ("$_->[0]/$_->[1]" => $_) } @{ rows(
+			"SELECT s.run_id, s.step_id, s.status, s.attempt, coalesce(a.class, ''), coalesce(a.idempotency_key, '') "
+			  . "FROM ds_steps s LEFT JOIN ds_attempts a ON a.run_id = s.run_id AND a.step_id = s.step_id "
+			  . "AND a.attempt = s.attempt WHERE s.run_id LIKE '$aprefix%' AND s.step_id ~ '^s[0-9]+\$'") };
+		my %fe;
+		push @{ $fe{"$_->[0]/$_->[1]"} }, $_ for @{ rows(
+			"SELECT run_id, step_id, attempt, idem_key, worker, os_pid FROM fh_flow_effects "
+			  . "WHERE run_id LIKE '$aprefix%' ORDER BY id") };
+		($flow_attempts, $flow_lost, $segments_lost) = @{ rows(
+			"SELECT count(*) FILTER (WHERE step_id !~ '^ds[.]'), "
+			  . "count(*) FILTER (WHERE step_id !~ '^ds[.]' AND error_code = 'DS007'), "
+			  . "count(*) FILTER (WHERE step_id ~ '^ds[.]segment' AND error_code = 'DS007') "
+			  . "FROM ds_attempts WHERE run_id LIKE '$aprefix%'")->[0] };
+		$flow_ok = grep { $_->[1] eq 'succeeded' } values %fr;
+		$v->('flow attempt', "flow step $_->[0]/$_->[1]: attempt $_->[2] ran $_->[3] times")
+		  for @{ rows("SELECT run_id, step_id, attempt, count(*) FROM fh_flow_runs WHERE run_id LIKE '$aprefix%' "
+			  . "GROUP BY 1, 2, 3 HAVING count(*) > 1") };
+		for my $f (@flows)
+		{
+			my $r = $fr{ $f->{id} };
+			if (!$r || $r->[1] ne 'succeeded')
+			{
+				$v->('flow effect', "flow $f->{id} is " . ($r ? "$r->[1] ($r->[2])" : 'missing') . ", not succeeded");
+				next;
+			}
+			my @attempts;
+			for my $i (0 .. $#{ $f->{steps} })
+			{
+				my $k = "$f->{id}/s$i";
+				my $st = $fs{$k};
+				my @e = @{ $fe{$k} || [] };
+				if (!$st || $st->[2] ne 'succeeded')
+				{
+					$v->('flow effect', "flow step $k is " . ($st ? $st->[2] : 'missing') . " in a succeeded run");
+					next;
+				}
+				push @attempts, $st->[3];
+				$v->('flow effect', "flow step $k succeeded at attempt $st->[3] with " . scalar(@e) . " effect(s): "
+					  . join(' ; ', map { $fmt->($_) } @e))
+				  unless @e == 1;
+				$v->('flow effect', "flow step $k: its effect is of attempt $_->[2] with key $_->[3]; the step "
+					  . "succeeded at attempt $st->[3] ($st->[4]) with key $st->[5]")
+				  for grep { $_->[2] != $st->[3] || $_->[3] ne $st->[5] || $st->[4] ne 'completed' } @e;
+				$v->('flow effect', "flow step $k succeeded at attempt $st->[3], which its script fails "
+					  . "(its first $f->{steps}[$i]{fail})")
+				  if $st->[3] <= $f->{steps}[$i]{fail};
+			}
+			$v->('flow effect', "flow $f->{id} answered $r->[2], its steps succeeded at attempts @attempts")
+			  if @attempts == @{ $f->{steps} } && $r->[2] ne '[' . join(', ', @attempts) . ']';
+		}
+	}
 	my $n_run_steps = grep { $_->{run_step} && $srow{"$_->{run}/$_->{step}"} } @steps;
 
 	# queue fh_serial (concurrency 1): no two worker attempts of it overlap, from the claim's commit
@@ -4198,7 +4373,9 @@ sub run_trial
 		  . "%d task workers: kill9 %d, stop %d, cut %d (%d running a task); %d lost lease(s) checked; %d late outcome(s) refused | ",
 		scalar @tasks, $n_uncertain, map({ $task_status{$_} || 0 } qw(succeeded failed blocked uncertain)),
 		$task_att, $task_lost, $task_cut, $n_task_workers, map({ scalar @{ $fc{$_} || [] } } qw(task_kills task_stops task_cuts)),
-		($fc{task_kill9_busy} || 0) + ($fc{task_stop_busy} || 0) + ($fc{task_cut_busy} || 0), $leases_checked, $late);
+		($fc{task_kill9_busy} || 0) + ($fc{task_stop_busy} || 0) + ($fc{task_cut_busy} || 0), $leases_checked, $late)
+	  . (!@flows ? '' : sprintf("flows %d: succeeded %d, %d step attempts (%d lost), %d segments lost | ",
+		scalar @flows, $flow_ok, $flow_attempts, $flow_lost, $segments_lost));
 	my $sbdesc = !$standby ? ''
 	  : sprintf('standby %.1fs, failover with %d HTTP requests claimed (%d without a key), ', $standby_time,
 		$fc{failover_http} || 0, $fc{failover_keyless} || 0);
@@ -4259,6 +4436,9 @@ sub run_trial
 	$tot->{task_busy} += ($fc{task_kill9_busy} || 0) + ($fc{task_stop_busy} || 0) + ($fc{task_cut_busy} || 0);
 	$tot->{task_leases_checked} += $leases_checked;
 	$tot->{task_late} += $late;
+	$tot->{flows} += @flows;
+	$tot->{flows_succeeded} += $flow_ok;
+	$tot->{flow_lost} += $flow_lost + $segments_lost;
 	$tot->{"runs_$_"} += $run_n{$_} || 0 for qw(succeeded failed cancelled);
 	$tot->{run_cancels} += @runs_to_cancel;
 	$tot->{run_turns} += $run_turns;
@@ -4363,6 +4543,7 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps (%d by a procedu
   . "%d runs: succeeded %d, failed %d, cancelled %d (ds_cancel_run called on %d); %d turns; %d run steps: succeeded %d, failed %d, cancelled %d | "
   . "%d tasks (%d on_lost uncertain): succeeded %d, failed %d, blocked %d, uncertain %d; %d attempts, %d lost (DS007), %d cut; "
   . "%d task workers started, %d struck while running a task, %d lost lease(s) checked, %d late outcome(s) refused (DS410) | "
+  . "%d flows: succeeded %d, %d attempts of their steps and segments lost | "
   . "%d executor exit(s) (%d ended by a body that ignored its cancellation, %d by a hook that did; %d claims given back), "
   . "stubborn hooks: %d on SQL steps, %d on HTTP steps, %d struck, "
   . "%d extra executor(s) started, "
@@ -4384,7 +4565,7 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps (%d by a procedu
   $tot{runs} || 0, map({ $tot{"runs_$_"} || 0 } qw(succeeded failed cancelled)), $tot{run_cancels} || 0, $tot{run_turns} || 0,
   $tot{run_steps} || 0, map({ $tot{"run_steps_$_"} || 0 } qw(succeeded failed cancelled)),
   map({ $tot{$_} || 0 } qw(tasks tasks_uncertain_on_lost tasks_succeeded tasks_failed tasks_blocked tasks_uncertain
-	task_attempts task_lost task_cut task_workers task_busy task_leases_checked task_late)),
+	task_attempts task_lost task_cut task_workers task_busy task_leases_checked task_late flows flows_succeeded flow_lost)),
   $tot{executor_exits} || 0, $tot{ignored} || 0, $tot{hook_exits} || 0, $tot{given_back} || 0,
   $tot{stub_sql} || 0, $tot{stub_http} || 0, $tot{stub_struck} || 0, $tot{extras} || 0,
   $tot{reconnects} || 0, $tot{ds201} || 0, $tot{fence_windows} || 0, $tot{max_settle} || 0,
