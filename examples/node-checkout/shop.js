@@ -17,6 +17,12 @@
 // service with the step's idempotency key, then records it in `receipts` in ctx.transaction(),
 // so that the row and the step's outcome commit together.
 //
+// The order's fulfilment is a workflow in application code (docs/app-workflows.md), `fulfil`,
+// started by the same handler with the order: it waits for the event `shipped:<order>` (POST
+// /orders/<order>/shipped emits it), records the shipment in `shipments` in the step's own
+// transaction, and mails a shipping notice under the step's idempotency key. The same Worker
+// runs it.
+//
 // The handler goes to the server as a bind parameter, never spliced into a statement: Knex
 // rewrites `?` inside raw SQL, and the handler's own `$1` must reach durable_steps untouched.
 //
@@ -28,7 +34,7 @@
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
-import { DurableStepsError, NonRetriableError, RetryAfterError, Worker, expressIdempotency, keepRawBody }
+import { DurableStepsError, NonRetriableError, RetryAfterError, Worker, expressIdempotency, keepRawBody, workflow }
     from 'durable-steps';
 import express from 'express';
 
@@ -37,8 +43,9 @@ import { openKnexStore } from './store-knex.js';
 
 // The handler ds_idempotent runs once per key: one statement, $1 the stored request. It creates
 // the charge as an HTTP step whose run_id is the checkout's key, and the receipt as a task of the
-// same run (the outbox: it is stored with the order's transaction, or not at all), and answers
-// 202 with the order.
+// same run (the outbox: it is stored with the order's transaction, or not at all), starts the
+// order's fulfilment (the workflow `fulfil`, run key fulfil:<key>), and answers 202 with the
+// order.
 export const HANDLER = `
 SELECT 202, jsonb_build_object('order', s.run_id)
   FROM ds_http_step('checkout:' || ($1->>'idempotency_key'), 'charge',
@@ -55,7 +62,11 @@ SELECT 202, jsonb_build_object('order', s.run_id)
                         'to', $1->'body'->>'email',
                         'item', $1->'body'->'item',
                         'amount', $1->'body'->'amount'),
-                    policy => '{"max_attempts": 10, "initial_delay": "1 s"}') r
+                    policy => '{"max_attempts": 10, "initial_delay": "1 s"}') r,
+       ds_start_run('fulfil',
+                    jsonb_build_object('order', 'checkout:' || ($1->>'idempotency_key'),
+                                       'to', $1->'body'->>'email'),
+                    run_key => 'fulfil:' || ($1->>'idempotency_key')) f
 `;
 
 /**
@@ -107,6 +118,40 @@ export function sendReceipt(store, mailUrl) {
     };
 }
 
+/**
+ * The order's fulfilment, a workflow in application code: it waits for the order to ship (the
+ * event `shipped:<order>`, emitted by POST /orders/<order>/shipped), records the shipment in
+ * the step's own transaction (the row commits with the step's record, or neither does), then
+ * mails the shipping notice under the step's idempotency key (the same for every attempt: the
+ * mail service answers a repeat from its record). A worker killed anywhere in it leaves nothing
+ * done twice: the next worker replays what was recorded and goes on.
+ *
+ * @param {import('./store-knex.js').CheckoutStore} store
+ * @param {string} mailUrl the mail service's URL, `{order}` replaced by the notice's tag
+ */
+export function fulfil(store, mailUrl) {
+    return workflow('fulfil', async (ctx, input) => {
+        const shipped = await ctx.waitForEvent('shipped', `shipped:${input.order}`, { timeoutMs: 30 * 86_400_000 });
+        await ctx.step('record-shipment', (s) => store.recordShipment(/** @type {any} */ (s.client), {
+            order: input.order, carrier: shipped.carrier, idempotencyKey: s.idempotencyKey,
+        }), { transaction: true });
+        const notice = await ctx.step('notify', async (s) => {
+            const r = await fetch(mailUrl.replace('{order}', encodeURIComponent(`${input.order}:shipped`)), {
+                method: 'POST',
+                headers: { 'Content-Type': 'application/json', 'Idempotency-Key': s.idempotencyKey },
+                body: JSON.stringify({ to: input.to, subject: `Your order ${input.order} shipped`,
+                    order: input.order, carrier: shipped.carrier }),
+                signal: s.signal,
+            });
+            if (!r.ok) {
+                throw new Error(`the mail service answered ${r.status}`);   // retried by the policy
+            }
+            return { message_id: (await r.json()).message_id };
+        }, { retry: { maxAttempts: 10, initialMs: 1000 } });
+        return { carrier: shipped.carrier, notice };
+    });
+}
+
 // the statuses ds_wait_step answers for a charge that will not succeed without a person
 const DECLINED = new Set(['failed', 'blocked', 'uncertain', 'cancelled']);
 
@@ -152,6 +197,17 @@ export function makeApp(store) {
             // still being charged: the client asks again with the same key
             res.status(202).json({ order, status: charge.status });
         }
+    });
+
+    // the carrier's webhook: the order shipped. The first emit wins; a repeat changes nothing.
+    app.post('/orders/:order/shipped', async (req, res) => {
+        const carrier = typeof req.body?.carrier === 'string' ? req.body.carrier : '';
+        if (carrier === '') {
+            res.status(400).json({ error: 'a carrier is required' });
+            return;
+        }
+        const first = await ds.emitEvent(`shipped:${req.params.order}`, { carrier });
+        res.status(first ? 202 : 200).json({ order: req.params.order, first });
     });
 
     // Express 5 passes a rejected handler here: a documented SQLSTATE answers its status
@@ -203,6 +259,8 @@ async function main() {
         concurrency: 5,
         lease: Number(TASK_LEASE_MS),
         tasks: { 'send-receipt': sendReceipt(store, MAIL_URL) },
+        // declared with ds_define_workflow as the worker starts, before the server listens
+        workflows: [fulfil(store, MAIL_URL)],
     });
     worker.on('error', (e) => console.error('receipts worker:', e.message));
     await worker.start();

@@ -25,6 +25,13 @@ const receipts = pgTable('receipts', {
     sentAt: timestamp('sent_at', { withTimezone: true }).notNull().defaultNow(),
 });
 
+const shipments = pgTable('shipments', {
+    orderId: text('order_id').primaryKey(),
+    carrier: text('carrier').notNull(),
+    idempotencyKey: text('idempotency_key').notNull(),
+    shippedAt: timestamp('shipped_at', { withTimezone: true }).notNull().defaultNow(),
+});
+
 /**
  * @param {string} databaseUrl a postgresql:// URL (a socket directory as ?host=/dir)
  * @returns {import('./store-knex.js').CheckoutStore}
@@ -47,6 +54,9 @@ export function openDrizzleStore(databaseUrl) {
             await db.execute(sql`CREATE TABLE IF NOT EXISTS receipts (
                 order_id text PRIMARY KEY, sent_to text NOT NULL, message_id text NOT NULL,
                 idempotency_key text NOT NULL, sent_at timestamptz NOT NULL DEFAULT now())`);
+            await db.execute(sql`CREATE TABLE IF NOT EXISTS shipments (
+                order_id text PRIMARY KEY, carrier text NOT NULL, idempotency_key text NOT NULL,
+                shipped_at timestamptz NOT NULL DEFAULT now())`);
             await db.insert(shopConfig).values({ name: 'charge_url', value: chargeUrl })
                 .onConflictDoUpdate({ target: shopConfig.name, set: { value: chargeUrl } });
         },
@@ -62,6 +72,15 @@ export function openDrizzleStore(databaseUrl) {
                 sentTo: receipt.to,
                 messageId: receipt.messageId,
                 idempotencyKey: receipt.idempotencyKey,
+            });
+        },
+
+        async recordShipment(client, shipment) {
+            // as recordReceipt: Drizzle over the step's own client, in its transaction
+            await drizzle({ client }).insert(shipments).values({
+                orderId: shipment.order,
+                carrier: shipment.carrier,
+                idempotencyKey: shipment.idempotencyKey,
             });
         },
 

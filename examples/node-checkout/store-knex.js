@@ -21,12 +21,21 @@ import pg from 'pg';
  */
 
 /**
+ * @typedef {object} Shipment
+ * @property {string} order the order (the checkout's run_id)
+ * @property {string} carrier who ships it
+ * @property {string} idempotencyKey the key of the workflow step that recorded it
+ */
+
+/**
  * @typedef {object} CheckoutStore
  * @property {(chargeUrl: string) => Promise<void>} setup
  * @property {DurableSteps} durableSteps the durable_steps calls, on the store's pool
  * @property {pg.Pool} pool the pool the task worker claims with and lends to ctx.transaction
  * @property {(client: pg.PoolClient, receipt: Receipt) => Promise<void>} recordReceipt
  *           records a receipt as sent, on the client of the handler's transaction
+ * @property {(client: pg.PoolClient, shipment: Shipment) => Promise<void>} recordShipment
+ *           records an order as shipped, on the client of the workflow step's transaction
  * @property {() => Promise<void>} close
  */
 
@@ -52,6 +61,9 @@ export function openKnexStore(databaseUrl) {
             await knex.raw(`CREATE TABLE IF NOT EXISTS receipts (
                 order_id text PRIMARY KEY, sent_to text NOT NULL, message_id text NOT NULL,
                 idempotency_key text NOT NULL, sent_at timestamptz NOT NULL DEFAULT now())`);
+            await knex.raw(`CREATE TABLE IF NOT EXISTS shipments (
+                order_id text PRIMARY KEY, carrier text NOT NULL, idempotency_key text NOT NULL,
+                shipped_at timestamptz NOT NULL DEFAULT now())`);
             await knex('shop_config').insert({ name: 'charge_url', value: chargeUrl })
                 .onConflict('name').merge();
         },
@@ -67,6 +79,16 @@ export function openKnexStore(databaseUrl) {
                 sent_to: receipt.to,
                 message_id: receipt.messageId,
                 idempotency_key: receipt.idempotencyKey,
+            }).toSQL().toNative();
+            await client.query(sql, /** @type {unknown[]} */ (bindings));
+        },
+
+        async recordShipment(client, shipment) {
+            // as recordReceipt: built by Knex, run in the step's transaction
+            const { sql, bindings } = knex('shipments').insert({
+                order_id: shipment.order,
+                carrier: shipment.carrier,
+                idempotency_key: shipment.idempotencyKey,
             }).toSQL().toNative();
             await client.query(sql, /** @type {unknown[]} */ (bindings));
         },

@@ -8,6 +8,10 @@
 //     is the same order, charged; exactly one was not replayed (the rest say Idempotent-Replayed);
 //     one receipt delivered by the sink, to the order's address, with the task step's idempotency
 //     key, recorded once in `receipts` with that key; the step succeeded in one attempt
+//   * the order's fulfilment, the workflow `fulfil` started with it: the carrier's webhook
+//     (POST /orders/<order>/shipped) twice at once, one first emit; the run succeeds, the
+//     shipment recorded once in its step's transaction, one shipping notice delivered under the
+//     notify step's idempotency key
 //   * another body under that key: 422 with sqlstate DS422 and the server's message, not the
 //     statement's text; a body without an email address: 400
 //   * SIGTERM while a receipt is in flight at the sink (which answers 3 s late): the service exits
@@ -164,6 +168,33 @@ async function receiptOf(db, order, timeoutMs = 90_000) {
     };
 }
 
+/**
+ * The order's fulfilment run (the workflow `fulfil`) once it has finished, with what the
+ * database and the sink say of its shipment and its notice.
+ */
+async function fulfilmentOf(db, key, timeoutMs = 90_000) {
+    const runId = `fulfil:${key}`;
+    const order = `checkout:${key}`;
+    const deadline = Date.now() + timeoutMs;
+    let run = await db.waitRun(runId, '10 s');
+    while (!['succeeded', 'failed', 'cancelled'].includes(run.status) && Date.now() < deadline) {
+        run = await db.waitRun(runId, '10 s');
+    }
+    const { rows: steps } = await db.db.query(
+        `SELECT a.step_id, a.attempt, a.idempotency_key FROM ds_attempts a
+          WHERE a.run_id = $1 AND a.step_id IN ('record-shipment', 'notify') ORDER BY a.step_id, a.attempt`, [runId]);
+    const { rows: shipped } = await db.db.query(
+        'SELECT carrier, idempotency_key FROM shipments WHERE order_id = $1', [order]);
+    const counts = await providerCounts();
+    const tag = `${order}:shipped`;
+    return {
+        run, steps, shipped,
+        delivered: counts.mail[tag] ?? 0,
+        sentKeys: counts.mail_keys[tag] ?? [],
+        messages: counts.mail_messages[tag] ?? [],
+    };
+}
+
 async function scenarios(path, orm, databaseUrl, db) {
     const name = `${path}/${orm}`;
     const stamp = `${path}-${orm}-${Date.now()}`;
@@ -210,6 +241,30 @@ async function scenarios(path, orm, databaseUrl, db) {
         check(receipt.recorded.length === 1 && receipt.recorded[0].idempotency_key === receipt.keys[0]
                 && receipt.recorded[0].message_id === receipt.step.result?.message_id,
             `${name}: the receipt recorded once, with the step's outcome (${JSON.stringify(receipt.recorded)} ${JSON.stringify(receipt.step.result)})`);
+
+        // the fulfilment: one run for the 20 requests, started with the order; the carrier's
+        // webhook twice at once (the first emit wins); one shipment recorded in the step's
+        // transaction, one notice under the notify step's key
+        const shipping = await Promise.all([1, 2].map(() => fetch(
+            `${base}/orders/${encodeURIComponent(`checkout:${key}`)}/shipped`, {
+                method: 'POST', headers: { 'Content-Type': 'application/json' },
+                body: JSON.stringify({ carrier: 'DHL' }), signal: AbortSignal.timeout(30_000),
+            }).then((r) => r.status)));
+        check(shipping.sort().join() === '200,202',
+            `${name}: the carrier's webhook twice: one first emit (202), one repeat (200) (${shipping})`);
+        const fulfilment = await fulfilmentOf(db, key);
+        check(fulfilment.run.status === 'succeeded' && fulfilment.run.output?.carrier === 'DHL'
+                && typeof fulfilment.run.output?.notice?.message_id === 'string',
+            `${name}: the fulfilment workflow succeeded (${JSON.stringify(fulfilment.run)})`);
+        const keyOf = (id) => fulfilment.steps.filter((st) => st.step_id === id).map((st) => st.idempotency_key);
+        check(fulfilment.shipped.length === 1 && fulfilment.shipped[0].carrier === 'DHL'
+                && keyOf('record-shipment').length === 1 && fulfilment.shipped[0].idempotency_key === keyOf('record-shipment')[0],
+            `${name}: the shipment recorded once, in its step's transaction (${JSON.stringify(fulfilment.shipped)} ${JSON.stringify(fulfilment.steps)})`);
+        check(fulfilment.delivered === 1 && fulfilment.sentKeys.length >= 1
+                && fulfilment.sentKeys.every((k) => k === keyOf('notify')[0])
+                && fulfilment.messages[0]?.to === 'ada@example.com',
+            `${name}: one shipping notice to the order's address, with the notify step's key (${fulfilment.delivered} `
+            + `delivered, keys ${JSON.stringify(fulfilment.sentKeys)}, the step's ${JSON.stringify(keyOf('notify'))})`);
 
         // another body under the key
         const other = await post(base, key, { item: 'book', amount: 1, email: 'ada@example.com' });
