@@ -11,7 +11,10 @@ Flask over SQLAlchemy (Core) and psycopg2, all from Debian's packages. One reque
    transaction-mode PgBouncer cannot carry), no polling loop.
 
 The same handler stores the order's receipt as a task (ds_task_step), with the order's
-transaction (the outbox); receipts.py, the worker process of the deployment, sends it.
+transaction (the outbox); receipts.py, the worker process of the deployment, sends it. It also
+starts the order's fulfilment, the workflow `fulfil` written in Python (receipts.py runs it,
+docs/app-workflows.md), which waits for the carrier's webhook: POST /orders/<order>/shipped
+emits the event `shipped:<order>`.
 
 The calls go through the Python client of durable_steps (clients/python, the package
 durable_steps) on the DBAPI connection under SQLAlchemy's: it passes every SQL text -- the
@@ -34,7 +37,8 @@ import durable_steps as ds
 
 # The handler ds_idempotent runs once per key: one statement, $1 the stored request. It creates
 # the charge as an HTTP step whose run_id is the checkout's key, and the receipt as a task of the
-# same run (stored with the order's transaction, or not at all), and answers 202 with the order.
+# same run (stored with the order's transaction, or not at all), starts the order's fulfilment
+# (the workflow `fulfil`, run key fulfil:<key>), and answers 202 with the order.
 HANDLER = """
 SELECT 202, jsonb_build_object('order', s.run_id)
   FROM ds_http_step('checkout:' || ($1->>'idempotency_key'), 'charge',
@@ -51,7 +55,11 @@ SELECT 202, jsonb_build_object('order', s.run_id)
                         'to', $1->'body'->>'email',
                         'item', $1->'body'->'item',
                         'amount', $1->'body'->'amount'),
-                    policy => '{"max_attempts": 10, "initial_delay": "1 s"}') r
+                    policy => '{"max_attempts": 10, "initial_delay": "1 s"}') r,
+       ds_start_run('fulfil',
+                    jsonb_build_object('order', 'checkout:' || ($1->>'idempotency_key'),
+                                       'to', $1->'body'->>'email'),
+                    run_key => 'fulfil:' || ($1->>'idempotency_key')) f
 """
 
 SCHEMA = [
@@ -60,6 +68,12 @@ SCHEMA = [
     "CREATE TABLE IF NOT EXISTS receipts (order_id text PRIMARY KEY, sent_to text NOT NULL, "
     "message_id text NOT NULL, idempotency_key text NOT NULL, "
     "sent_at timestamptz NOT NULL DEFAULT now())",
+    # the shipments, each written by the fulfilment's step with its record (receipts.py)
+    "CREATE TABLE IF NOT EXISTS shipments (order_id text PRIMARY KEY, carrier text NOT NULL, "
+    "idempotency_key text NOT NULL, shipped_at timestamptz NOT NULL DEFAULT now())",
+    # the application workflow the handler starts: declared here, with the schema, so that it
+    # exists before the first order whichever process starts first (receipts.py runs it)
+    "SELECT ds_define_workflow('fulfil')",
 ]
 
 
@@ -104,6 +118,17 @@ def make_app(database_url, charge_url):
             return jsonify(order=run_id, status=charge.status, error=charge.error_message), 402, headers
         # still being charged: the client asks again with the same key
         return jsonify(order=run_id, status=charge.status), 202, headers
+
+    @app.post("/orders/<order>/shipped")
+    def shipped(order):
+        # the carrier's webhook: the first emit wins, a repeat changes nothing
+        body = request.get_json(silent=True)
+        carrier = body.get("carrier") if isinstance(body, dict) else None
+        if not isinstance(carrier, str) or not carrier:
+            return jsonify(error="a carrier is required"), 400
+        with engine.connect() as c:
+            emitted = ds.emit_event(c.connection, "shipped:" + order, {"carrier": carrier})
+        return jsonify(order=order, first=emitted.first), 202 if emitted.first else 200
 
     return app
 
