@@ -290,6 +290,15 @@ class Segment<C extends TaskClient> {
         this.used.add(id);
     }
 
+    /** The step recorded under `id`, which must be of `kind` (WorkflowMismatchError otherwise). */
+    private recordedAs(id: string, kind: string, call: string): Recorded | undefined {
+        const recorded = this.history.get(id);
+        if (recorded !== undefined && recorded.kind !== kind) {
+            throw new WorkflowMismatchError(`workflow ${this.wf.name} calls ${call} where run ${this.task.runId} recorded a ${recorded.kind} step of that id: its code changed under a run in flight; put the change behind ctx.patched()`);
+        }
+        return recorded;
+    }
+
     private suspend(answer: Answer): never {
         this.suspension = answer;
         throw new Suspended(answer);
@@ -469,10 +478,7 @@ class Segment<C extends TaskClient> {
 
     async sql<T>(id: string, sql: string, input?: Json, options: { retry?: RetryOptions; timeoutMs?: number } = {}): Promise<T> {
         this.enter(id, 'a SQL step');
-        const recorded = this.history.get(id);
-        if (recorded !== undefined && recorded.kind !== 'sql') {
-            throw new WorkflowMismatchError(`workflow ${this.wf.name} calls ctx.sql('${id}') where run ${this.task.runId} recorded a ${recorded.kind} step of that id: put the change behind ctx.patched()`);
-        }
+        const recorded = this.recordedAs(id, 'sql', `ctx.sql('${id}')`);
         if (recorded?.status === 'succeeded') {
             return recorded.result as T;
         }
@@ -506,10 +512,7 @@ class Segment<C extends TaskClient> {
     async sleep(id: string, ms: number): Promise<void> {
         this.enter(id, 'a sleep');
         checkMs(`sleep ${id}`, ms, 0);
-        const recorded = this.history.get(id);
-        if (recorded !== undefined && recorded.kind !== 'sleep') {
-            throw new WorkflowMismatchError(`workflow ${this.wf.name} sleeps as ${id} where run ${this.task.runId} recorded a ${recorded.kind} step of that id: put the change behind ctx.patched()`);
-        }
+        const recorded = this.recordedAs(id, 'sleep', `ctx.sleep('${id}')`);
         if (recorded?.status === 'succeeded') {
             return;
         }
@@ -524,10 +527,7 @@ class Segment<C extends TaskClient> {
         if (options.timeoutMs !== undefined) {
             checkMs(`event wait ${id}: timeoutMs`, options.timeoutMs, 1);
         }
-        const recorded = this.history.get(id);
-        if (recorded !== undefined && recorded.kind !== 'event') {
-            throw new WorkflowMismatchError(`workflow ${this.wf.name} waits for an event as ${id} where run ${this.task.runId} recorded a ${recorded.kind} step of that id: put the change behind ctx.patched()`);
-        }
+        const recorded = this.recordedAs(id, 'event', `ctx.waitForEvent('${id}')`);
         if (recorded?.status === 'succeeded') {
             return recorded.result as T;
         }

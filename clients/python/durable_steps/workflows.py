@@ -175,6 +175,17 @@ class _Segment:
                                    "event wait needs an id of its own" % (step_id, self.wf.name))
         self.used.add(step_id)
 
+    def recorded_as(self, step_id: str, kind: str, call: str) -> Optional[Dict[str, Any]]:
+        """The step recorded under `step_id`, which must be of `kind` (WorkflowMismatch
+        otherwise); None when nothing is recorded."""
+        recorded = self.history.get(step_id)
+        if recorded is not None and recorded["kind"] != kind:
+            raise WorkflowMismatch("workflow %s calls %s where run %s recorded a %s step of that id: "
+                                   "its code changed under a run in flight; put the change behind "
+                                   "ctx.patched()" % (self.wf.name, call, self.task.run_id,
+                                                      recorded["kind"]))
+        return recorded
+
     def suspend(self, answer: Dict[str, Any]) -> None:
         self.suspension = answer
         raise _Suspended(answer)
@@ -359,11 +370,7 @@ class _Segment:
     def sql(self, step_id: str, sql: str, input: Any = None, *,
             retry: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> Any:
         self.enter(step_id, "a SQL step")
-        recorded = self.history.get(step_id)
-        if recorded is not None and recorded["kind"] != "sql":
-            raise WorkflowMismatch("workflow %s calls ctx.sql(%r) where run %s recorded a %s step of "
-                                   "that id: put the change behind ctx.patched()"
-                                   % (self.wf.name, step_id, self.task.run_id, recorded["kind"]))
+        recorded = self.recorded_as(step_id, "sql", "ctx.sql(%r)" % step_id)
         if recorded is not None and recorded["status"] == "succeeded":
             return recorded["result"]
         if recorded is not None and recorded["status"] in ("failed", "cancelled"):
@@ -389,11 +396,7 @@ class _Segment:
     def sleep(self, step_id: str, seconds: float) -> None:
         self.enter(step_id, "a sleep")
         seconds = _check_seconds("sleep %s" % step_id, seconds, 0)
-        recorded = self.history.get(step_id)
-        if recorded is not None and recorded["kind"] != "sleep":
-            raise WorkflowMismatch("workflow %s sleeps as %s where run %s recorded a %s step of that "
-                                   "id: put the change behind ctx.patched()"
-                                   % (self.wf.name, step_id, self.task.run_id, recorded["kind"]))
+        recorded = self.recorded_as(step_id, "sleep", "ctx.sleep(%r)" % step_id)
         if recorded is not None and recorded["status"] == "succeeded":
             return
         self.suspend({"then": "sleep", "step": step_id, "ms": int(seconds * 1000 + 0.999)})
@@ -404,11 +407,7 @@ class _Segment:
             raise ValueError("event wait %s: the event's name must be a non-empty string" % step_id)
         if timeout is not None:
             timeout = _check_seconds("event wait %s: timeout" % step_id, timeout, 0.001)
-        recorded = self.history.get(step_id)
-        if recorded is not None and recorded["kind"] != "event":
-            raise WorkflowMismatch("workflow %s waits for an event as %s where run %s recorded a %s "
-                                   "step of that id: put the change behind ctx.patched()"
-                                   % (self.wf.name, step_id, self.task.run_id, recorded["kind"]))
+        recorded = self.recorded_as(step_id, "event", "ctx.wait_for_event(%r)" % step_id)
         if recorded is not None and recorded["status"] == "succeeded":
             return recorded["result"]
         if recorded is not None and recorded["status"] == "failed":
