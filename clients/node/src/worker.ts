@@ -25,7 +25,7 @@ import { hostname } from 'node:os';
 import type { Queryable } from './client.js';
 import { LeaseLostError, StepTimeoutError, toDurableStepsError } from './errors.js';
 import type { Workflow } from './workflow.js';
-import { segmentHandler } from './workflow.js';
+import { StepBatcher, segmentHandler } from './workflow.js';
 
 /** A connection lent by a pool: node-postgres's PoolClient has it. */
 export interface TaskClient extends Queryable {
@@ -476,6 +476,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
         this.defineWorkflows = options.defineWorkflows ?? true;
         this.prefix = options.schema ? `"${options.schema.replace(/"/g, '""')}".` : '';
         this.name = options.worker ?? `${hostname()}:${process.pid}`;
+        const batcher = new StepBatcher(pool, this.prefix, this.name, options.lease ?? 30_000);
         for (const wf of this.workflows) {
             if (typeof wf?.taskName !== 'string' || typeof wf.fn !== 'function') {
                 throw new TypeError('workflows must be an array of workflow() definitions');
@@ -483,7 +484,7 @@ export class Worker<P extends TaskPool = TaskPool> extends EventEmitter<WorkerEv
             if (wf.taskName in tasks) {
                 throw new TypeError(`workflow ${wf.name} is given twice`);
             }
-            tasks[wf.taskName] = segmentHandler(wf, pool, this.prefix, this.name, options.lease ?? 30_000) as TaskHandler<any, unknown, C>;
+            tasks[wf.taskName] = segmentHandler(wf, pool, this.prefix, options.lease ?? 30_000, batcher) as TaskHandler<any, unknown, C>;
         }
         this.names = Object.keys(tasks);
         if (this.names.length === 0) {

@@ -203,6 +203,11 @@ interface ClaimAnswer {
     error_message: string | null;
 }
 
+function sqlstateOf(e: unknown): string | null {
+    const code = (e as { code?: unknown } | null)?.code;
+    return typeof code === 'string' ? code : null;
+}
+
 function delay(ms: number, signal: AbortSignal): Promise<void> {
     return new Promise((resolve, reject) => {
         if (signal.aborted) {
@@ -221,13 +226,150 @@ function delay(ms: number, signal: AbortSignal): Promise<void> {
     });
 }
 
+/** What a claim of a new step stores first (ds_task_step). */
+interface NewStep {
+    runId: string;
+    task: string;
+    input: Json;
+    policy: Json | null;
+    timeout: string | null;
+}
+
+interface PendingClaim {
+    holder: string;
+    stepId: string;
+    create?: NewStep;
+    resolve: (c: ClaimAnswer) => void;
+    reject: (e: unknown) => void;
+}
+
+interface PendingComplete {
+    token: string;
+    json: string;
+    resolve: (held: boolean) => void;
+    reject: (e: unknown) => void;
+}
+
+const CLAIM_COLUMNS = `c.status, c.result, c.attempt, c.max_attempts, c.idempotency_key, c.attempt_key, c.token,
+    extract(epoch FROM c.lease_expires_at)::float8 * 1000 AS lease_ms,
+    extract(epoch FROM c.deadline)::float8 * 1000 AS deadline_ms,
+    extract(epoch FROM c.next_attempt_at)::float8 * 1000 AS next_ms,
+    extract(epoch FROM clock_timestamp())::float8 * 1000 AS now_ms,
+    c.error_code, c.error_message`;
+
+/**
+ * The claims and the successes of the steps of all the segments a worker runs, sent together:
+ * those asked for in one turn of the event loop go in one statement each (a claim of new steps,
+ * a claim of recorded ones, the successes), as the Worker records its tasks' successes. Each
+ * caller gets its own row. A statement that fails as a whole (one holder's lease gone raises
+ * DS410 for all) is sent again one call at a time, so that each caller gets its own answer.
+ */
+export class StepBatcher {
+    private claims: PendingClaim[] = [];
+    private completes: PendingComplete[] = [];
+    private scheduled = false;
+
+    constructor(private readonly pool: TaskPool, private readonly prefix: string,
+        private readonly worker: string, private readonly leaseMs: number) {}
+
+    claim(holder: string, stepId: string, create?: NewStep): Promise<ClaimAnswer> {
+        return new Promise((resolve, reject) => {
+            this.claims.push({ holder, stepId, create, resolve, reject });
+            this.schedule();
+        });
+    }
+
+    /** Records a success; false when the attempt no longer held its lease (nothing recorded). */
+    complete(token: string, json: string): Promise<boolean> {
+        return new Promise((resolve, reject) => {
+            this.completes.push({ token, json, resolve, reject });
+            this.schedule();
+        });
+    }
+
+    private schedule(): void {
+        if (!this.scheduled) {
+            this.scheduled = true;
+            setImmediate(() => {
+                this.scheduled = false;
+                const claims = this.claims.splice(0);
+                const completes = this.completes.splice(0);
+                void this.sendClaims(claims.filter((c) => c.create !== undefined));
+                void this.sendClaims(claims.filter((c) => c.create === undefined));
+                void this.sendCompletes(completes);
+            });
+        }
+    }
+
+    private async sendClaims(batch: PendingClaim[]): Promise<void> {
+        if (batch.length === 0) {
+            return;
+        }
+        const lease = `${this.leaseMs} milliseconds`;
+        try {
+            let rows: (ClaimAnswer & { i: number })[];
+            if (batch[0].create !== undefined) {
+                // each new step stored, then claimed by the name it was stored under
+                ({ rows } = await this.pool.query(
+                    `SELECT x.i::integer AS i, ${CLAIM_COLUMNS}
+                       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::interval[])
+                            WITH ORDINALITY AS x(holder, run_id, step_id, task, input, policy, timeout, i),
+                            LATERAL ${this.prefix}ds_task_step(x.run_id, x.step_id, x.task, x.input, x.policy,
+                                                               timeout => x.timeout) AS s,
+                            LATERAL ${this.prefix}ds_claim_task(x.holder, s.step_id, $8::interval, $9) AS c`,
+                    [batch.map((b) => b.holder), batch.map((b) => b.create?.runId), batch.map((b) => b.stepId),
+                        batch.map((b) => b.create?.task), batch.map((b) => JSON.stringify(b.create?.input ?? null)),
+                        batch.map((b) => (b.create?.policy == null ? null : JSON.stringify(b.create.policy))),
+                        batch.map((b) => b.create?.timeout ?? null), lease, this.worker]));
+            } else {
+                ({ rows } = await this.pool.query(
+                    `SELECT x.i::integer AS i, ${CLAIM_COLUMNS}
+                       FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(holder, step_id, i),
+                            LATERAL ${this.prefix}ds_claim_task(x.holder, x.step_id, $3::interval, $4) AS c`,
+                    [batch.map((b) => b.holder), batch.map((b) => b.stepId), lease, this.worker]));
+            }
+            for (const r of rows) {
+                batch[r.i - 1].resolve(r);
+            }
+        } catch (e) {
+            if (batch.length === 1) {
+                batch[0].reject(e);
+                return;
+            }
+            // one call's error is not the others': each on its own
+            await Promise.all(batch.map((b) => this.sendClaims([b])));
+        }
+    }
+
+    private async sendCompletes(batch: PendingComplete[]): Promise<void> {
+        if (batch.length === 0) {
+            return;
+        }
+        try {
+            const { rows }: { rows: { held: boolean }[] } = await this.pool.query(
+                `SELECT c.held FROM ${this.prefix}ds_complete_tasks($1::text[], $2::jsonb[]) AS c`,
+                [batch.map((b) => b.token), batch.map((b) => b.json)]);
+            rows.forEach((r, i) => batch[i].resolve(r.held));
+        } catch (e) {
+            if (batch.length === 1) {
+                batch[0].reject(e);
+                return;
+            }
+            await Promise.all(batch.map((b) => this.sendCompletes([b])));
+        }
+    }
+}
+
 /** The handler of one workflow's segments: made by the Worker for its pool. */
 export function segmentHandler<C extends TaskClient>(wf: Workflow, pool: TaskPool<C>, prefix: string,
-    worker: string, leaseMs: number): TaskHandler<Json, Answer, C> {
+    leaseMs: number, batcher: StepBatcher): TaskHandler<Json, Answer, C> {
     return async (input, task) => {
         const segment = Number(task.stepId.slice('ds.segment:'.length)) || 1;
-        const history = await readHistory(pool, prefix, task.runId);
-        const run = new Segment<C>(wf, pool, prefix, worker, leaseMs, task, history, segment);
+        // Only segments record a run's steps, and the turns its sleeps and event waits after a
+        // segment: the first attempt of the first segment has nothing to read
+        const history = segment === 1 && task.attempt === 1
+            ? new Map<string, Recorded>() : await readHistory(pool, prefix, task.runId);
+        const run = new Segment<C>(wf, pool, prefix, leaseMs, batcher, task, history, segment);
         let output: unknown;
         try {
             output = await wf.fn(run.ctx, input);
@@ -262,8 +404,8 @@ class Segment<C extends TaskClient> {
     private readonly used = new Set<string>();
 
     constructor(private readonly wf: Workflow, private readonly pool: TaskPool<C>,
-        private readonly prefix: string, private readonly worker: string, private readonly leaseMs: number,
-        private readonly task: TaskContext<C>, private readonly history: Map<string, Recorded>,
+        private readonly prefix: string, private readonly leaseMs: number,
+        private readonly batcher: StepBatcher, private readonly task: TaskContext<C>, private readonly history: Map<string, Recorded>,
         segment: number) {
         this.maxSeq = Math.max(0, ...[...history.values()].map((r) => r.seq ?? 0));
         const self = this;
@@ -382,30 +524,13 @@ class Segment<C extends TaskClient> {
     }
 
     /**
-     * ds_claim_task on step `id`; with `create`, the step is stored first (ds_task_step, which
-     * answers a step that exists as it stands) in the same statement.
+     * ds_claim_task on step `id` (with other segments' claims); with `create`, the step is
+     * stored first (ds_task_step, which answers a step that exists as it stands), in the same
+     * statement.
      */
-    private async claim(id: string, create?: { input: Json; policy: Json | null; timeout: string | null }): Promise<ClaimAnswer> {
-        const columns = `c.status, c.result, c.attempt, c.max_attempts, c.idempotency_key, c.attempt_key, c.token,
-                    extract(epoch FROM c.lease_expires_at)::float8 * 1000 AS lease_ms,
-                    extract(epoch FROM c.deadline)::float8 * 1000 AS deadline_ms,
-                    extract(epoch FROM c.next_attempt_at)::float8 * 1000 AS next_ms,
-                    extract(epoch FROM clock_timestamp())::float8 * 1000 AS now_ms,
-                    c.error_code, c.error_message`;
-        const lease = `${this.leaseMs} milliseconds`;
-        const { rows }: { rows: ClaimAnswer[] } = create === undefined
-            ? await this.pool.query(
-                `SELECT ${columns} FROM ${this.prefix}ds_claim_task($1, $2, $3::interval, $4) AS c`,
-                [this.task.token, id, lease, this.worker])
-            // the claim names the stored step's id: it runs after the store
-            : await this.pool.query(
-                `SELECT ${columns}
-                   FROM ${this.prefix}ds_task_step($5, $2, $6, $7::jsonb, $8::jsonb, timeout => $9::interval) AS s,
-                        LATERAL ${this.prefix}ds_claim_task($1, s.step_id, $3::interval, $4) AS c`,
-                [this.task.token, id, lease, this.worker, this.task.runId, this.wf.stepTaskName,
-                    JSON.stringify(create.input), create.policy === null ? null : JSON.stringify(create.policy),
-                    create.timeout]);
-        return rows[0];
+    private claim(id: string, create?: { input: Json; policy: Json | null; timeout: string | null }): Promise<ClaimAnswer> {
+        return this.batcher.claim(this.task.token, id, create === undefined ? undefined
+            : { runId: this.task.runId, task: this.wf.stepTaskName, ...create });
     }
 
     /** One attempt: fn under the step's lease (heartbeats), its outcome recorded. */
@@ -449,8 +574,9 @@ class Segment<C extends TaskClient> {
                 } else {
                     value = await fn(s(null));
                     controller.signal.throwIfAborted();
-                    await this.pool.query(`SELECT 1 FROM ${this.prefix}ds_complete_task($1::text, $2::jsonb)`,
-                        [token, JSON.stringify(value === undefined ? null : value)]);
+                    if (!await this.batcher.complete(token, JSON.stringify(value === undefined ? null : value))) {
+                        return { done: false };     // the lease was gone: the step's state decides
+                    }
                 }
                 return { done: true, value: value === undefined ? null : JSON.parse(JSON.stringify(value)) };
             } catch (e) {
@@ -460,6 +586,10 @@ class Segment<C extends TaskClient> {
                 // the segment itself ends (cancelled, lease lost, stopping): the step's lease decides
                 if (this.task.signal.aborted) {
                     throw e;
+                }
+                // the step's lease was gone as its outcome came: nothing recorded, its state decides
+                if (sqlstateOf(e) === 'DS410') {
+                    return { done: false };
                 }
                 const d = describeFailure(toDurableStepsError(e));
                 await this.pool.query(
@@ -562,9 +692,11 @@ class Segment<C extends TaskClient> {
         for (;;) {
             c ??= await this.claim(id);
             if (c.token !== null) {
-                await this.pool.query(`SELECT 1 FROM ${this.prefix}ds_complete_task($1::text, $2::jsonb)`,
-                    [c.token, JSON.stringify(value)]);
-                return value;
+                if (await this.batcher.complete(c.token, JSON.stringify(value))) {
+                    return value;
+                }
+                c = null;
+                continue;
             }
             const settled = await this.settle(id, c);
             if (settled.done) {

@@ -330,8 +330,10 @@ class _Segment:
                 return {"value": _roundtrip(value)}
             except psycopg2.Error as e:
                 error: BaseException = from_exception(e) if getattr(e, "pgcode", None) else e
-                if isinstance(error, LeaseLost) or self.task.cancelled.is_set():
+                if self.task.cancelled.is_set():
                     raise error
+                if isinstance(error, LeaseLost):
+                    return None         # the step's lease was gone: nothing recorded, its state decides
                 self.fail(token, error)
                 return None
             except _Suspended:
@@ -491,9 +493,13 @@ def segment_handler(wf: Workflow, worker: Any) -> Callable[[Any, Any], Any]:
     def handle(input: Any, task_ctx: Any) -> Dict[str, Any]:
         segment = int(task_ctx.step_id[len("ds.segment:"):] or 1)
         with contextlib.closing(worker._autocommit()) as conn:
-            with conn.cursor(cursor_factory=RealDictCursor) as cur:
-                cur.execute(HISTORY, (task_ctx.run_id,))
-                history = {r["step_id"]: dict(r) for r in cur.fetchall()}
+            history: Dict[str, Dict[str, Any]] = {}
+            # only segments record a run's steps, and the turns its sleeps and event waits after
+            # a segment: the first attempt of the first segment has nothing to read
+            if segment > 1 or task_ctx.attempt > 1:
+                with conn.cursor(cursor_factory=RealDictCursor) as cur:
+                    cur.execute(HISTORY, (task_ctx.run_id,))
+                    history = {r["step_id"]: dict(r) for r in cur.fetchall()}
             seg = _Segment(wf, worker, task_ctx, conn, history)
             try:
                 output = wf.fn(WorkflowContext(seg, segment), input)
