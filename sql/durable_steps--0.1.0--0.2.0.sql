@@ -509,8 +509,9 @@ CREATE FUNCTION @extschema@.ds_claim_task(holder text, step_id text, lease inter
 
 -- The SQL workflow that stands for an application workflow: each segment is a task
 -- 'ds.workflow:<name>' that the application's worker runs, until one answers with the workflow's
--- output. A segment that must sleep or wait for an event answers so, and the run sleeps or waits
--- here, as a SQL workflow does, between that segment and the next.
+-- output. A segment that must sleep, wait for an event, or wait for an HTTP step or a task that
+-- the extension's workers run answers so, and the run sleeps or waits here, as a SQL workflow
+-- does, between that segment and the next.
 CREATE FUNCTION @extschema@.ds_app_workflow(workflow text, input jsonb, policy jsonb DEFAULT NULL)
     RETURNS jsonb LANGUAGE plpgsql AS $body$
 DECLARE
@@ -538,10 +539,35 @@ BEGIN
                 -- timed out: the next segment reads it from the event's step and throws there
                 NULL;
             END;
+        WHEN 'http' THEN
+            -- an HTTP step the HTTP worker sends: the run waits for its outcome here
+            BEGIN
+                PERFORM @extschema@.ds_http(answer OPERATOR(pg_catalog.->>) 'step',
+                    answer OPERATOR(pg_catalog.->) 'request', answer OPERATOR(pg_catalog.->) 'policy',
+                    coalesce(answer OPERATOR(pg_catalog.->>) 'idempotency_header', 'Idempotency-Key'),
+                    coalesce(pg_catalog.make_interval(secs => (answer OPERATOR(pg_catalog.->>) 'timeout_ms')::float8
+                                                      OPERATOR(pg_catalog./) 1000), '30 s'));
+            EXCEPTION WHEN SQLSTATE 'DS102' THEN
+                -- failed for good: the next segment reads it from the step and throws there
+                NULL;
+            END;
+        WHEN 'task' THEN
+            -- a task another worker runs: the run waits for its outcome here
+            BEGIN
+                PERFORM @extschema@.ds_task(answer OPERATOR(pg_catalog.->>) 'step',
+                    answer OPERATOR(pg_catalog.->>) 'task', answer OPERATOR(pg_catalog.->) 'input',
+                    answer OPERATOR(pg_catalog.->) 'policy',
+                    coalesce(answer OPERATOR(pg_catalog.->>) 'queue', 'default'),
+                    coalesce((answer OPERATOR(pg_catalog.->>) 'priority')::integer, 0),
+                    pg_catalog.make_interval(secs => (answer OPERATOR(pg_catalog.->>) 'timeout_ms')::float8
+                                             OPERATOR(pg_catalog./) 1000));
+            EXCEPTION WHEN SQLSTATE 'DS102' THEN
+                NULL;
+            END;
         ELSE
             RAISE EXCEPTION 'segment % of application workflow % answered %', segment, workflow, answer
                 USING ERRCODE = '22023',
-                      HINT = 'A segment answers {"then": "return" | "sleep" | "event", ...}: run it with the durable_steps client library.';
+                      HINT = 'A segment answers {"then": "return" | "sleep" | "event" | "http" | "task", ...}: run it with the durable_steps client library.';
         END CASE;
     END LOOP;
 END $body$;

@@ -51,6 +51,15 @@ export interface WorkflowContext<C extends TaskClient = TaskClient> {
     readonly signal: AbortSignal;
     step<T = Json>(id: string, fn: (s: StepContext<C>) => T | Promise<T>, options?: StepOptions): Promise<T>;
     sql<T = Json>(id: string, sql: string, input?: Json, options?: { retry?: RetryOptions; timeoutMs?: number }): Promise<T>;
+    /**
+     * An HTTP step the extension's HTTP worker sends, with the step's idempotency key in
+     * `idempotencyHeader` ('Idempotency-Key'); the run waits for its response without holding a
+     * worker, and the call answers it ({status, headers, body}). The request's shape is
+     * ds_http_step's (docs/http.md).
+     */
+    http<T = Json>(id: string, request: Json, options?: { retry?: RetryOptions; idempotencyHeader?: string; timeoutMs?: number }): Promise<T>;
+    /** A task another worker runs (docs/tasks.md); the run waits for its result without holding a worker. */
+    task<T = Json>(id: string, task: string, input?: Json, options?: { retry?: RetryOptions; queue?: string; priority?: number; timeoutMs?: number }): Promise<T>;
     sleep(id: string, ms: number): Promise<void>;
     waitForEvent<T = Json>(id: string, event: string, options?: { timeoutMs?: number }): Promise<T>;
     patched(changeId: string): Promise<boolean>;
@@ -167,7 +176,9 @@ export function workflow<I = any, O = unknown, C extends TaskClient = TaskClient
 type Answer =
     | { then: 'return'; output: Json }
     | { then: 'sleep'; step: string; ms: number }
-    | { then: 'event'; step: string; event: string; timeout_ms?: number };
+    | { then: 'event'; step: string; event: string; timeout_ms?: number }
+    | { then: 'http'; step: string; request: Json; policy: Json | null; idempotency_header: string; timeout_ms?: number }
+    | { then: 'task'; step: string; task: string; input: Json; policy: Json | null; queue: string; priority: number; timeout_ms?: number };
 
 /** Thrown through the workflow's code when the segment ends here; the segment answers it. */
 class Suspended extends Error {
@@ -413,6 +424,8 @@ class Segment<C extends TaskClient> {
             runId: task.runId, workflow: wf.name, segment, signal: task.signal,
             step: (id, fn, options) => self.step(id, fn, options),
             sql: (id, sql, input, options) => self.sql(id, sql, input, options),
+            http: (id, request, options) => self.http(id, request, options),
+            task: (id, task, input, options) => self.taskStep(id, task, input, options),
             sleep: (id, ms) => self.sleep(id, ms),
             waitForEvent: (id, event, options) => self.waitForEvent(id, event, options),
             patched: (changeId) => self.patched(changeId),
@@ -637,6 +650,60 @@ class Segment<C extends TaskClient> {
                 return settled.value as T;
             }
         }
+    }
+
+    /** An HTTP step or a task that the run waits for in the engine: its result, or its failure. */
+    private waitedFor<T>(id: string, recorded: Recorded | undefined, answer: Answer): T {
+        if (recorded?.status === 'succeeded') {
+            return recorded.result as T;
+        }
+        if (recorded !== undefined && ['failed', 'cancelled', 'blocked', 'uncertain'].includes(recorded.status)) {
+            throw this.failed(recorded, id);
+        }
+        return this.suspend(answer);
+    }
+
+    async http<T>(id: string, request: Json, options: { retry?: RetryOptions; idempotencyHeader?: string; timeoutMs?: number } = {}): Promise<T> {
+        this.enter(id, 'an HTTP step');
+        if (request === null || typeof request !== 'object' || Array.isArray(request)) {
+            throw new TypeError(`HTTP step ${id}: the request is an object ({method, url, ...})`);
+        }
+        if (options.timeoutMs !== undefined) {
+            checkMs(`HTTP step ${id}: timeoutMs`, options.timeoutMs, 1);
+        }
+        const answer: Answer = {
+            then: 'http', step: id, request, policy: retryPolicy(options.retry),
+            idempotency_header: options.idempotencyHeader ?? 'Idempotency-Key',
+        };
+        if (options.timeoutMs !== undefined) {
+            answer.timeout_ms = Math.ceil(options.timeoutMs);
+        }
+        return this.waitedFor<T>(id, this.recordedAs(id, 'http', `ctx.http('${id}')`), answer);
+    }
+
+    async taskStep<T>(id: string, task: string, input?: Json, options: { retry?: RetryOptions; queue?: string; priority?: number; timeoutMs?: number } = {}): Promise<T> {
+        this.enter(id, 'a task');
+        if (typeof task !== 'string' || task === '') {
+            throw new RangeError(`task ${id}: the task's name must be a non-empty string`);
+        }
+        if (options.timeoutMs !== undefined) {
+            checkMs(`task ${id}: timeoutMs`, options.timeoutMs, 1);
+        }
+        if (options.priority !== undefined && !Number.isInteger(options.priority)) {
+            throw new RangeError(`task ${id}: priority must be an integer`);
+        }
+        const recorded = this.recordedAs(id, 'task', `ctx.task('${id}')`);
+        if (recorded !== undefined && recorded.seq !== null) {
+            throw new WorkflowMismatchError(`workflow ${this.wf.name} calls ctx.task('${id}') where run ${this.task.runId} recorded a ctx.step of that id: its code changed under a run in flight; put the change behind ctx.patched()`);
+        }
+        const answer: Answer = {
+            then: 'task', step: id, task, input: input === undefined ? null : input,
+            policy: retryPolicy(options.retry), queue: options.queue ?? 'default', priority: options.priority ?? 0,
+        };
+        if (options.timeoutMs !== undefined) {
+            answer.timeout_ms = Math.ceil(options.timeoutMs);
+        }
+        return this.waitedFor<T>(id, recorded, answer);
     }
 
     async sleep(id: string, ms: number): Promise<void> {

@@ -121,6 +121,51 @@ describe('a workflow', () => {
         }
     });
 
+    test('waits for an HTTP step and a task in the engine, holding no worker', async () => {
+        const name = wfName('http_task');
+        const taskName = `${name}_double`;
+        const tag = `${name}-charge`;
+        let segmentsWhileWaiting = 0;
+        const wf = workflow(name, async (ctx, input) => {
+            const charge = await ctx.http('charge', {
+                method: 'POST', url: `${env.PROVIDER}/charge/${tag}`, expect: 'json',
+                headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ amount: input.amount }),
+            }, { retry: { maxAttempts: 3, initialMs: 100 } });
+            segmentsWhileWaiting = ctx.segment;
+            const doubled = await ctx.task('double', taskName, { n: input.amount });
+            let refused = null;
+            try {
+                await ctx.task('refuse', taskName, { n: -1 }, { retry: { maxAttempts: 1 } });
+            } catch (e) {
+                refused = e instanceof StepFailedError ? e.status : String(e);
+            }
+            return { status: charge.status, charged: charge.body.charged, doubled, refused };
+        });
+        const w = makeWorker([wf], {
+            tasks: {
+                [taskName]: (input) => {
+                    if (input.n < 0) {
+                        throw new NonRetriableError('no negative amounts');
+                    }
+                    return input.n * 2;
+                },
+            },
+        });
+        try {
+            await w.worker.start();
+            const { runId } = await client.startRun(name, { amount: 21 });
+            const done = await finished(runId);
+            assert.equal(done.status, 'succeeded', JSON.stringify(done));
+            assert.deepEqual(done.output, { status: 200, charged: tag, doubled: 42, refused: 'failed' });
+            assert.equal(segmentsWhileWaiting, 2, 'the run waited for the charge between two segments');
+            assert.equal((await env.providerCounts()).charges[tag], 1, 'one charge');
+            const s = await steps(runId);
+            assert.deepEqual([s.charge.kind, s.double.kind, s.refuse.status], ['http', 'task', 'failed']);
+        } finally {
+            await w.close();
+        }
+    });
+
     test('retries a step with growing attempts; a step that used up its attempts throws into the workflow', async () => {
         const name = wfName('retry');
         const seen = [];

@@ -395,6 +395,54 @@ class _Segment:
             if settled is not None:
                 return settled["value"]
 
+    def waited_for(self, step_id: str, recorded: Optional[Dict[str, Any]],
+                   answer: Dict[str, Any]) -> Any:
+        """An HTTP step or a task that the run waits for in the engine: its result, or its
+        failure; the segment ends here while it has neither."""
+        if recorded is not None and recorded["status"] == "succeeded":
+            return recorded["result"]
+        if recorded is not None and recorded["status"] in ("failed", "cancelled", "blocked",
+                                                             "uncertain"):
+            raise self.failed(recorded, step_id)
+        self.suspend(answer)
+
+    def http(self, step_id: str, request: Mapping[str, Any], *,
+             retry: Optional[Mapping[str, Any]] = None, idempotency_header: str = "Idempotency-Key",
+             timeout: Optional[float] = None) -> Any:
+        self.enter(step_id, "an HTTP step")
+        if not isinstance(request, Mapping):
+            raise TypeError("HTTP step %s: the request is a dict ({method, url, ...})" % step_id)
+        answer: Dict[str, Any] = {"then": "http", "step": step_id, "request": dict(request),
+                                  "policy": retry_policy(retry),
+                                  "idempotency_header": idempotency_header}
+        if timeout is not None:
+            answer["timeout_ms"] = int(_check_seconds("HTTP step %s: timeout" % step_id, timeout,
+                                                      0.001) * 1000 + 0.999)
+        return self.waited_for(step_id, self.recorded_as(step_id, "http", "ctx.http(%r)" % step_id),
+                               answer)
+
+    def task_step(self, step_id: str, task: str, input: Any = None, *,
+                  retry: Optional[Mapping[str, Any]] = None, queue: str = "default",
+                  priority: int = 0, timeout: Optional[float] = None) -> Any:
+        self.enter(step_id, "a task")
+        if not isinstance(task, str) or not task:
+            raise ValueError("task %s: the task's name must be a non-empty string" % step_id)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ValueError("task %s: priority must be an integer" % step_id)
+        recorded = self.recorded_as(step_id, "task", "ctx.task(%r)" % step_id)
+        if recorded is not None and recorded["seq"] is not None:
+            raise WorkflowMismatch("workflow %s calls ctx.task(%r) where run %s recorded a ctx.step "
+                                   "of that id: its code changed under a run in flight; put the "
+                                   "change behind ctx.patched()" % (self.wf.name, step_id,
+                                                                    self.task.run_id))
+        answer: Dict[str, Any] = {"then": "task", "step": step_id, "task": task, "input": input,
+                                  "policy": retry_policy(retry), "queue": queue,
+                                  "priority": priority}
+        if timeout is not None:
+            answer["timeout_ms"] = int(_check_seconds("task %s: timeout" % step_id, timeout,
+                                                      0.001) * 1000 + 0.999)
+        return self.waited_for(step_id, recorded, answer)
+
     def sleep(self, step_id: str, seconds: float) -> None:
         self.enter(step_id, "a sleep")
         seconds = _check_seconds("sleep %s" % step_id, seconds, 0)
@@ -450,7 +498,7 @@ def _roundtrip(value: Any) -> Any:
 
 
 class WorkflowContext:
-    """What a workflow function gets: ``step``, ``sql``, ``sleep`` (seconds),
+    """What a workflow function gets: ``step``, ``sql``, ``http``, ``task``, ``sleep`` (seconds),
     ``wait_for_event``, ``patched``; ``run_id``, ``segment``, ``cancelled`` (the segment's
     threading.Event: the run was cancelled, a lease was lost, the worker stops)."""
 
@@ -469,6 +517,21 @@ class WorkflowContext:
     def sql(self, step_id: str, sql: str, input: Any = None, *,
             retry: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> Any:
         return self._seg.sql(step_id, sql, input, retry=retry, timeout=timeout)
+
+    def http(self, step_id: str, request: Mapping[str, Any], *,
+             retry: Optional[Mapping[str, Any]] = None, idempotency_header: str = "Idempotency-Key",
+             timeout: Optional[float] = None) -> Any:
+        """An HTTP step the extension's HTTP worker sends with the step's idempotency key; the
+        run waits for its response without holding a worker ({status, headers, body})."""
+        return self._seg.http(step_id, request, retry=retry,
+                              idempotency_header=idempotency_header, timeout=timeout)
+
+    def task(self, step_id: str, task: str, input: Any = None, *,
+             retry: Optional[Mapping[str, Any]] = None, queue: str = "default", priority: int = 0,
+             timeout: Optional[float] = None) -> Any:
+        """A task another worker runs; the run waits for its result without holding a worker."""
+        return self._seg.task_step(step_id, task, input, retry=retry, queue=queue,
+                                   priority=priority, timeout=timeout)
 
     def sleep(self, step_id: str, seconds: float) -> None:
         self._seg.sleep(step_id, seconds)

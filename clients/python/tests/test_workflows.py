@@ -3,6 +3,7 @@ run by a Worker on the engine's runs, replayed by later segments, retried, chang
 flight, cancelled, and their worker killed inside a step.
 
 Every wait is for a condition (ds_wait_run, a row, a step's state), never a sleep that hopes."""
+import json
 import os
 import random
 import signal
@@ -16,7 +17,7 @@ import unittest
 import durable_steps as ds
 from durable_steps import RetryAfterError, StepFailed, Worker, workflow
 
-from .support import connect, dsn
+from .support import charge_url, connect, dsn, provider_counts
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS pywf_orders (run_id text NOT NULL, what text NOT NULL);
@@ -160,6 +161,44 @@ class WorkflowTest(unittest.TestCase):
         kinds = {k: v[0] for k, v in self.steps(run).items()}
         self.assertEqual([kinds["reserve"], kinds["quote"], kinds["cool-off"], kinds["shipped"]],
                          ["sql", "task", "sleep", "event"])
+
+    def test_waits_for_an_http_step_and_a_task_in_the_engine(self):
+        task_name = name("double")
+        tag = name("charge")
+        seen = {}
+
+        @workflow(name("http_task"))
+        def waiting(ctx, input):
+            charge = ctx.http("charge", {"method": "POST", "url": charge_url(tag), "expect": "json",
+                                         "headers": {"Content-Type": "application/json"},
+                                         "body": json.dumps({"amount": input["amount"]})},
+                              retry={"max_attempts": 3, "initial_ms": 100})
+            seen["segment"] = ctx.segment
+            doubled = ctx.task("double", task_name, {"n": input["amount"]})
+            try:
+                ctx.task("refuse", task_name, {"n": -1}, retry={"max_attempts": 1})
+                refused = None
+            except StepFailed as e:
+                refused = e.status
+            return {"status": charge["status"], "charged": charge["body"]["charged"],
+                    "doubled": doubled, "refused": refused}
+
+        running = Running(waiting)
+
+        @running.worker.task(task_name)
+        def double(input, ctx):
+            if input["n"] < 0:
+                raise ds.NonRetriableError("no negative amounts")
+            return input["n"] * 2
+
+        with running:
+            run = self.start(waiting, {"amount": 21})
+            done = self.finished(run)
+        self.assertEqual(done.status, "succeeded", done)
+        self.assertEqual(done.output, {"status": 200, "charged": tag, "doubled": 42,
+                                       "refused": "failed"})
+        self.assertEqual(seen["segment"], 2)
+        self.assertEqual(provider_counts()["charges"].get(tag), 1)
 
     def test_retries_with_growing_attempts_and_a_failed_step_raises_into_the_workflow(self):
         seen = []
