@@ -69,6 +69,11 @@ SELECT * FROM ds_claim_task(:'holder', 'charge', worker => '');
 \echo :SQLSTATE
 SELECT * FROM ds_claim_task(:'holder', 'no-such-step');
 \echo :SQLSTATE
+-- only a step of an application workflow, for its segment: a task that workers claim by name is
+-- theirs, and a plain task is no holder
+SELECT status FROM ds_task_step('wf-run', 'mail', 'mail', '{}');
+SELECT * FROM ds_claim_task(:'holder', 'mail');
+\echo :SQLSTATE
 -- a claim commits before its attempt runs: never inside a transaction block
 BEGIN;
 SELECT * FROM ds_claim_task(:'holder', 'charge');

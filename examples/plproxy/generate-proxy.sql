@@ -57,12 +57,16 @@ INSERT INTO routes VALUES
     ('ds_retry_after', 'local', NULL), ('ds_blocked', 'local', NULL),
     ('ds_step', 'local', NULL), ('ds_http', 'local', NULL), ('ds_sleep', 'local', NULL),
     ('ds_await_event', 'local', NULL), ('ds_patched', 'local', NULL), ('ds_task', 'local', NULL),
+    ('ds_app_workflow', 'local', NULL),
     -- a task worker serves the tasks of one server, connected to it: its claims, waits and
     -- outcomes commit there, the outcome with the handler's own writes (docs/tasks.md)
     ('ds_claim_tasks', 'worker', NULL), ('ds_wait_for_tasks', 'worker', NULL),
     ('ds_heartbeat', 'worker', NULL), ('ds_complete_task', 'worker', NULL),
     ('ds_complete_tasks', 'worker', NULL), ('ds_fail_task', 'worker', NULL),
     ('ds_release_task', 'worker', NULL),
+    -- an application workflow's worker claims its steps, and declares its workflows, on the
+    -- server it serves (docs/app-workflows.md)
+    ('ds_claim_task', 'worker', NULL), ('ds_define_workflow', 'worker', NULL),
     -- a schedule is a pg_cron job of one server; moving partitions is a superuser's, per server
     ('ds_schedule', 'admin', NULL), ('ds_unschedule', 'admin', NULL),
     ('ds_schedule_fire', 'admin', NULL), ('ds_partition_export', 'admin', NULL),

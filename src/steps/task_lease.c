@@ -650,6 +650,9 @@ ds_claim_task(PG_FUNCTION_ARGS)
 	StepRecord	hrec;
 	StepRecord	rec;
 	TupleDesc	desc;
+	const char *paused;
+	StoreSpi	spi;
+	bool		claimed;
 	Datum		values[N_CT];
 	bool		nulls[N_CT];
 	TimestampTz now;
@@ -714,25 +717,49 @@ ds_claim_task(PG_FUNCTION_ARGS)
 	if (!lease_held(&hrec, &holder, now))
 		refuse_lost_lease(&hrec, &holder);
 
+	/*
+	 * only a segment of an application workflow claims by name, and only its
+	 * own steps: a task that workers claim by name is theirs
+	 */
+	if (hrec.task == NULL || strncmp(hrec.task, "ds.workflow:", 12) != 0 ||
+		rec.task == NULL || strncmp(rec.task, "ds.step:", 8) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ds_claim_task claims a step of an application workflow for its segment"),
+				 errdetail("The holder is task %s and the step task %s; they must be ds.workflow:<name> and ds.step:<name>.",
+						   hrec.task ? hrec.task : "(none)", rec.task ? rec.task : "(none)")));
+
 	/* a lease that ran out is recorded now rather than waited for */
 	if (ds_record_expired_task_lease(&rec, now) &&
 		!ds_lock_step_row(holder.run_id, step_id, &rec))
 		elog(ERROR, "step %s/%s vanished under its lock", holder.run_id, step_id);
 
 	memset(nulls, true, sizeof(nulls));
-	if ((rec.status == STEP_PENDING || rec.status == STEP_RETRYING) &&
-		rec.next_attempt_at != 0 && rec.next_attempt_at <= now)
+
+	/*
+	 * the operator's pause and a full or paused queue hold it, as they hold
+	 * ds_claim_tasks
+	 */
+	paused = GetConfigOption("durable_steps.paused", true, false);
+	ds_store_spi_begin(&spi);
+	claimed = (rec.status == STEP_PENDING || rec.status == STEP_RETRYING) &&
+		rec.next_attempt_at != 0 && rec.next_attempt_at <= now &&
+		!(paused != NULL && strcmp(paused, "on") == 0) &&
+		ds_store_task_queue_room(rec.queue) != 0;
+	if (claimed)
 	{
 		Datum		tid = PointerGetDatum(&rec.tid);
-		StoreSpi	spi;
-		StringInfoData key;
 
-		ds_store_spi_begin(&spi);
 		if (ds_store_mark_tasks_running(construct_array(&tid, 1, TIDOID, sizeof(ItemPointerData),
 														false, TYPALIGN_SHORT),
 										now, MyProcPid, worker, usecs_interval(lease)) != 1)
 			elog(ERROR, "task %s/%s was not claimed", holder.run_id, step_id);
-		ds_store_spi_end(&spi);
+	}
+	ds_store_spi_end(&spi);
+	if (claimed)
+	{
+		StringInfoData key;
+
 		if (!ds_lock_step_row(holder.run_id, step_id, &rec))
 			elog(ERROR, "step %s/%s vanished under its lock", holder.run_id, step_id);
 		initStringInfo(&key);

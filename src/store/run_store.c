@@ -254,10 +254,11 @@ ds_run_wake_for_queue(const char *queue)
 }
 
 /*
- * Is there a version of run run_id's row, committed or still being written by a transaction in
- * progress? A dirty snapshot sees both, as a unique check does. Most steps -- a task or a step
- * stored on its own, under a run_id that only groups it -- belong to no run: their outcomes skip
- * the statement that wakes one.
+ * Is there any version of run run_id's row in its index, live, dead or being written? Any
+ * version counts (SnapshotAny): a concurrent turn's update of the row, which never stays on its
+ * page's HOT chain (it changes the status the indexes name), must not hide the row between its
+ * index entry and its heap version. Most steps -- a task or a step stored on its own, under a
+ * run_id that only groups it -- have none: their outcomes skip the statement that wakes a run.
  */
 static bool
 run_row_may_exist(const char *run_id)
@@ -266,15 +267,13 @@ run_row_may_exist(const char *run_id)
 	Relation	rel = table_open(r->runs, AccessShareLock);
 	Relation	index = index_open(r->runs_pkey, AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
-	SnapshotData dirty;
 	ScanKeyData skey;
 	IndexScanDesc scan;
 	bool		found;
 
-	InitDirtySnapshot(dirty);
 	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[0], F_TEXTEQ, CStringGetTextDatum(run_id));
-	scan = ds_index_beginscan(rel, index, &dirty, 1, 0);
+	scan = ds_index_beginscan(rel, index, SnapshotAny, 1, 0);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	index_endscan(scan);

@@ -157,6 +157,14 @@ ds_lock_step_row(const char *run_id, const char *step_id, StepRecord *out)
 	TM_FailureData tmfd;
 
 	/*
+	 * Under a snapshot taken for the whole transaction a newer version is a
+	 * serialization failure, and SERIALIZABLE wants its predicate lock: the
+	 * statement's FOR UPDATE does both
+	 */
+	if (IsolationUsesXactSnapshot())
+		return ds_store_lock_step(run_id, step_id, out);
+
+	/*
 	 * the earlier writes of this transaction are seen, as a statement sees
 	 * them
 	 */
@@ -169,7 +177,7 @@ ds_lock_step_row(const char *run_id, const char *step_id, StepRecord *out)
 		ItemPointerData tid = slot->tts_tid;
 		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
 
-		locked = table_tuple_lock(rel, &tid, snapshot, slot, GetCurrentCommandId(false),
+		locked = table_tuple_lock(rel, &tid, snapshot, slot, GetCurrentCommandId(true),
 								  LockTupleExclusive, LockWaitBlock,
 								  TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
 		UnregisterSnapshot(snapshot);
