@@ -8,7 +8,7 @@
 // replays from the start.
 
 import type { Json } from './client.js';
-import { EventTimeoutError, NonRetriableError, toDurableStepsError } from './errors.js';
+import { EventTimeoutError, LeaseLostError, NonRetriableError, toDurableStepsError } from './errors.js';
 import type { TaskClient, TaskContext, TaskHandler, TaskPool } from './worker.js';
 import { describeFailure } from './worker.js';
 
@@ -411,14 +411,12 @@ class Segment<C extends TaskClient> {
     readonly ctx: WorkflowContext<C>;
     suspension: Answer | null = null;
     private seq = 0;
-    private readonly maxSeq: number;
     private readonly used = new Set<string>();
 
     constructor(private readonly wf: Workflow, private readonly pool: TaskPool<C>,
         private readonly prefix: string, private readonly leaseMs: number,
         private readonly batcher: StepBatcher, private readonly task: TaskContext<C>, private readonly history: Map<string, Recorded>,
         segment: number) {
-        this.maxSeq = Math.max(0, ...[...history.values()].map((r) => r.seq ?? 0));
         const self = this;
         this.ctx = {
             runId: task.runId, workflow: wf.name, segment, signal: task.signal,
@@ -443,6 +441,17 @@ class Segment<C extends TaskClient> {
             throw new WorkflowMismatchError(`step id ${id} is used twice in workflow ${this.wf.name}: each step, sleep and event wait needs an id of its own`);
         }
         this.used.add(id);
+        // a call the run never made, while it recorded calls this execution has not reached:
+        // the history went past this point under other code
+        const ahead = this.history.has(id) ? [] : this.unreplayed();
+        if (ahead.length > 0) {
+            throw new WorkflowMismatchError(`workflow ${this.wf.name} reaches a new call ${id} where run ${this.task.runId} recorded ${ahead.join(', ')} after it: its code changed under a run in flight; put the change behind ctx.patched()`);
+        }
+    }
+
+    /** The calls the run recorded that this execution has not reached yet. */
+    private unreplayed(): string[] {
+        return [...this.history.keys()].filter((k) => !k.startsWith('ds.') && !this.used.has(k));
     }
 
     /** The step recorded under `id`, which must be of `kind` (WorkflowMismatchError otherwise). */
@@ -490,9 +499,6 @@ class Segment<C extends TaskClient> {
         }
         let c: ClaimAnswer | null = null;
         if (recorded === undefined) {
-            if (seq <= this.maxSeq) {
-                throw new WorkflowMismatchError(`workflow ${this.wf.name} reaches a new step ${id} as its step ${seq}, but run ${this.task.runId} recorded ${this.maxSeq} steps already: its code changed under a run in flight; put the change behind ctx.patched()`);
-            }
             // stored and claimed in one statement: one commit
             c = await this.claim(id, {
                 input: { seq }, policy,
@@ -533,7 +539,7 @@ class Segment<C extends TaskClient> {
             await delay(wait + 5, this.task.signal);
             return { done: false };
         }
-        return this.suspend({ then: 'sleep', step: `ds.wait:${id}:${c.attempt}`, ms: Math.ceil(wait) });
+        return this.suspend({ then: 'sleep', step: `ds.wait:${id}:${c.attempt}:${this.ctx.segment}`, ms: Math.ceil(wait) });
     }
 
     /**
@@ -560,7 +566,8 @@ class Segment<C extends TaskClient> {
                 Math.max(0, c.deadline_ms - offset - Date.now())));
         }
         const beat = setInterval(() => {
-            this.pool.query(`SELECT h.held FROM ${this.prefix}ds_heartbeat($1::text) AS h`, [token])
+            this.pool.query(`SELECT h.held FROM ${this.prefix}ds_heartbeat($1::text, $2::interval) AS h`,
+                [token, `${this.leaseMs} milliseconds`])
                 .then(({ rows }) => {
                     if (!rows[0]?.held) {
                         controller.abort(new Error('the step no longer holds its lease'));
@@ -568,6 +575,15 @@ class Segment<C extends TaskClient> {
                 }, () => undefined);
         }, this.leaseMs / 3);
         let client: C | null = null;
+        let unserializable = false;
+        const serialized = (v: unknown): string => {
+            try {
+                return JSON.stringify(v === undefined ? null : v);
+            } catch (e) {
+                unserializable = true;
+                throw e;
+            }
+        };
         try {
             const s = (c2: C | null): StepContext<C> => ({
                 stepId: c.idempotency_key ?? '', attempt: c.attempt, maxAttempts: c.max_attempts,
@@ -576,22 +592,25 @@ class Segment<C extends TaskClient> {
             });
             let value: unknown;
             try {
+                let json: string;
                 if (options.transaction) {
                     client = await this.pool.connect();
                     await client.query('BEGIN');
                     value = await fn(s(client));
                     controller.signal.throwIfAborted();
+                    json = serialized(value);
                     await client.query(`SELECT 1 FROM ${this.prefix}ds_complete_task($1::text, $2::jsonb)`,
-                        [token, JSON.stringify(value === undefined ? null : value)]);
+                        [token, json]);
                     await client.query('COMMIT');
                 } else {
                     value = await fn(s(null));
                     controller.signal.throwIfAborted();
-                    if (!await this.batcher.complete(token, JSON.stringify(value === undefined ? null : value))) {
+                    json = serialized(value);
+                    if (!await this.batcher.complete(token, json)) {
                         return { done: false };     // the lease was gone: the step's state decides
                     }
                 }
-                return { done: true, value: value === undefined ? null : JSON.parse(JSON.stringify(value)) };
+                return { done: true, value: JSON.parse(json) };
             } catch (e) {
                 if (client !== null) {
                     await client.query('ROLLBACK').catch(() => undefined);
@@ -605,10 +624,19 @@ class Segment<C extends TaskClient> {
                     return { done: false };
                 }
                 const d = describeFailure(toDurableStepsError(e));
-                await this.pool.query(
-                    `SELECT 1 FROM ${this.prefix}ds_fail_task($1::text, $2, $3, $4, $5, $6::interval, $7)`,
-                    [token, d.errorCode, d.message, d.detail,
-                        d.errorClass === 'correctable' ? 'permanent' : d.errorClass, d.retryAfter, d.remediation]);
+                // a result that is not JSON fails the same way every time: not worth a retry
+                const cls = d.errorClass === 'correctable' || unserializable ? 'permanent' : d.errorClass;
+                try {
+                    await this.pool.query(
+                        `SELECT 1 FROM ${this.prefix}ds_fail_task($1::text, $2, $3, $4, $5, $6::interval, $7)`,
+                        [token, d.errorCode, d.message, d.detail, cls, d.retryAfter, d.remediation]);
+                } catch (refused) {
+                    // the lease was gone (its deadline, a cancellation, a lost lease): the step's
+                    // state, recorded by whoever ended the attempt, decides
+                    if (sqlstateOf(refused) !== 'DS410') {
+                        throw refused;
+                    }
+                }
                 return { done: false };
             }
         } finally {
@@ -616,6 +644,45 @@ class Segment<C extends TaskClient> {
             clearInterval(beat);
             timers.forEach(clearTimeout);
             this.task.signal.removeEventListener('abort', onParent);
+        }
+    }
+
+    /**
+     * ds_run_step on the run, in a transaction that first holds the segment's lease (a
+     * heartbeat, whose lock on the segment lasts to the commit): a segment whose lease is gone,
+     * or whose run was cancelled, runs no SQL step, and a cancellation waits for the step.
+     */
+    private async fencedSql(id: string, sql: string, input: Json | undefined, policy: Json | null,
+        timeoutMs: number | undefined): Promise<ClaimAnswer> {
+        const client = await this.pool.connect();
+        let open = false;
+        try {
+            await client.query('BEGIN');
+            open = true;
+            const { rows: [beat] }: { rows: { held: boolean }[] } = await client.query(
+                `SELECT h.held FROM ${this.prefix}ds_heartbeat($1::text, $2::interval) AS h`,
+                [this.task.token, `${this.leaseMs} milliseconds`]);
+            if (!beat?.held) {
+                throw new LeaseLostError(`segment ${this.task.stepId} of run ${this.task.runId} no longer holds its lease: SQL step ${id} does not start`);
+            }
+            const { rows }: { rows: ClaimAnswer[] } = await client.query(
+                `SELECT r.status, r.result, r.attempt, r.max_attempts, NULL AS token,
+                        NULL::float8 AS lease_ms, NULL::float8 AS deadline_ms,
+                        extract(epoch FROM r.next_attempt_at)::float8 * 1000 AS next_ms,
+                        extract(epoch FROM clock_timestamp())::float8 * 1000 AS now_ms,
+                        r.error_code, r.error_message
+                   FROM ${this.prefix}ds_run_step($1, $2, $3, $4::jsonb, $5::jsonb, $6::interval) AS r`,
+                [this.task.runId, id, sql, input === undefined ? null : JSON.stringify(input),
+                    policy === null ? null : JSON.stringify(policy),
+                    timeoutMs === undefined ? null : `${timeoutMs} milliseconds`]);
+            await client.query('COMMIT');
+            open = false;
+            return rows[0];
+        } finally {
+            if (open) {
+                await client.query('ROLLBACK').catch(() => undefined);
+            }
+            client.release();
         }
     }
 
@@ -630,17 +697,7 @@ class Segment<C extends TaskClient> {
         }
         const policy = retryPolicy(options.retry);
         for (;;) {
-            const { rows }: { rows: ClaimAnswer[] } = await this.pool.query(
-                `SELECT r.status, r.result, r.attempt, r.max_attempts, NULL AS token,
-                        NULL::float8 AS lease_ms, NULL::float8 AS deadline_ms,
-                        extract(epoch FROM r.next_attempt_at)::float8 * 1000 AS next_ms,
-                        extract(epoch FROM clock_timestamp())::float8 * 1000 AS now_ms,
-                        r.error_code, r.error_message
-                   FROM ${this.prefix}ds_run_step($1, $2, $3, $4::jsonb, $5::jsonb, $6::interval) AS r`,
-                [this.task.runId, id, sql, input === undefined ? null : JSON.stringify(input),
-                    policy === null ? null : JSON.stringify(policy),
-                    options.timeoutMs === undefined ? null : `${options.timeoutMs} milliseconds`]);
-            const r = rows[0];
+            const r = await this.fencedSql(id, sql, input, policy, options.timeoutMs);
             if (r.status === 'running') {
                 r.status = 'retrying';      // run by another session now: look again shortly
                 r.next_ms = r.now_ms + 50;
@@ -740,7 +797,7 @@ class Segment<C extends TaskClient> {
 
     /**
      * Whether this run takes the code of change `changeId`: true for a run that reaches this
-     * point with nothing recorded past it, false for one whose history already went past it;
+     * point with no call recorded past it, false for one whose history already went past it;
      * recorded, so that every later segment answers the same.
      */
     async patched(changeId: string): Promise<boolean> {
@@ -753,7 +810,7 @@ class Segment<C extends TaskClient> {
         if (recorded?.status === 'succeeded') {
             return recorded.result === true;
         }
-        const value = this.seq >= this.maxSeq;
+        const value = this.unreplayed().length === 0;
         let c: ClaimAnswer | null = recorded === undefined
             ? await this.claim(id, { input: null, policy: null, timeout: null }) : null;
         for (;;) {

@@ -207,6 +207,32 @@ describe('a workflow', () => {
         }
     });
 
+    test('a step past its timeout is retried, its late failure no error of the workflow', async () => {
+        const name = wfName('timeout');
+        const wf = workflow(name, async (ctx) => ctx.step('slow', (s) => new Promise((resolve, reject) => {
+            if (s.attempt > 1) {
+                resolve(s.attempt);
+                return;
+            }
+            // ignores its timeout for a while, then fails: its lease ended with the deadline
+            s.signal.addEventListener('abort', () => setTimeout(() => reject(new Error('too late')), 300));
+        }), { timeoutMs: 300, retry: { maxAttempts: 3, initialMs: 10 } }));
+        const w = makeWorker([wf]);
+        try {
+            await w.worker.start();
+            const { runId } = await client.startRun(name, {});
+            const done = await finished(runId);
+            assert.equal(done.status, 'succeeded', JSON.stringify(done));
+            assert.equal(done.output, 2);
+            const { rows } = await pool.query(
+                "SELECT attempt, error_code FROM ds_attempts WHERE run_id = $1 AND step_id = 'slow' ORDER BY attempt", [runId]);
+            assert.deepEqual(rows.map((r) => r.attempt), [1, 2]);
+            assert.equal(rows[0].error_code, 'DS004', 'the first attempt timed out');
+        } finally {
+            await w.close();
+        }
+    });
+
     test('an uncaught failure fails the run with its error', async () => {
         const name = wfName('fails');
         const wf = workflow(name, async (ctx) => {
@@ -239,6 +265,8 @@ describe('a workflow', () => {
             let patched = null;
             if (version === 2) {
                 await ctx.step('inserted', () => 'new');     // unguarded: 'two' moves
+            } else if (version === 4) {
+                await ctx.sleep('inserted-nap', 10);         // unguarded, of another kind
             } else if (version === 3) {
                 patched = await ctx.patched('receipt-v2');
                 if (patched) {
@@ -262,6 +290,15 @@ describe('a workflow', () => {
                 "SELECT error_message FROM ds_steps WHERE run_id = $1 AND step_id LIKE 'ds.segment:%' AND status = 'failed'", [a]);
             assert.match(rows[0].error_message, /ctx\.patched\(\)/);
             assert.equal((await steps(a)).inserted, undefined, 'the step in another place never ran');
+            // run d: the same with a sleep put in front of a recorded step
+            version = 1;
+            const d = (await client.startRun(name, { run: 'd' })).runId;
+            await env.until('run d to sleep after two', async () => (await steps(d))['pause-2'] ? true : null);
+            version = 4;
+            assert.equal((await finished(d)).status, 'failed', 'a new call of any kind before a recorded one');
+            const { rows: dRows } = await pool.query(
+                "SELECT error_message FROM ds_steps WHERE run_id = $1 AND step_id LIKE 'ds.segment:%' AND status = 'failed'", [d]);
+            assert.match(dRows[0].error_message, /inserted-nap.*ctx\.patched\(\)/);
             // run b: past the change point on version 1; version 3 guards the change: false for b
             version = 1;
             const b = (await client.startRun(name, { run: 'b' })).runId;

@@ -25,6 +25,7 @@ the engine, and the next segment replays from the start. The same protocol as th
 """
 import contextlib
 import datetime
+import json
 import threading
 import time
 import traceback
@@ -151,11 +152,11 @@ class StepContext:
 
 class _Segment:
     def __init__(self, wf: Workflow, worker: Any, task_ctx: Any, conn: Any,
-                 history: Dict[str, Dict[str, Any]]):
+                 history: Dict[str, Dict[str, Any]], segment: int):
         self.wf, self.worker, self.task, self.conn = wf, worker, task_ctx, conn
         self.history = history
+        self.segment = segment
         self.seq = 0
-        self.max_seq = max([r["seq"] or 0 for r in history.values()] or [0])
         self.used: set = set()
         self.suspension: Optional[Dict[str, Any]] = None
 
@@ -174,6 +175,18 @@ class _Segment:
             raise WorkflowMismatch("step id %s is used twice in workflow %s: each step, sleep and "
                                    "event wait needs an id of its own" % (step_id, self.wf.name))
         self.used.add(step_id)
+        # a call the run never made, while it recorded calls this execution has not reached:
+        # the history went past this point under other code
+        ahead = [] if step_id in self.history else self.unreplayed()
+        if ahead:
+            raise WorkflowMismatch("workflow %s reaches a new call %s where run %s recorded %s "
+                                   "after it: its code changed under a run in flight; put the "
+                                   "change behind ctx.patched()"
+                                   % (self.wf.name, step_id, self.task.run_id, ", ".join(ahead)))
+
+    def unreplayed(self) -> list:
+        """The calls the run recorded that this execution has not reached yet."""
+        return [k for k in self.history if not k.startswith("ds.") and k not in self.used]
 
     def recorded_as(self, step_id: str, kind: str, call: str) -> Optional[Dict[str, Any]]:
         """The step recorded under `step_id`, which must be of `kind` (WorkflowMismatch
@@ -226,7 +239,8 @@ class _Segment:
             if self.task.cancelled.wait(max(wait, 0.0) + 0.005):
                 raise LeaseLost("the segment was stopped (%s)" % self.task.cancel_reason)
             return None
-        self.suspend({"then": "sleep", "step": "ds.wait:%s:%d" % (step_id, row["attempt"]),
+        self.suspend({"then": "sleep",
+                      "step": "ds.wait:%s:%d:%d" % (step_id, row["attempt"], self.segment),
                       "ms": int(wait * 1000) + 1})
         return None
 
@@ -261,11 +275,6 @@ class _Segment:
                 raise self.failed(recorded, step_id)
         row: Optional[Dict[str, Any]] = None
         if recorded is None:
-            if seq <= self.max_seq:
-                raise WorkflowMismatch(
-                    "workflow %s reaches a new step %s as its step %d, but run %s recorded %d steps "
-                    "already: its code changed under a run in flight; put the change behind "
-                    "ctx.patched()" % (self.wf.name, step_id, seq, self.task.run_id, self.max_seq))
             row = self.claim(step_id, {
                 "input": {"seq": seq}, "policy": policy,
                 "timeout": None if timeout is None else datetime.timedelta(seconds=timeout)})
@@ -290,6 +299,8 @@ class _Segment:
         stop = threading.Event()
 
         def beat() -> None:
+            # the step's lease is kept for as long as fn runs, whatever tells fn to give up: a
+            # lease let go while fn still runs would let the next segment run the step beside it
             conn = None
             try:
                 conn = self.worker._autocommit()
@@ -299,7 +310,6 @@ class _Segment:
                     if self.task.cancelled.is_set() or \
                             (deadline is not None and time.monotonic() >= deadline):
                         cancelled.set()
-                        continue
                     with conn.cursor() as cur:
                         cur.execute("SELECT held FROM ds_heartbeat(%s, %s::interval)",
                                     (token, datetime.timedelta(seconds=self.worker.lease)))
@@ -314,6 +324,7 @@ class _Segment:
         beater = threading.Thread(target=beat, daemon=True, name="durable_steps step heartbeat")
         beater.start()
         tx = None
+        failure: BaseException
         try:
             try:
                 if transaction:
@@ -321,29 +332,30 @@ class _Segment:
                     tx.autocommit = False
                     with tx.cursor(cursor_factory=RealDictCursor) as cur:
                         value = fn(StepContext(row, step_id, cancelled, cur))
-                        cur.execute("SELECT 1 FROM ds_complete_task(%s, %s::jsonb)",
-                                    (token, Json(value)))
+                        text = _serialized(value)
+                        cur.execute("SELECT 1 FROM ds_complete_task(%s, %s::jsonb)", (token, text))
                     tx.commit()
                 else:
                     value = fn(StepContext(row, step_id, cancelled, None))
-                    self.query("SELECT 1 FROM ds_complete_task(%s, %s::jsonb)", (token, Json(value)))
-                return {"value": _roundtrip(value)}
+                    text = _serialized(value)
+                    self.query("SELECT 1 FROM ds_complete_task(%s, %s::jsonb)", (token, text))
+                return {"value": json.loads(text)}
             except psycopg2.Error as e:
                 error: BaseException = from_exception(e) if getattr(e, "pgcode", None) else e
                 if self.task.cancelled.is_set():
                     raise error
                 if isinstance(error, LeaseLost):
                     return None         # the step's lease was gone: nothing recorded, its state decides
-                self.fail(token, error)
-                return None
+                failure = error
             except _Suspended:
                 raise
             except BaseException as e:  # noqa: B902 -- a step's SystemExit fails it too
                 if self.task.cancelled.is_set():
                     raise
-                self.fail(token, e)
-                return None
+                failure = e
         finally:
+            # the step's transaction ends before its failure is recorded: the failure waits for
+            # the step's lock, which that transaction may hold
             if tx is not None:
                 try:
                     tx.rollback()
@@ -352,6 +364,8 @@ class _Segment:
                 tx.close()
             stop.set()
             beater.join()
+        self.fail(token, failure)
+        return None
 
     def fail(self, token: str, e: BaseException) -> None:
         klass, retry_after, remediation, detail = "retryable", None, None, None
@@ -366,8 +380,45 @@ class _Segment:
             code = type(e).__name__
             message = str(e) or code
             detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-8000:]
-        self.query("SELECT 1 FROM ds_fail_task(%s, %s, %s, %s, %s, %s::interval, %s)",
-                   (token, code[:64], message[:8000], detail, klass, retry_after, remediation))
+        if isinstance(e, _Unserializable):
+            klass = "permanent"     # a result that is not JSON fails the same way every time
+        try:
+            self.query("SELECT 1 FROM ds_fail_task(%s, %s, %s, %s, %s, %s::interval, %s)",
+                       (token, code[:64], message[:8000], detail, klass, retry_after, remediation))
+        except psycopg2.Error as refused:
+            # the lease was gone (its deadline, a cancellation, a lost lease): the step's state,
+            # recorded by whoever ended the attempt, decides
+            if getattr(refused, "pgcode", None) != "DS410":
+                raise
+
+    def fenced_sql(self, step_id: str, sql: str, input: Any, policy: Optional[Dict[str, Any]],
+                   timeout: Optional[float]) -> Dict[str, Any]:
+        """ds_run_step on the run, in a transaction that first holds the segment's lease (a
+        heartbeat, whose lock on the segment lasts to the commit): a segment whose lease is gone,
+        or whose run was cancelled, runs no SQL step, and a cancellation waits for the step."""
+        with self.conn.cursor(cursor_factory=RealDictCursor) as cur:
+            cur.execute("BEGIN")
+            try:
+                cur.execute("SELECT held FROM ds_heartbeat(%s, %s::interval)",
+                            (self.task.token, datetime.timedelta(seconds=self.worker.lease)))
+                if not cur.fetchone()["held"]:
+                    raise LeaseLost("segment %s of run %s no longer holds its lease: SQL step %s "
+                                    "does not start" % (self.task.step_id, self.task.run_id, step_id))
+                cur.execute(
+                    "SELECT r.status, r.result, r.attempt, r.next_attempt_at, r.error_code, "
+                    "r.error_message, NULL::timestamptz AS lease_expires_at, "
+                    "clock_timestamp() AS now "
+                    "FROM ds_run_step(%s, %s, %s, %s, %s, %s::interval) AS r",
+                    (self.task.run_id, step_id, sql, None if input is None else Json(input),
+                     None if policy is None else Json(policy),
+                     None if timeout is None else datetime.timedelta(seconds=timeout)))
+                row = cur.fetchone()
+                cur.execute("COMMIT")
+                return row
+            except BaseException:
+                if not self.conn.closed:
+                    cur.execute("ROLLBACK")
+                raise
 
     def sql(self, step_id: str, sql: str, input: Any = None, *,
             retry: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> Any:
@@ -381,13 +432,7 @@ class _Segment:
         if timeout is not None:
             timeout = _check_seconds("timeout", timeout, 0.001)
         while True:
-            row = self.query(
-                "SELECT r.status, r.result, r.attempt, r.next_attempt_at, r.error_code, "
-                "r.error_message, NULL::timestamptz AS lease_expires_at, clock_timestamp() AS now "
-                "FROM ds_run_step(%s, %s, %s, %s, %s, %s::interval) AS r",
-                (self.task.run_id, step_id, sql, None if input is None else Json(input),
-                 None if policy is None else Json(policy),
-                 None if timeout is None else datetime.timedelta(seconds=timeout)))
+            row = self.fenced_sql(step_id, sql, input, policy, timeout)
             if row["status"] == "running":       # run by another session now: look again soon
                 row = dict(row, status="retrying",
                            next_attempt_at=row["now"] + datetime.timedelta(milliseconds=50))
@@ -476,25 +521,38 @@ class _Segment:
         recorded = self.history.get(step_id)
         if recorded is not None and recorded["status"] == "succeeded":
             return recorded["result"] is True
-        value = self.seq >= self.max_seq
+        value = not self.unreplayed()
         row = self.claim(step_id, {"input": None, "policy": None, "timeout": None}) \
             if recorded is None else None
         while True:
             if row is None:
                 row = self.claim(step_id)
             if row["token"] is not None:
-                self.query("SELECT 1 FROM ds_complete_task(%s, %s::jsonb)", (row["token"], Json(value)))
-                return value
+                try:
+                    self.query("SELECT 1 FROM ds_complete_task(%s, %s::jsonb)",
+                               (row["token"], Json(value)))
+                    return value
+                except psycopg2.Error as e:
+                    if getattr(e, "pgcode", None) != "DS410":
+                        raise
+                row = None
+                continue
             settled = self.settle(step_id, row)
             if settled is not None:
                 return settled["value"] is True
             row = None
 
 
-def _roundtrip(value: Any) -> Any:
-    """The value as a later segment will read it back (through JSON)."""
-    import json
-    return json.loads(json.dumps(value))
+class _Unserializable(TypeError):
+    """A step's result that is not JSON."""
+
+
+def _serialized(value: Any) -> str:
+    """The value as JSON, as the step records it and a later segment reads it back."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as e:
+        raise _Unserializable("the step's result is not JSON: %s" % e) from e
 
 
 class WorkflowContext:
@@ -563,7 +621,7 @@ def segment_handler(wf: Workflow, worker: Any) -> Callable[[Any, Any], Any]:
                 with conn.cursor(cursor_factory=RealDictCursor) as cur:
                     cur.execute(HISTORY, (task_ctx.run_id,))
                     history = {r["step_id"]: dict(r) for r in cur.fetchall()}
-            seg = _Segment(wf, worker, task_ctx, conn, history)
+            seg = _Segment(wf, worker, task_ctx, conn, history, segment)
             try:
                 output = wf.fn(WorkflowContext(seg, segment), input)
             except _Suspended as s:
