@@ -543,7 +543,8 @@ BEGIN
             -- an HTTP step the HTTP worker sends: the run waits for its outcome here
             BEGIN
                 PERFORM @extschema@.ds_http(answer OPERATOR(pg_catalog.->>) 'step',
-                    answer OPERATOR(pg_catalog.->) 'request', answer OPERATOR(pg_catalog.->) 'policy',
+                    answer OPERATOR(pg_catalog.->) 'request',
+                    NULLIF(answer OPERATOR(pg_catalog.->) 'policy', 'null'::jsonb),
                     coalesce(answer OPERATOR(pg_catalog.->>) 'idempotency_header', 'Idempotency-Key'),
                     coalesce(pg_catalog.make_interval(secs => (answer OPERATOR(pg_catalog.->>) 'timeout_ms')::float8
                                                       OPERATOR(pg_catalog./) 1000), '30 s'));
@@ -556,7 +557,7 @@ BEGIN
             BEGIN
                 PERFORM @extschema@.ds_task(answer OPERATOR(pg_catalog.->>) 'step',
                     answer OPERATOR(pg_catalog.->>) 'task', answer OPERATOR(pg_catalog.->) 'input',
-                    answer OPERATOR(pg_catalog.->) 'policy',
+                    NULLIF(answer OPERATOR(pg_catalog.->) 'policy', 'null'::jsonb),
                     coalesce(answer OPERATOR(pg_catalog.->>) 'queue', 'default'),
                     coalesce((answer OPERATOR(pg_catalog.->>) 'priority')::integer, 0),
                     pg_catalog.make_interval(secs => (answer OPERATOR(pg_catalog.->>) 'timeout_ms')::float8

@@ -131,7 +131,7 @@ describe('a workflow', () => {
                 method: 'POST', url: `${env.PROVIDER}/charge/${tag}`, expect: 'json',
                 headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ amount: input.amount }),
             }, { retry: { maxAttempts: 3, initialMs: 100 } });
-            segmentsWhileWaiting = ctx.segment;
+            segmentsWhileWaiting ||= ctx.segment;   // the first segment that has the response
             const doubled = await ctx.task('double', taskName, { n: input.amount });
             let refused = null;
             try {
