@@ -312,10 +312,15 @@ export class StepBatcher {
         }
     }
 
-    private async sendClaims(batch: PendingClaim[]): Promise<void> {
-        if (batch.length === 0) {
+    private async sendClaims(unordered: PendingClaim[]): Promise<void> {
+        if (unordered.length === 0) {
             return;
         }
+        // in the order of the steps' identities (the run is the holder's), as every call takes
+        // its two locks and ds_cancel_run takes a run's: no two statements wait in a circle
+        const batch = [...unordered].sort((a, b) =>
+            Buffer.compare(Buffer.from(a.holder), Buffer.from(b.holder))
+            || Buffer.compare(Buffer.from(a.stepId), Buffer.from(b.stepId)));
         const lease = `${this.leaseMs} milliseconds`;
         try {
             let rows: (ClaimAnswer & { i: number })[];
