@@ -102,7 +102,7 @@
 # Workflows in application code (FLOW, docs/app-workflows.md): the task workers also run the
 # workflow fh_appflow, and each trial with tasks starts --flows runs of it (--short 2, else 6) as
 # the owners, before the faults. Each run has 2-4 steps run with transaction=True: a step logs its
-# execution (fh_flow_runs, autocommit), writes its effect (fh_flow_effects) in the step's
+# execution (fh_flow_log 'run', autocommit), writes its effect (fh_flow_log 'effect') in the step's
 # transaction, sleeps 20-900 ms there, and fails retryably at the attempts its script says; half
 # the runs sleep (ctx.sleep) after a step. The task workers' faults strike their segments and
 # steps as they strike tasks. Checks: every run succeeds, its output the attempt numbers of its
@@ -730,8 +730,8 @@ def log_flow_run(run_id, step_id, sc):
                 conn = local.conn = connect()
                 conn.autocommit = True
             with conn.cursor() as cur:
-                cur.execute("INSERT INTO fh_flow_runs (run_id, step_id, attempt, idem_key, worker, os_pid) "
-                            "VALUES (%s, %s, %s, %s, %s, %s)",
+                cur.execute("INSERT INTO fh_flow_log (kind, run_id, step_id, attempt, idem_key, worker, "
+                            "os_pid) VALUES ('run', %s, %s, %s, %s, %s, %s)",
                             (run_id, step_id, sc.attempt, sc.idempotency_key, name, os.getpid()))
             return
         except Exception:
@@ -750,8 +750,8 @@ def appflow(ctx, input):
     for i, st in enumerate(input["steps"]):
         def body(sc, i=i, st=st):
             log_flow_run(ctx.run_id, "s%d" % i, sc)
-            sc.cursor.execute("INSERT INTO fh_flow_effects (run_id, step_id, attempt, idem_key, worker, os_pid) "
-                              "VALUES (%s, %s, %s, %s, %s, %s)",
+            sc.cursor.execute("INSERT INTO fh_flow_log (kind, run_id, step_id, attempt, idem_key, worker, "
+                              "os_pid) VALUES ('effect', %s, %s, %s, %s, %s, %s)",
                               (ctx.run_id, "s%d" % i, sc.attempt, sc.idempotency_key, name, os.getpid()))
             time.sleep(st["sleep"] / 1000.0)
             if sc.attempt <= st["fail"]:
@@ -1015,14 +1015,16 @@ CREATE TABLE fh_task_effects (
 GRANT SELECT, INSERT ON fh_task_effects TO PUBLIC;
 GRANT USAGE ON SEQUENCE fh_task_effects_id_seq TO PUBLIC;
 
--- FLOW: the application workflow the task workers run, startable by the owners; what its steps
--- write in their transactions (one row per attempt whose transaction committed: no unique
--- constraint, so that a duplicated effect shows), and every execution of a step, logged first
+-- FLOW: the application workflow the task workers run, startable by the owners; every execution
+-- of its steps, logged first in autocommit ('run'), and what they write in their transactions
+-- ('effect': one row per attempt whose transaction committed; no unique constraint, so that a
+-- duplicated effect shows)
 SET search_path = public;
 SELECT ds_define_workflow('fh_appflow', '{"max_attempts": 50, "initial_delay": 50, "max_delay": 500}');
 GRANT EXECUTE ON FUNCTION fh_appflow(text, jsonb) TO ${\ join(', ', @ROLES)};
-CREATE TABLE fh_flow_effects (
+CREATE TABLE fh_flow_log (
     id          bigserial PRIMARY KEY,
+    kind        text NOT NULL CHECK (kind IN ('run', 'effect')),
     run_id      text NOT NULL,
     step_id     text NOT NULL,
     attempt     integer NOT NULL,
@@ -1031,20 +1033,8 @@ CREATE TABLE fh_flow_effects (
     os_pid      integer NOT NULL,
     at          timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-GRANT SELECT, INSERT ON fh_flow_effects TO PUBLIC;
-GRANT USAGE ON SEQUENCE fh_flow_effects_id_seq TO PUBLIC;
-CREATE TABLE fh_flow_runs (
-    id          bigserial PRIMARY KEY,
-    run_id      text NOT NULL,
-    step_id     text NOT NULL,
-    attempt     integer NOT NULL,
-    idem_key    text NOT NULL,
-    worker      text NOT NULL,
-    os_pid      integer NOT NULL,
-    at          timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-GRANT SELECT, INSERT ON fh_flow_runs TO PUBLIC;
-GRANT USAGE ON SEQUENCE fh_flow_runs_id_seq TO PUBLIC;
+GRANT SELECT, INSERT ON fh_flow_log TO PUBLIC;
+GRANT USAGE ON SEQUENCE fh_flow_log_id_seq TO PUBLIC;
 
 -- Every execution of a task handler, committed on its own (autocommit) as the handler begins,
 -- before it writes anything: which attempt ran, in which worker process, when.
@@ -3127,9 +3117,9 @@ INSERT INTO fh_task_effects(run_id, step_id, attempt, kind, idem_key, attempt_ke
 SELECT run_id, step_id, attempt, kind, idem_key, attempt_key, worker, os_pid FROM fh_task_effects
  WHERE run_id LIKE '$prefix%' AND kind = 'success effect' ORDER BY id LIMIT 1;
 -- a flow step's effect committed twice: [flow effect]
-INSERT INTO fh_flow_effects(run_id, step_id, attempt, idem_key, worker, os_pid)
-SELECT run_id, step_id, attempt, idem_key, worker, os_pid FROM fh_flow_effects
- WHERE run_id LIKE '$aprefix%' ORDER BY id LIMIT 1;
+INSERT INTO fh_flow_log(kind, run_id, step_id, attempt, idem_key, worker, os_pid)
+SELECT kind, run_id, step_id, attempt, idem_key, worker, os_pid FROM fh_flow_log
+ WHERE run_id LIKE '$aprefix%' AND kind = 'effect' ORDER BY id LIMIT 1;
 -- a run that succeeded with an output its steps did not make: [run end state]
 UPDATE durable_steps.runs SET output = output || '{"s1": 99}'
  WHERE run_id IN (SELECT run_id FROM durable_steps.runs
@@ -4049,8 +4039,8 @@ sub run_trial
 			  . "AND a.attempt = s.attempt WHERE s.run_id LIKE '$aprefix%' AND s.step_id ~ '^s[0-9]+\$'") };
 		my %fe;
 		push @{ $fe{"$_->[0]/$_->[1]"} }, $_ for @{ rows(
-			"SELECT run_id, step_id, attempt, idem_key, worker, os_pid FROM fh_flow_effects "
-			  . "WHERE run_id LIKE '$aprefix%' ORDER BY id") };
+			"SELECT run_id, step_id, attempt, idem_key, worker, os_pid FROM fh_flow_log "
+			  . "WHERE run_id LIKE '$aprefix%' AND kind = 'effect' ORDER BY id") };
 		($flow_attempts, $flow_lost, $segments_lost) = @{ rows(
 			"SELECT count(*) FILTER (WHERE step_id !~ '^ds[.]'), "
 			  . "count(*) FILTER (WHERE step_id !~ '^ds[.]' AND error_code = 'DS007'), "
@@ -4058,7 +4048,7 @@ sub run_trial
 			  . "FROM ds_attempts WHERE run_id LIKE '$aprefix%'")->[0] };
 		$flow_ok = grep { $_->[1] eq 'succeeded' } values %fr;
 		$v->('flow attempt', "flow step $_->[0]/$_->[1]: attempt $_->[2] ran $_->[3] times")
-		  for @{ rows("SELECT run_id, step_id, attempt, count(*) FROM fh_flow_runs WHERE run_id LIKE '$aprefix%' "
+		  for @{ rows("SELECT run_id, step_id, attempt, count(*) FROM fh_flow_log WHERE run_id LIKE '$aprefix%' AND kind = 'run' "
 			  . "GROUP BY 1, 2, 3 HAVING count(*) > 1") };
 		for my $f (@flows)
 		{

@@ -36,6 +36,23 @@ function makeWorker(workflows, options = {}) {
     };
 }
 
+/** Runs `fn` beside a started worker of `workflows`, and stops the worker after it. */
+async function withWorker(workflows, fn, options = {}) {
+    const w = makeWorker(workflows, options);
+    try {
+        await w.worker.start();
+        return await fn(w);
+    } finally {
+        await w.close();
+    }
+}
+
+/** A run of workflow `name` started, and its end. */
+async function runToEnd(name, input) {
+    const { runId } = await client.startRun(name, input);
+    return { runId, done: await finished(runId) };
+}
+
 /** The run once it has finished. */
 async function finished(runId, ms = 60_000) {
     return env.until(`run ${runId} to finish`, async () => {
@@ -190,21 +207,14 @@ describe('a workflow', () => {
             }
             return { flaky, caught };
         });
-        const w = makeWorker([wf]);
-        try {
-            await w.worker.start();
-            const { runId } = await client.startRun(name, {});
-            const done = await finished(runId);
-            assert.equal(done.status, 'succeeded', JSON.stringify(done));
-            assert.equal(done.output.flaky, 3);
-            assert.deepEqual(seen, [1, 2, 3]);
-            assert.equal(done.output.caught.failed, true);
-            assert.match(done.output.caught.message, /card declined/);
-            const s = await steps(runId);
-            assert.deepEqual([s.flaky.attempt, s.doomed.attempt, s.doomed.status], [3, 2, 'failed']);
-        } finally {
-            await w.close();
-        }
+        const { runId, done } = await withWorker([wf], () => runToEnd(name, {}));
+        assert.equal(done.status, 'succeeded', JSON.stringify(done));
+        assert.equal(done.output.flaky, 3);
+        assert.deepEqual(seen, [1, 2, 3]);
+        assert.equal(done.output.caught.failed, true);
+        assert.match(done.output.caught.message, /card declined/);
+        const s = await steps(runId);
+        assert.deepEqual([s.flaky.attempt, s.doomed.attempt, s.doomed.status], [3, 2, 'failed']);
     });
 
     test('a step past its timeout is retried, its late failure no error of the workflow', async () => {
@@ -217,20 +227,13 @@ describe('a workflow', () => {
             // ignores its timeout for a while, then fails: its lease ended with the deadline
             s.signal.addEventListener('abort', () => setTimeout(() => reject(new Error('too late')), 300));
         }), { timeoutMs: 300, retry: { maxAttempts: 3, initialMs: 10 } }));
-        const w = makeWorker([wf]);
-        try {
-            await w.worker.start();
-            const { runId } = await client.startRun(name, {});
-            const done = await finished(runId);
-            assert.equal(done.status, 'succeeded', JSON.stringify(done));
-            assert.equal(done.output, 2);
-            const { rows } = await pool.query(
-                "SELECT attempt, error_code FROM ds_attempts WHERE run_id = $1 AND step_id = 'slow' ORDER BY attempt", [runId]);
-            assert.deepEqual(rows.map((r) => r.attempt), [1, 2]);
-            assert.equal(rows[0].error_code, 'DS004', 'the first attempt timed out');
-        } finally {
-            await w.close();
-        }
+        const { runId, done } = await withWorker([wf], () => runToEnd(name, {}));
+        assert.equal(done.status, 'succeeded', JSON.stringify(done));
+        assert.equal(done.output, 2);
+        const { rows } = await pool.query(
+            "SELECT attempt, error_code FROM ds_attempts WHERE run_id = $1 AND step_id = 'slow' ORDER BY attempt", [runId]);
+        assert.deepEqual(rows.map((r) => r.attempt), [1, 2]);
+        assert.equal(rows[0].error_code, 'DS004', 'the first attempt timed out');
     });
 
     test('an uncaught failure fails the run with its error', async () => {
