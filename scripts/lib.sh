@@ -23,7 +23,7 @@ DS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgresql-15-cron
              libipc-run-perl make gcc python3 perl ca-certificates bison flex zlib1g-dev
              python3-croniter prometheus-postgres-exporter pgbouncer python3-flask
-             python3-sqlalchemy python3-psycopg2
+             python3-sqlalchemy python3-psycopg2 python3-pip python3-venv
              postgresql-15-plproxy postgresql-15-auto-failover)
 DS_PACKAGES+=(liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libxslt1-dev libpam0g-dev libicu-dev)  # Citus for TAP 086 (scripts/citus-build)
 
