@@ -110,22 +110,6 @@ SELECT status, result FROM ds_complete_task(:'step_token', '{"charged": true}');
 -- succeeded: answered with its result, never claimed again
 SELECT status, result, attempt, token IS NULL AS no_token FROM ds_claim_task(:'holder', 'charge');
 
--- a step's success recorded by the next step's claim, in the same statement
-SELECT status FROM ds_task_step('wf-run', 'p1', 'ds.step:checkout', '{"seq": 4}');
-SELECT status FROM ds_task_step('wf-run', 'p2', 'ds.step:checkout', '{"seq": 5}');
-SELECT status FROM ds_task_step('wf-run', 'p3', 'ds.step:checkout', '{"seq": 6}');
-SELECT token AS p1_token FROM ds_claim_task(:'holder', 'p1') \gset
-SELECT status, completed, token IS NOT NULL AS has_token
-  FROM ds_claim_task(:'holder', 'p2', complete => :'p1_token', complete_result => '{"p": 1}');
-SELECT step_id, status, result, attempt FROM ds_steps WHERE step_id IN ('p1', 'p2') ORDER BY step_id;
--- a spent token records nothing, and the claim goes on
-SELECT status, completed, token IS NOT NULL AS has_token
-  FROM ds_claim_task(:'holder', 'p3', complete => :'p1_token', complete_result => '{"p": 2}');
-SELECT result FROM ds_steps WHERE step_id = 'p1';
--- another run's token, or the holder's own, is refused
-SELECT * FROM ds_claim_task(:'holder', 'p3', complete => :'holder');
-\echo :SQLSTATE
-
 -- a step that failed for good answers with its error
 SELECT status FROM ds_task_step('wf-run', 'doomed', 'ds.step:checkout', '{"seq": 2}');
 SELECT token AS step_token FROM ds_claim_task(:'holder', 'doomed') \gset

@@ -499,14 +499,12 @@ CREATE FUNCTION @extschema@.ds_step(
 -- Application workflows (docs/app-workflows.md). A segment of a workflow written in Node or Python
 -- is a task of its run, and the steps it runs are tasks of the same run that no worker claims by
 -- name: the segment's holder claims each one's attempts itself, under its own lease.
--- With `complete`, the token of the segment's previous step, that step's success (complete_result)
--- is recorded first, in the same statement.
 CREATE FUNCTION @extschema@.ds_claim_task(holder text, step_id text, lease interval DEFAULT '30 s',
-        worker text DEFAULT NULL, complete text DEFAULT NULL, complete_result jsonb DEFAULT NULL,
+        worker text DEFAULT NULL,
         OUT status text, OUT result jsonb, OUT attempt integer, OUT max_attempts integer,
         OUT idempotency_key text, OUT attempt_key text, OUT token text,
         OUT lease_expires_at timestamptz, OUT deadline timestamptz, OUT next_attempt_at timestamptz,
-        OUT error_code text, OUT error_message text, OUT completed boolean)
+        OUT error_code text, OUT error_message text)
     AS 'MODULE_PATHNAME', 'ds_claim_task' LANGUAGE C VOLATILE;
 
 -- The SQL workflow that stands for an application workflow: each segment is a task

@@ -620,13 +620,13 @@ enum
 {
 	CT_STATUS, CT_RESULT, CT_ATTEMPT, CT_MAX_ATTEMPTS, CT_IDEMPOTENCY_KEY, CT_ATTEMPT_KEY,
 	CT_TOKEN, CT_LEASE_EXPIRES_AT, CT_DEADLINE, CT_NEXT_ATTEMPT_AT, CT_ERROR_CODE,
-	CT_ERROR_MESSAGE, CT_COMPLETED, N_CT
+	CT_ERROR_MESSAGE, N_CT
 };
 
 /*
- * ds_claim_task(holder, step_id, lease, worker, complete, result) -> (status, result, attempt,
- * max_attempts, idempotency_key, attempt_key, token, lease_expires_at, deadline,
- * next_attempt_at, error_code, error_message, completed)
+ * ds_claim_task(holder, step_id, lease, worker) -> (status, result, attempt, max_attempts,
+ * idempotency_key, attempt_key, token, lease_expires_at, deadline, next_attempt_at, error_code,
+ * error_message)
  *
  * The attempt of one named task of a run, claimed by the holder of another task of the same run
  * (docs/app-workflows.md): an application workflow's segment claims the attempts of its own
@@ -638,21 +638,12 @@ enum
  * it is, with no token: succeeded (its result), failed or cancelled (its error), a retry not yet
  * due (next_attempt_at), running under another attempt's lease (lease_expires_at), blocked or
  * uncertain.
- *
- * With `complete`, the token of the segment's previous step, that step's success is recorded
- * first, with `result`, exactly as ds_complete_task records it -- one statement and one commit
- * for the end of a step and the start of the next. `completed` says whether it was (false: that
- * attempt's lease was gone, nothing of it recorded; NULL without `complete`).
  */
 Datum
 ds_claim_task(PG_FUNCTION_ARGS)
 {
 	TaskToken	holder;
 	TaskToken	step;
-	TaskToken	prev;
-	bool		has_prev = !PG_ARGISNULL(4);
-	Jsonb	   *prev_result = PG_ARGISNULL(5) ? NULL : PG_GETARG_JSONB_P_COPY(5);
-	StepRecord	prec;
 	char	   *step_id;
 	int64		lease = ds_task_interval_arg(fcinfo, 2, "lease", DEFAULT_LEASE_USECS);
 	char	   *worker = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
@@ -703,58 +694,24 @@ ds_claim_task(PG_FUNCTION_ARGS)
 				 errdetail("A claim is the start of its attempt: it must commit before the attempt runs."),
 				 errhint("Run it as a statement of its own, in autocommit mode.")));
 
-	if (has_prev)
-	{
-		token_arg(fcinfo, 4, &prev);
-		if (strcmp(prev.run_id, holder.run_id) != 0 || strcmp(prev.step_id, step_id) == 0 ||
-			strcmp(prev.step_id, holder.step_id) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("complete must be the token of another step of the holder's run")));
-		if (prev_result != NULL && VARSIZE(prev_result) > (Size) ds_max_result_size())
-			ereport(ERROR,
-					(errcode(ERRCODE_DS_RESULT_TOO_LARGE),
-					 errmsg("task result is too large"),
-					 errdetail("The result has %u bytes; durable_steps.max_result_size is %d bytes.",
-							   (unsigned) VARSIZE(prev_result), ds_max_result_size())));
-	}
-
 	/*
-	 * The steps' locks in the order of their identities, as ds_complete_tasks
-	 * and ds_cancel_run take a run's: two callers never wait for each other
-	 * in a circle.
+	 * Both steps' locks in the order of their identities, as
+	 * ds_complete_tasks and ds_cancel_run take a run's: two callers never
+	 * wait for each other in a circle.
 	 */
 	step.run_id = holder.run_id;
 	step.step_id = step_id;
 	step.attempt = 0;
 	step.claimed_at = 0;
+	if (strcmp(holder.step_id, step_id) < 0)
 	{
-		TaskToken  *order[3];
-		StepRecord *recs[3];
-		int			n = 0;
-
-		order[n] = &holder;
-		recs[n++] = &hrec;
-		order[n] = &step;
-		recs[n++] = &rec;
-		if (has_prev)
-		{
-			order[n] = &prev;
-			recs[n++] = &prec;
-		}
-		for (int i = 1; i < n; i++)
-			for (int j = i; j > 0 && strcmp(order[j - 1]->step_id, order[j]->step_id) > 0; j--)
-			{
-				TaskToken  *t = order[j];
-				StepRecord *r = recs[j];
-
-				order[j] = order[j - 1];
-				recs[j] = recs[j - 1];
-				order[j - 1] = t;
-				recs[j - 1] = r;
-			}
-		for (int i = 0; i < n; i++)
-			lock_task(order[i], recs[i]);
+		lock_task(&holder, &hrec);
+		lock_task(&step, &rec);
+	}
+	else
+	{
+		lock_task(&step, &rec);
+		lock_task(&holder, &hrec);
 	}
 	now = GetCurrentTimestamp();
 	if (!lease_held(&hrec, &holder, now))
@@ -772,30 +729,12 @@ ds_claim_task(PG_FUNCTION_ARGS)
 				 errdetail("The holder is task %s and the step task %s; they must be ds.workflow:<name> and ds.step:<name>.",
 						   hrec.task ? hrec.task : "(none)", rec.task ? rec.task : "(none)")));
 
-	/*
-	 * the previous step's success first: the statement's one commit holds
-	 * both
-	 */
-	nulls[CT_COMPLETED] = !has_prev;
-	values[CT_COMPLETED] = BoolGetDatum(false);
-	if (has_prev && (prec.task == NULL || strncmp(prec.task, "ds.step:", 8) != 0))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("complete must be the token of a step of an application workflow")));
-	if (has_prev && lease_held(&prec, &prev, now))
-	{
-		ds_record_task_success(&prec, prev_result);
-		values[CT_COMPLETED] = BoolGetDatum(true);
-	}
-
 	/* a lease that ran out is recorded now rather than waited for */
 	if (ds_record_expired_task_lease(&rec, now) &&
 		!ds_lock_step_row(holder.run_id, step_id, &rec))
 		elog(ERROR, "step %s/%s vanished under its lock", holder.run_id, step_id);
 
-	for (int i = 0; i < N_CT; i++)
-		if (i != CT_COMPLETED)
-			nulls[i] = true;
+	memset(nulls, true, sizeof(nulls));
 
 	/*
 	 * the operator's pause and a full or paused queue hold it, as they hold
