@@ -671,9 +671,9 @@ def connect():
 local = threading.local()
 
 
-def log_run(ctx):
-    """Logs this execution of the handler, committed before it acts (bounded: a fault may keep
-    the server away; the log is then a lower bound)."""
+def log_autocommit(statement, params):
+    """Logs an execution on this thread's own connection, committed before it acts (bounded: a
+    fault may keep the server away; the log is then a lower bound)."""
     for _ in range(3):
         try:
             conn = getattr(local, "conn", None)
@@ -681,10 +681,7 @@ def log_run(ctx):
                 conn = local.conn = connect()
                 conn.autocommit = True
             with conn.cursor() as cur:
-                cur.execute("INSERT INTO fh_task_runs (run_id, step_id, attempt, idem_key, attempt_key, "
-                            "worker, os_pid) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                            (ctx.run_id, ctx.step_id, ctx.attempt, ctx.idempotency_key,
-                             ctx.attempt_key, name, os.getpid()))
+                cur.execute(statement, params)
             return
         except Exception:
             try:
@@ -693,6 +690,14 @@ def log_run(ctx):
                 pass
             local.conn = None
             time.sleep(0.05)
+
+
+def log_run(ctx):
+    """Logs this execution of the handler."""
+    log_autocommit("INSERT INTO fh_task_runs (run_id, step_id, attempt, idem_key, attempt_key, "
+                   "worker, os_pid) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                   (ctx.run_id, ctx.step_id, ctx.attempt, ctx.idempotency_key,
+                    ctx.attempt_key, name, os.getpid()))
 
 
 def handler(input, ctx):
@@ -722,25 +727,10 @@ def handler(input, ctx):
 
 
 def log_flow_run(run_id, step_id, sc):
-    """Logs this execution of a flow step, committed before it acts (as log_run)."""
-    for _ in range(3):
-        try:
-            conn = getattr(local, "conn", None)
-            if conn is None or conn.closed:
-                conn = local.conn = connect()
-                conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute("INSERT INTO fh_flow_log (kind, run_id, step_id, attempt, idem_key, worker, "
-                            "os_pid) VALUES ('run', %s, %s, %s, %s, %s, %s)",
-                            (run_id, step_id, sc.attempt, sc.idempotency_key, name, os.getpid()))
-            return
-        except Exception:
-            try:
-                local.conn.close()
-            except Exception:
-                pass
-            local.conn = None
-            time.sleep(0.05)
+    """Logs this execution of a flow step."""
+    log_autocommit("INSERT INTO fh_flow_log (kind, run_id, step_id, attempt, idem_key, worker, "
+                   "os_pid) VALUES ('run', %s, %s, %s, %s, %s, %s)",
+                   (run_id, step_id, sc.attempt, sc.idempotency_key, name, os.getpid()))
 
 
 # FLOW: the workflow of the trials' flows (declared by setup_database, as the superuser)
