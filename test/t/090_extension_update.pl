@@ -130,6 +130,36 @@ SKIP:
 	is($node->safe_psql('postgres', q{SELECT count(*) FROM cron.job}), '0', "$t: yearly-report: its pg_cron job is gone");
 }
 
+# An application workflow (docs/app-workflows.md) on the updated install: declared, started,
+# its segment stored by the worker's turn, its step claimed by the segment's holder and recorded,
+# the run finished with the segment's output. Its schema is dropped again: the dump below
+# compares the extension's objects with a fresh install's.
+$node->safe_psql('postgres', 'CREATE SCHEMA up_flows AUTHORIZATION alice');
+is( $node->safe_psql(
+		'postgres', q{SET ROLE alice; SET search_path = up_flows, public;
+SELECT ds_define_workflow('up_flow');
+SELECT run_id FROM ds_start_run('up_flow', '{"n": 1}', run_key => 'up-flow');}),
+	"up_flow(text,jsonb)\nup-flow",
+	"$t: an application workflow is declared and started");
+ok( poll_until(
+		$node, 'postgres',
+		q{SELECT count(*) = 1 FROM durable_steps.steps WHERE run_id = 'up-flow' AND step_id = 'ds.segment:1'}),
+	"$t: the worker's turn stored the workflow's first segment");
+is( $node->safe_psql(
+		'postgres', q{SET ROLE alice;
+SELECT token AS holder FROM ds_claim_tasks(ARRAY['ds.workflow:up_flow'], 1, '1 hour') \gset
+SELECT c.token AS step FROM ds_task_step('up-flow', 's1', 'ds.step:up_flow', '{"seq": 1}') s,
+       LATERAL ds_claim_task(:'holder', s.step_id) c \gset
+SELECT status FROM ds_complete_task(:'step', '{"done": 1}');
+SELECT status FROM ds_complete_task(:'holder', '{"then": "return", "output": {"n": 1}}');}),
+	"succeeded\nsucceeded",
+	"$t: the segment's holder claims its step and both are recorded");
+ok( poll_until(
+		$node, 'postgres',
+		q{SELECT status = 'succeeded' AND output = '{"n": 1}' FROM durable_steps.runs WHERE run_id = 'up-flow'}),
+	"$t: the run finishes with the segment's output");
+$node->safe_psql('postgres', 'DROP SCHEMA up_flows CASCADE');
+
 # A fresh install of the version under test has the schema of the upgraded one.
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', qq{CREATE EXTENSION durable_steps;
