@@ -123,6 +123,15 @@ malformed:
 			 errhint("Pass the token ds_claim_tasks() returned, unchanged.")));
 }
 
+/* Does the operator's pause (durable_steps.paused) hold every claim now? */
+static bool
+claims_paused(void)
+{
+	const char *paused = GetConfigOption("durable_steps.paused", true, false);
+
+	return paused != NULL && strcmp(paused, "on") == 0;
+}
+
 /* A microsecond count as an Interval. */
 static Interval *
 usecs_interval(int64 usecs)
@@ -300,7 +309,6 @@ ds_claim_tasks(PG_FUNCTION_ARGS)
 	char	   *worker = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
 	ArrayType  *queues = ds_task_names_arg(fcinfo, 4, "queues", true);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	const char *paused;
 	Oid			caller;
 	StoreSpi	spi;
 	TimestampTz now;
@@ -354,8 +362,7 @@ ds_claim_tasks(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 
 	/* the operator's pause holds every claim, the application workers' too */
-	paused = GetConfigOption("durable_steps.paused", true, false);
-	if (paused != NULL && strcmp(paused, "on") == 0)
+	if (claims_paused())
 		PG_RETURN_NULL();
 
 	now = GetCurrentTimestamp();
@@ -650,9 +657,6 @@ ds_claim_task(PG_FUNCTION_ARGS)
 	StepRecord	hrec;
 	StepRecord	rec;
 	TupleDesc	desc;
-	const char *paused;
-	StoreSpi	spi;
-	bool		claimed;
 	Datum		values[N_CT];
 	bool		nulls[N_CT];
 	TimestampTz now;
@@ -737,40 +741,48 @@ ds_claim_task(PG_FUNCTION_ARGS)
 	memset(nulls, true, sizeof(nulls));
 
 	/*
-	 * the operator's pause and a full or paused queue hold it, as they hold
-	 * ds_claim_tasks
+	 * A waiting step that is due is claimed, unless the operator's pause or a
+	 * full or paused queue holds it, as they hold ds_claim_tasks. The claim
+	 * answers the attempt's number and lease: the row is not read again.
 	 */
-	paused = GetConfigOption("durable_steps.paused", true, false);
-	ds_store_spi_begin(&spi);
-	claimed = (rec.status == STEP_PENDING || rec.status == STEP_RETRYING) &&
-		rec.next_attempt_at != 0 && rec.next_attempt_at <= now &&
-		!(paused != NULL && strcmp(paused, "on") == 0) &&
-		ds_store_task_queue_room(rec.queue) != 0;
-	if (claimed)
+	if ((rec.status == STEP_PENDING || rec.status == STEP_RETRYING) &&
+		rec.next_attempt_at != 0 && rec.next_attempt_at <= now && !claims_paused())
 	{
+		StoreSpi	spi;
 		Datum		tid = PointerGetDatum(&rec.tid);
+		bool		claimed = false;
 
-		if (ds_store_mark_tasks_running(construct_array(&tid, 1, TIDOID, sizeof(ItemPointerData),
-														false, TYPALIGN_SHORT),
-										now, MyProcPid, worker, usecs_interval(lease)) != 1)
-			elog(ERROR, "task %s/%s was not claimed", holder.run_id, step_id);
-	}
-	ds_store_spi_end(&spi);
-	if (claimed)
-	{
-		StringInfoData key;
+		ds_store_spi_begin(&spi);
+		if (ds_store_task_queue_room(rec.queue) != 0)
+		{
+			bool		isnull;
 
-		if (!ds_lock_step_row(holder.run_id, step_id, &rec))
-			elog(ERROR, "step %s/%s vanished under its lock", holder.run_id, step_id);
-		initStringInfo(&key);
-		ds_append_step_key(&key, holder.run_id, step_id);
-		values[CT_IDEMPOTENCY_KEY] = CStringGetTextDatum(key.data);
-		values[CT_ATTEMPT_KEY] = CStringGetTextDatum(psprintf("%s:%d", key.data, rec.attempts));
-		values[CT_TOKEN] = CStringGetTextDatum(token_text(holder.run_id, step_id, rec.attempts, now));
-		if (rec.timeout != 0)
-			values[CT_DEADLINE] = TimestampTzGetDatum(now + rec.timeout);
-		nulls[CT_IDEMPOTENCY_KEY] = nulls[CT_ATTEMPT_KEY] = nulls[CT_TOKEN] = false;
-		nulls[CT_DEADLINE] = rec.timeout == 0;
+			if (ds_store_mark_tasks_running(construct_array(&tid, 1, TIDOID, sizeof(ItemPointerData),
+															false, TYPALIGN_SHORT),
+											now, MyProcPid, worker, usecs_interval(lease)) != 1)
+				elog(ERROR, "task %s/%s was not claimed", holder.run_id, step_id);
+			rec.attempts = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+													   5, &isnull));
+			rec.lease_expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+																	 SPI_tuptable->tupdesc, 7, &isnull));
+			rec.status = STEP_RUNNING;
+			claimed = true;
+		}
+		ds_store_spi_end(&spi);
+		if (claimed)
+		{
+			StringInfoData key;
+
+			initStringInfo(&key);
+			ds_append_step_key(&key, holder.run_id, step_id);
+			values[CT_IDEMPOTENCY_KEY] = CStringGetTextDatum(key.data);
+			values[CT_ATTEMPT_KEY] = CStringGetTextDatum(psprintf("%s:%d", key.data, rec.attempts));
+			values[CT_TOKEN] = CStringGetTextDatum(token_text(holder.run_id, step_id, rec.attempts, now));
+			if (rec.timeout != 0)
+				values[CT_DEADLINE] = TimestampTzGetDatum(now + rec.timeout);
+			nulls[CT_IDEMPOTENCY_KEY] = nulls[CT_ATTEMPT_KEY] = nulls[CT_TOKEN] = false;
+			nulls[CT_DEADLINE] = rec.timeout == 0;
+		}
 	}
 	values[CT_STATUS] = CStringGetTextDatum(ds_step_status_name(rec.status));
 	nulls[CT_STATUS] = false;
