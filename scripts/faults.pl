@@ -4391,6 +4391,8 @@ sub run_trial
 		print "  VIOLATION [$check] (" . scalar(@l) . ")\n";
 		print "    $_\n" for @l[ 0 .. ($#l < 29 ? $#l : 29) ];
 		print "    ... and " . (@l - 30) . " more\n" if @l > 30;
+		# told again with the verdict, the last lines a shortened log shows
+		push @{ $tot->{violation_lines} }, "trial $t seed $tseed [$check] $l[0]" . (@l > 1 ? " (and " . (@l - 1) . " more)" : '');
 	}
 	# a lost attempt found by a caller's ds_run_step (run_step.c) is recorded without a log line
 	print "  HARNESS ERROR: $_\n" for @harness_errs;
@@ -4557,4 +4559,5 @@ printf "faults summary: %d trial(s), seed %d, %.1f s | %d steps (%d by a procedu
 $rc = 1 if !$rc && $tot{violations};
 $rc = 2 if !$rc && $tot{harness_errors};
 print "faults: " . ($rc == 0 ? 'PASS' : $rc == 1 ? 'FAIL (invariants violated)' : 'ERROR') . "\n";
+print "faults: violated: $_\n" for @{ $tot{violation_lines} || [] };
 exit $rc;

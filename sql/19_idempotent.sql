@@ -147,8 +147,24 @@ SELECT state FROM ds_idempotency_keys WHERE scope = 'pay' AND key = 'p-4';
 SELECT state FROM ds_idempotent_begin('pay', 'p-4', '{}');
 SELECT ds_idempotent_finish('pay', 'p-4', (SELECT token FROM idem_tokens WHERE name = 'crashed'), 200, '{}');
 \echo :SQLSTATE
+-- a repeat may wait for the holder: until its lease runs out (then it holds the key itself), or
+-- until its own wait has passed (DS409)
+INSERT INTO idem_tokens SELECT 'slow', token FROM ds_idempotent_begin('pay', 'p-6', '{}', lease => '200 ms');
+SELECT state, token <> (SELECT token FROM idem_tokens WHERE name = 'slow') AS its_own_token
+  FROM ds_idempotent_begin('pay', 'p-6', '{}', wait => '1 min');
+SELECT state FROM ds_idempotent_begin('pay', 'p-6', '{}', wait => '50 ms');
+\echo :SQLSTATE
+-- a key held by the waiting transaction itself is DS409 at once: it would wait for itself
+BEGIN;
+SET LOCAL statement_timeout = '10 s';
+SELECT state FROM ds_idempotent_begin('pay', 'p-7', '{}');
+SELECT state FROM ds_idempotent_begin('pay', 'p-7', '{}', wait => '1 min');
+\echo :SQLSTATE
+ROLLBACK;
 -- begin's arguments are checked as ds_idempotent's
 SELECT state FROM ds_idempotent_begin('pay', 'p-5', '{}', lease => '0');
+\echo :SQLSTATE
+SELECT state FROM ds_idempotent_begin('pay', 'p-5', '{}', wait => '-1 s');
 \echo :SQLSTATE
 SELECT ds_idempotent_finish('pay', 'p-2', NULL, 200, '{}');
 \echo :SQLSTATE

@@ -16,6 +16,20 @@ CREATE FUNCTION @extschema@.ds_idempotent_renew(
     RETURNS timestamptz
     AS 'MODULE_PATHNAME', 'ds_idempotent_renew' LANGUAGE C VOLATILE;
 
+-- ds_idempotent_begin gains `wait`: a repeat under a held key waits for its holder's finish,
+-- abandon or lapsed lease (woken by the commit, not polling) rather than answering DS409 at once
+-- (docs/idempotent-requests.md, "Application code"). Calls without it resolve as before.
+DROP FUNCTION @extschema@.ds_idempotent_begin(text, text, jsonb, interval, interval);
+CREATE FUNCTION @extschema@.ds_idempotent_begin(
+        scope text,
+        key text,
+        request jsonb,
+        ttl interval DEFAULT '24 hours',
+        lease interval DEFAULT '5 minutes',
+        wait interval DEFAULT NULL,
+        OUT state text, OUT status integer, OUT body jsonb, OUT token uuid)
+    AS 'MODULE_PATHNAME', 'ds_idempotent_begin' LANGUAGE C VOLATILE;
+
 -- ds_stats() labels steps by queue only for the queues an administrator configured
 -- (ds_set_queue) and 'default': any role names a queue when it stores a step, and a label per
 -- name would let any role make the metrics' label sets as many as it likes. Every other queue's

@@ -15,6 +15,10 @@
  * answers DS409 at once, or waits up to its `wait` for the first to commit and then replays it.
  * The handler runs as the caller, in the caller's transaction, and the response is written after
  * it returned: a handler that raises stores nothing.
+ *
+ * A key held by ds_idempotent_begin is held across transactions, so no lock stands for it: a
+ * repeat that may `wait` sleeps on the condition variable of the key (ipc/outcome_waits.c), which
+ * the commit of its finish or abandon wakes, or until its lease runs out; it never polls.
  */
 #include "base/compat.h"
 
@@ -38,6 +42,7 @@
 #include "base/size_limits.h"
 #include "base/sql_text.h"
 #include "idempotency/idempotent_requests.h"
+#include "ipc/outcome_waits.h"
 #include "store/idempotency_store.h"
 #include "store/step_store.h"
 
@@ -213,20 +218,33 @@ raise_in_progress(const IdempotencyKey *k)
 			 errhint("Retry after a moment: the finished request's response is then replayed.")));
 }
 
+/* How a call took its key's lock. */
+typedef enum KeyLock
+{
+	KEY_LOCK_TAKEN,				/* at once */
+	KEY_LOCK_WAITED,			/* after waiting for the transaction that held
+								 * it */
+	KEY_LOCK_HELD_ALREADY		/* this transaction held it already */
+} KeyLock;
+
 /*
  * Take the key's lock to the end of the transaction: at once, or waiting up to `wait_ms` (0: not
- * at all) for the transaction that holds it; DS409 when it is still held. True when it waited.
+ * at all) for the transaction that holds it; DS409 when it is still held.
  */
-static bool
+static KeyLock
 lock_key(const IdempotencyKey *k, int64 wait_ms)
 {
 	LOCKTAG		tag;
 	MemoryContext cxt = CurrentMemoryContext;
 	int			guc_level;
+	LockAcquireResult taken;
 
 	key_locktag(&tag, k);
-	if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
-		return false;
+	taken = LockAcquire(&tag, ExclusiveLock, false, true);
+	if (taken == LOCKACQUIRE_OK)
+		return KEY_LOCK_TAKEN;
+	if (taken != LOCKACQUIRE_NOT_AVAIL)
+		return KEY_LOCK_HELD_ALREADY;
 	if (wait_ms <= 0)
 		raise_in_progress(k);
 
@@ -251,7 +269,24 @@ lock_key(const IdempotencyKey *k, int64 wait_ms)
 	}
 	PG_END_TRY();
 	AtEOXact_GUC(true, guc_level);
-	return true;
+	return KEY_LOCK_WAITED;
+}
+
+/* Let go of the key's lock that lock_key took (not one the transaction held before it). */
+static void
+unlock_key(const IdempotencyKey *k)
+{
+	LOCKTAG		tag;
+
+	key_locktag(&tag, k);
+	(void) LockRelease(&tag, ExclusiveLock, false);
+}
+
+/* What the waiters of a held key sleep on, and the commit of its finish or abandon wakes. */
+static char *
+key_wake_name(const IdempotencyKey *k)
+{
+	return psprintf("idempotency key %u/%s/%s", k->owner, k->scope, k->key);
 }
 
 /*
@@ -474,7 +509,7 @@ ds_idempotent(PG_FUNCTION_ARGS)
 	 * and a stored response replayed, as in READ COMMITTED
 	 * (docs/idempotent-requests.md).
 	 */
-	if (lock_key(&k, wait_ms) && IsolationUsesXactSnapshot())
+	if (lock_key(&k, wait_ms) == KEY_LOCK_WAITED && IsolationUsesXactSnapshot())
 	{
 		read_entry_as(&k, &e, true);
 		if (e.live)
@@ -512,8 +547,39 @@ ds_idempotent(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(response_tuple(fcinfo, status, body, false));
 }
 
+/* A repeat waiting for the request that holds its key. */
+typedef struct HeldKeyWait
+{
+	const IdempotencyKey *k;
+	IdempotencyEntry e;
+} HeldKeyWait;
+
+/* Read the key's entry as committed now: is it no longer held (finished, abandoned, lapsed)? */
+static bool
+key_let_go(void *arg)
+{
+	HeldKeyWait *w = arg;
+
+	read_entry_as(w->k, &w->e, true);
+	return !w->e.live || w->e.done;
+}
+
+/* Milliseconds from now until `t`, at least 0. */
+static int64
+ms_until(TimestampTz t)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	return t <= now ? 0 : (t - now + 999) / 1000;
+}
+
 /*
- * ds_idempotent_begin(scope, key, request, ttl, lease) -> (state, status, body, token)
+ * ds_idempotent_begin(scope, key, request, ttl, lease, wait) -> (state, status, body, token)
+ *
+ * A key held by another request is DS409 at once, or, with `wait`, once `wait` has passed
+ * without its holder finishing, abandoning or losing it. The wait releases the key's lock while
+ * it sleeps (the holder's finish takes it) and reads the entry again, as committed, each time it
+ * is woken or the holder's lease runs out.
  */
 Datum
 ds_idempotent_begin(PG_FUNCTION_ARGS)
@@ -522,6 +588,7 @@ ds_idempotent_begin(PG_FUNCTION_ARGS)
 	Jsonb	   *request = jsonb_arg(fcinfo, 2, "request");
 	Interval   *ttl = interval_arg(fcinfo, 3, "ttl", false);
 	Interval   *lease = interval_arg(fcinfo, 4, "lease", false);
+	TimestampTz deadline = GetCurrentTimestamp();
 	IdempotencyEntry e;
 	TupleDesc	td;
 	Datum		values[4];
@@ -529,25 +596,54 @@ ds_idempotent_begin(PG_FUNCTION_ARGS)
 	pg_uuid_t  *token;
 	TimestampTz now;
 
+	if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
+		deadline = after(deadline, interval_arg(fcinfo, 5, "wait", true), "wait");
 	if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	(void) lock_key(&k, 0);
-	read_entry(&k, &e);
-	if (e.live)
+	for (;;)
 	{
+		KeyLock		taken = lock_key(&k, ms_until(deadline));
+		HeldKeyWait w;
+
+		/*
+		 * The entry as committed now, without a row lock: the key's lock
+		 * keeps every other writer out until this transaction ends, a row
+		 * lock would also keep out the holder's finish that a wait is for,
+		 * and a REPEATABLE READ snapshot taken before a wait would not see
+		 * it. Writing over a row newer than that snapshot fails to serialize
+		 * (40001), as any write of such a row does.
+		 */
+		read_entry_as(&k, &e, true);
+		if (!e.live)
+			break;
 		check_same_request(&k, &e, request);
-		if (!e.done)
+		if (e.done)
+		{
+			values[0] = CStringGetTextDatum("replay");
+			values[1] = Int32GetDatum(e.status);
+			nulls[1] = false;
+			values[2] = e.body ? JsonbPGetDatum(e.body) : (Datum) 0;
+			nulls[2] = e.body == NULL;
+			PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(td), values, nulls)));
+		}
+
+		/* held by a request that has not finished */
+		if (taken == KEY_LOCK_HELD_ALREADY || ms_until(deadline) == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_DS_IN_PROGRESS),
 					 errmsg("idempotency key %s/%s is in progress", k.scope, k.key),
 					 errdetail("The request that holds it has not finished, and its lease has not run out (ds_idempotency_keys shows when it does)."),
 					 errhint("Retry after a moment: the finished request's response is then replayed.")));
-		values[0] = CStringGetTextDatum("replay");
-		values[1] = Int32GetDatum(e.status);
-		nulls[1] = false;
-		values[2] = e.body ? JsonbPGetDatum(e.body) : (Datum) 0;
-		nulls[2] = e.body == NULL;
-		PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(td), values, nulls)));
+		if (!ds_outcome_waits_available())
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("waiting needs durable_steps in shared_preload_libraries"),
+					 errhint("Add durable_steps to shared_preload_libraries and restart the server.")));
+		unlock_key(&k);
+		w.k = &k;
+		(void) ds_outcome_wait(key_wake_name(&k),
+							   Min(ms_until(deadline), ms_until(e.lease_expires_at)),
+							   ds_outcome_wait_may_release_xmin(fcinfo), key_let_go, &w);
 	}
 	now = GetCurrentTimestamp();
 	token = palloc(sizeof(pg_uuid_t));
@@ -603,6 +699,7 @@ ds_idempotent_finish(PG_FUNCTION_ARGS)
 	read_entry(&k, &e);
 	check_holder(&k, &e, PG_GETARG_UUID_P(2));
 	settle_entry(&k, status, body);
+	ds_outcome_wake_at_commit(key_wake_name(&k));
 	PG_RETURN_VOID();
 }
 
@@ -623,6 +720,7 @@ ds_idempotent_abandon(PG_FUNCTION_ARGS)
 	read_entry(&k, &e);
 	check_holder(&k, &e, PG_GETARG_UUID_P(2));
 	settle_entry(&k, -1, NULL);
+	ds_outcome_wake_at_commit(key_wake_name(&k));
 	PG_RETURN_VOID();
 }
 

@@ -207,6 +207,11 @@ export interface IdempotentBeginOptions {
     ttl?: Interval;
     /** how long the key stays held without a finish ('5 minutes' by default) */
     lease?: Interval;
+    /**
+     * how long a repeat waits for the request that holds the key to finish, abandon it or lose
+     * its lease (woken by that commit, not polling); none: InProgressError (DS409) at once
+     */
+    wait?: Interval;
 }
 
 export interface ClientOptions {
@@ -499,7 +504,8 @@ export class DurableSteps {
 
     /**
      * ds_idempotent_begin: holds the key for application code (state 'new', with the token to
-     * finish or abandon it) or answers its stored response (state 'replay').
+     * finish or abandon it) or answers its stored response (state 'replay'). A repeat while the
+     * key is held is InProgressError (DS409), at once or once `wait` has passed.
      */
     async idempotentBegin<B = Json>(scope: string, key: string, request: Json,
         options: IdempotentBeginOptions = {}): Promise<IdempotentBegin<B>> {
@@ -508,7 +514,8 @@ export class DurableSteps {
             .arg('key', key, 'text')
             .arg('request', request, 'jsonb')
             .arg('ttl', options.ttl, 'interval')
-            .arg('lease', options.lease, 'interval');
+            .arg('lease', options.lease, 'interval')
+            .arg('wait', options.wait, 'interval');
         const row = await this.one('ds_idempotent_begin', call, 'state, status, body, token');
         return { state: row.state, token: row.token, status: row.status, body: row.body };
     }

@@ -6,9 +6,8 @@
 // string compare on `e.code`.
 //
 // Each class carries the HTTP status a service answers with when the error reaches its client
-// (the middleware of ./express and ./fastify use it): the DS4xx codes echo the HTTP status they
-// are the analogue of; an error that says the service itself is wrong (a body that does not
-// parse, a missing privilege) is a 500 unless its client can have caused it.
+// (the middleware of ./express and ./fastify use it), as docs/reference.md "HTTP statuses" lists
+// them; the Python client's classes carry the same.
 
 import type { Interval } from './client.js';
 
@@ -274,11 +273,13 @@ export class CardinalityViolationError extends DurableStepsError {
 /** 22004 null_value_not_allowed: a required argument is NULL. */
 export class NullValueNotAllowedError extends DurableStepsError {
     static override readonly sqlstate = '22004';
+    static override readonly httpStatus = 400;
 }
 
 /** 22023 invalid_parameter_value: a malformed argument (the message names it). */
 export class InvalidParameterValueError extends DurableStepsError {
     static override readonly sqlstate = '22023';
+    static override readonly httpStatus = 400;
 }
 
 /** 25000 invalid_transaction_state: `ds_claim_tasks` at the REPEATABLE READ or SERIALIZABLE isolation level. */
@@ -355,6 +356,7 @@ export class ProgramLimitExceededError extends DurableStepsError {
 /** 55000 object_not_in_prerequisite_state: pg_cron is not installed (schedules). */
 export class ObjectNotInPrerequisiteStateError extends DurableStepsError {
     static override readonly sqlstate = '55000';
+    static override readonly httpStatus = 503;
 }
 
 /** 57014 query_canceled: a wait or a step's statement cancelled (statement_timeout). */

@@ -25,12 +25,20 @@
 // 7. answer a documented SQLSTATE whose HTTP status is below 500 (DS422: another request under
 //    the key, 422; DS409: still in flight after `wait`, 409 with Retry-After) with that status and
 //    {error, sqlstate}; any other error goes to the framework's error handling.
+//
+// Without a `handler`, the route itself is the handler, written in application code, as the
+// Python client's idempotent_view runs a view (docs/idempotent-requests.md, "Application code"):
+// ds_idempotent_begin holds the key (a repeat waits up to `wait` for its response, woken by its
+// finish), the route runs with the key's lease renewed every third of it, and its JSON answer is
+// stored with ds_idempotent_finish before it is sent. A route that fails (an answer of 500 or
+// more, or none by res.json) abandons the key, so that the client's retry runs it again; one
+// whose lease was lost meanwhile is answered 409, its answer not being the key's.
 
 import { createHash } from 'node:crypto';
 import { Transform, pipeline } from 'node:stream';
 
 import { DurableSteps, type IdempotentResponse, type Interval, type Json, type Queryable } from './client.js';
-import { DurableStepsError, toDurableStepsError } from './errors.js';
+import { DurableStepsError, InProgressError, StepNotFoundError, toDurableStepsError } from './errors.js';
 
 /** The parts of an HTTP request the stored request is made of. */
 export interface IdempotentHttpRequest {
@@ -63,9 +71,10 @@ export interface IdempotencyOptions<Req = unknown> {
     scope: string;
     /**
      * The handler: one SQL statement, $1 the stored request, returning one row
-     * (status integer, body jsonb). A function picks it by request.
+     * (status integer, body jsonb). A function picks it by request. Without one, the route is
+     * the handler: it runs once per key, in application code, and its JSON answer is stored.
      */
-    handler: string | ((request: IdempotentHttpRequest) => string);
+    handler?: string | ((request: IdempotentHttpRequest) => string);
     /**
      * The stored request, which a repeat must match (jsonb equality; another one under the key
      * is answered 422). By default {method, path, query, idempotency_key, user, body_sha256, body}.
@@ -90,8 +99,35 @@ export interface IdempotencyOptions<Req = unknown> {
     ttl?: Interval;
     /** how long a repeat waits for a first request in flight ('10 s'); then 409 */
     wait?: Interval;
-    /** false: the route answers, with the stored response at hand; true: answer it (default) */
+    /**
+     * Without a handler: how long the key stays held without a renewal ('5 minutes'); it is
+     * renewed every third of it while the route runs.
+     */
+    lease?: Interval;
+    /**
+     * With a handler: false, the route answers, with the stored response at hand; true, the
+     * middleware answers it (default). Without a handler a replay is always answered.
+     */
     respond?: boolean;
+    /** where a failed renewal or abandon of a key is told (console.error by default) */
+    log?: (message: string, error: unknown) => void;
+}
+
+/**
+ * What a route that is its own handler (no `handler` option) is given: Express's
+ * res.locals.idempotency, Fastify's request.idempotency.
+ */
+export interface IdempotencyHold {
+    key: string;
+    /** the scope passed to SQL (the option's, with the user) */
+    scope: string;
+    /** the end user; null: anonymous */
+    user: string | null;
+    /**
+     * Aborted once the key's lease is lost (its renewal refused): the route's answer will not be
+     * stored, and it is answered 409; work under way may stop.
+     */
+    signal: AbortSignal;
 }
 
 /** What the middleware hands to the route with `respond: false`. */
@@ -195,7 +231,123 @@ function hasNul(value: Json): boolean {
 type Outcome =
     | { kind: 'skip' }
     | { kind: 'error'; status: number; body: { error: string; sqlstate?: string | null }; retryAfter?: string }
-    | { kind: 'answer'; result: IdempotentResult };
+    | { kind: 'answer'; result: IdempotentResult }
+    | { kind: 'held'; held: HeldKey };
+
+type ErrorOutcome = Extract<Outcome, { kind: 'error' }>;
+
+/** A documented SQLSTATE below 500 as the client's answer; null for an error of the service. */
+function errorOutcome(e: unknown): ErrorOutcome | null {
+    const err = toDurableStepsError(e);
+    if (err instanceof DurableStepsError && err.httpStatus < 500) {
+        return {
+            kind: 'error',
+            status: err.httpStatus,
+            body: { error: err.message, sqlstate: err.sqlstate },
+            retryAfter: err.sqlstate === 'DS409' ? '1' : undefined,
+        };
+    }
+    return null;
+}
+
+/**
+ * A key held by ds_idempotent_begin for a route that is its own handler: its lease renewed every
+ * third of it until the response is settled, stored (finish) or given up (abandon).
+ */
+class HeldKey {
+    readonly hold: IdempotencyHold;
+    private readonly lost = new AbortController();
+    private readonly timer: ReturnType<typeof setInterval>;
+    private settled = false;
+
+    constructor(private readonly client: DurableSteps, scope: string, key: string, user: string | null,
+        private readonly token: string, leaseMs: number, private readonly lease: Interval | undefined,
+        private readonly onError: (message: string, e: unknown) => void) {
+        this.hold = { key, scope, user, signal: this.lost.signal };
+        this.timer = setInterval(() => void this.renew(), Math.max(leaseMs / 3, 10));
+        this.timer.unref?.();
+    }
+
+    private async renew(): Promise<void> {
+        try {
+            await this.client.idempotentRenew(this.hold.scope, this.hold.key, this.token, this.lease);
+        } catch (e) {
+            const err = toDurableStepsError(e);
+            if (this.settled) {
+                return;
+            }
+            if (err instanceof InProgressError || err instanceof StepNotFoundError) {
+                clearInterval(this.timer);
+                this.lost.abort(err);
+            } else {
+                // a lost connection: the next renewal may do, the lease is long enough for two more
+                this.onError(`could not renew the lease of idempotency key ${this.hold.key}`, err);
+            }
+        }
+    }
+
+    private stop(): boolean {
+        if (this.settled) {
+            return false;
+        }
+        this.settled = true;
+        clearInterval(this.timer);
+        return true;
+    }
+
+    /**
+     * The route answered `status` with `body`: store it (finish), or, for 500 and more, give the
+     * key up. The outcome to answer instead (409 when the key is no longer this request's), or
+     * null to send the route's answer.
+     */
+    async settle(status: number, body: unknown): Promise<ErrorOutcome | null> {
+        if (!this.stop()) {
+            return null;
+        }
+        if (status >= 500) {
+            await this.giveUp();
+            return null;
+        }
+        if (this.lost.signal.aborted) {
+            return lostOutcome(this.lost.signal.reason);
+        }
+        try {
+            await this.client.idempotentFinish(this.hold.scope, this.hold.key, this.token, status,
+                (body === undefined ? null : body) as Json);
+            return null;
+        } catch (e) {
+            const err = toDurableStepsError(e);
+            if (err instanceof InProgressError || err instanceof StepNotFoundError) {
+                return lostOutcome(err);
+            }
+            throw err;
+        }
+    }
+
+    /** The route failed, or answered otherwise than JSON: the client's retry runs it again. */
+    async abandon(): Promise<void> {
+        if (this.stop()) {
+            await this.giveUp();
+        }
+    }
+
+    private async giveUp(): Promise<void> {
+        try {
+            await this.client.idempotentAbandon(this.hold.scope, this.hold.key, this.token);
+        } catch (e) {
+            // the key stays held until its lease runs out; the route's own outcome matters more
+            this.onError(`could not abandon idempotency key ${this.hold.key}`, e);
+        }
+    }
+}
+
+function lostOutcome(reason: unknown): ErrorOutcome {
+    const why = reason instanceof Error ? reason.message : 'lost';
+    return {
+        kind: 'error', status: 409, retryAfter: '1',
+        body: { error: `the key's lease ran out while the request ran (${why}): its response is not stored`, sqlstate: 'DS409' },
+    };
+}
 
 function defaultRequest(r: IdempotentHttpRequest): Json {
     return {
@@ -240,6 +392,17 @@ function makeCore<Req>(options: IdempotencyOptions<Req>) {
     const required = options.required ?? true;
     const wait = options.wait ?? '10 s';
     const toRequest = options.request ?? defaultRequest;
+    // the lease in milliseconds, as PostgreSQL reads its text (read once)
+    let leaseMs: Promise<number> | null = typeof options.lease === 'number' ? Promise.resolve(options.lease) : null;
+    function readLeaseMs(): Promise<number> {
+        if (leaseMs === null) {
+            const text = options.lease ?? '5 minutes';
+            leaseMs = client.db.query('SELECT (extract(epoch FROM $1::interval) * 1000)::float8 AS ms', [text])
+                .then((r) => Number(r.rows[0].ms));
+            leaseMs.catch(() => { leaseMs = null; });
+        }
+        return leaseMs;
+    }
 
     function error(status: number, message: string): Outcome {
         return { kind: 'error', status, body: { error: message } };
@@ -248,7 +411,10 @@ function makeCore<Req>(options: IdempotencyOptions<Req>) {
     return {
         header,
         respond: options.respond ?? true,
-        async run(incoming: Incoming): Promise<Outcome> {
+        log: options.log ?? ((message: string, error: unknown) => console.error(`durable-steps: ${message}:`, error)),
+        /** true: the route is the handler (no `handler` option) */
+        routeIsHandler: options.handler === undefined,
+        async run(incoming: Incoming, onError: (message: string, e: unknown) => void): Promise<Outcome> {
             const { key } = incoming;
             if (key === undefined || key === '') {
                 if (!required) {
@@ -281,21 +447,24 @@ function makeCore<Req>(options: IdempotencyOptions<Req>) {
                 // jsonb cannot hold it (22P05): the client's request, not the service, is wrong
                 return error(400, 'the request has the character U+0000 (\\u0000), which cannot be stored');
             }
-            const handler = typeof options.handler === 'function' ? options.handler(parts) : options.handler;
             try {
+                if (options.handler === undefined) {
+                    const ms = await readLeaseMs();
+                    const began = await client.idempotentBegin(scope, key, stored, { ttl: options.ttl, lease: options.lease, wait });
+                    if (began.state === 'replay') {
+                        return { kind: 'answer', result: { status: began.status, body: began.body, replayed: true, key, scope, user } };
+                    }
+                    return { kind: 'held', held: new HeldKey(client, scope, key, user, began.token, ms, options.lease, onError) };
+                }
+                const handler = typeof options.handler === 'function' ? options.handler(parts) : options.handler;
                 const answer = await client.idempotent(scope, key, stored, handler, { ttl: options.ttl, wait });
                 return { kind: 'answer', result: { ...answer, key, scope, user } };
             } catch (e) {
-                const err = toDurableStepsError(e);
-                if (err instanceof DurableStepsError && err.httpStatus < 500) {
-                    return {
-                        kind: 'error',
-                        status: err.httpStatus,
-                        body: { error: err.message, sqlstate: err.sqlstate },
-                        retryAfter: err.sqlstate === 'DS409' ? '1' : undefined,
-                    };
+                const outcome = errorOutcome(e);
+                if (outcome === null) {
+                    throw toDurableStepsError(e);
                 }
-                throw err;
+                return outcome;
             }
         },
     };
@@ -322,9 +491,11 @@ export interface ExpressLikeRequest {
 /** What the Express middleware uses of Express's response. */
 export interface ExpressLikeResponse {
     locals: Record<string, any>;
+    statusCode: number;
     status(code: number): unknown;
     set(field: string, value: string): unknown;
     json(body: unknown): unknown;
+    once(event: 'close', listener: () => void): unknown;
 }
 
 export interface ExpressIdempotencyOptions extends IdempotencyOptions<ExpressLikeRequest> {
@@ -389,7 +560,13 @@ async function expressBodySha256(req: ExpressLikeRequest, limit: number): Promis
  *     app.post('/orders', expressIdempotency({ client: pool, scope: 'orders', handler: SQL }));
  *
  * With `respond: false` it calls next() with the answer in res.locals.idempotent, and the route
- * answers (the header Idempotent-Replayed is already set on a replay).
+ * answers (the header Idempotent-Replayed is already set on a replay). Without a handler the
+ * route is the handler, run once per key, its res.json answer stored (holdForRoute):
+ *
+ *     app.post('/orders', expressIdempotency({ client: pool, scope: 'orders' }), async (req, res) => {
+ *         const order = await placeOrder(req.body);   // res.locals.idempotency: key, scope, signal
+ *         res.status(201).json(order);
+ *     });
  */
 export function expressIdempotency(options: ExpressIdempotencyOptions) {
     const core = makeCore(options);
@@ -402,13 +579,15 @@ export function expressIdempotency(options: ExpressIdempotencyOptions) {
             outcome = await core.run({
                 method: req.method, url: req.originalUrl, key: req.get(core.header), body: req.body,
                 bodySha256: () => expressBodySha256(req, limit), user: () => user(req),
-            });
+            }, core.log);
         } catch (e) {
             next(e);
             return;
         }
         if (outcome.kind === 'skip') {
             next();
+        } else if (outcome.kind === 'held') {
+            holdForRoute(outcome.held, res, next);
         } else if (outcome.kind === 'error') {
             if (outcome.retryAfter) {
                 res.set('Retry-After', outcome.retryAfter);
@@ -430,6 +609,40 @@ export function expressIdempotency(options: ExpressIdempotencyOptions) {
     };
 }
 
+/**
+ * The route is the handler: its res.json answer is stored before it is sent (res.send of an
+ * object is res.json too); an answer of 500 or more, or one not made by res.json (an error
+ * handler's, a plain res.send or res.end), abandons the key once the response is over.
+ */
+function holdForRoute(held: HeldKey, res: ExpressLikeResponse, next: (err?: unknown) => void): void {
+    const json = res.json.bind(res);
+    let answered = false;
+    res.json = (body: unknown) => {
+        if (answered) {
+            return json(body);
+        }
+        answered = true;
+        held.settle(res.statusCode, body).then((refused) => {
+            if (refused === null) {
+                json(body);
+            } else {
+                res.set('Retry-After', refused.retryAfter ?? '1');
+                res.status(refused.status);
+                json(refused.body);
+            }
+        }, next);
+        return res;
+    };
+    res.once('close', () => {
+        if (!answered) {
+            answered = true;
+            void held.abandon();
+        }
+    });
+    res.locals.idempotency = held.hold;
+    next();
+}
+
 // ---- Fastify (4 and 5) ------------------------------------------------------------------------
 
 /** What the Fastify hook uses of Fastify's request. */
@@ -446,21 +659,27 @@ export interface FastifyLikeRequest {
 
 /** What the Fastify hook uses of Fastify's reply. */
 export interface FastifyLikeReply {
+    statusCode: number;
     code(statusCode: number): unknown;
     header(key: string, value: string): unknown;
+    getHeader(key: string): unknown;
     send(payload?: unknown): unknown;
 }
 
 type FastifyPreHandler = (request: FastifyLikeRequest, reply: FastifyLikeReply) => Promise<unknown>;
 type FastifyPreParsing = (request: object, reply: unknown, payload: unknown) => Promise<unknown>;
+type FastifyOnSend = (request: FastifyLikeRequest, reply: FastifyLikeReply, payload: unknown) => Promise<unknown>;
 
 /**
  * The hooks of an idempotent Fastify route: the function is its preHandler, `preParsing` the
- * hook that fingerprints the body's bytes as they are read.
+ * hook that fingerprints the body's bytes as they are read, `onSend` the one that stores the
+ * answer of a route that is its own handler (no `handler` option). Spread into the route's
+ * options, it gives the route all three: `app.post('/orders', { ...orders }, route)`.
  */
 export interface FastifyIdempotencyHooks extends FastifyPreHandler {
     preHandler: FastifyPreHandler;
     preParsing: FastifyPreParsing;
+    onSend: FastifyOnSend;
 }
 
 const FASTIFY_NEEDS_BYTES = 'fastifyIdempotency needs the bytes of the body: give the route its preParsing hook '
@@ -476,7 +695,12 @@ const FASTIFY_NEEDS_BYTES = 'fastifyIdempotency needs the bytes of the body: giv
  *
  * (A request.rawBody that a plugin keeps, fastify-raw-body's, does as well.) With
  * `respond: false` the route runs with the answer in request.idempotent (the header
- * Idempotent-Replayed is already set on a replay).
+ * Idempotent-Replayed is already set on a replay). Without a handler the route is the handler,
+ * run once per key, its JSON answer stored by the onSend hook (request.idempotency: key, scope,
+ * signal):
+ *
+ *     const orders = fastifyIdempotency({ client: pool, scope: 'orders' });
+ *     app.post('/orders', { ...orders }, async (request, reply) => reply.code(201).send(await placeOrder(request.body)));
  */
 export function fastifyIdempotency(options: IdempotencyOptions<FastifyLikeRequest>): FastifyIdempotencyHooks {
     const core = makeCore(options);
@@ -523,14 +747,22 @@ export function fastifyIdempotency(options: IdempotencyOptions<FastifyLikeReques
         return counted;
     };
 
+    // the keys held for routes that are their own handler, by request, until onSend settles them
+    const holds = new WeakMap<object, HeldKey>();
+
     const preHandler: FastifyPreHandler = async (request, reply) => {
         const raw = request.headers[headerName];
         const key = Array.isArray(raw) ? raw[0] : raw;
         const outcome = await core.run({
             method: request.method, url: request.url, key, body: request.body,
             bodySha256: () => bodySha256(request), user: () => user(request),
-        });
+        }, core.log);
         if (outcome.kind === 'skip') {
+            return undefined;
+        }
+        if (outcome.kind === 'held') {
+            holds.set(request, outcome.held);
+            (request as FastifyLikeRequest & { idempotency?: IdempotencyHold }).idempotency = outcome.held.hold;
             return undefined;
         }
         if (outcome.kind === 'error') {
@@ -551,8 +783,34 @@ export function fastifyIdempotency(options: IdempotencyOptions<FastifyLikeReques
         return undefined;
     };
 
+    // the route's answer, serialized: stored before it is sent (see holdForRoute for Express)
+    const onSend: FastifyOnSend = async (request, reply, payload) => {
+        const held = holds.get(request);
+        if (held === undefined) {
+            return payload;
+        }
+        holds.delete(request);
+        if (reply.statusCode >= 500) {
+            await held.abandon();
+            return payload;
+        }
+        const type = String(reply.getHeader('content-type') ?? '');
+        if (typeof payload !== 'string' || !/^application\/(?:[\w.+-]*\+)?json\b/i.test(type)) {
+            await held.abandon();
+            throw new TypeError(`an idempotent route answers JSON, not ${type || typeof payload}`);
+        }
+        const refused = await held.settle(reply.statusCode, JSON.parse(payload));
+        if (refused === null) {
+            return payload;
+        }
+        reply.code(refused.status);
+        reply.header('Retry-After', refused.retryAfter ?? '1');
+        return JSON.stringify(refused.body);
+    };
+
     const hooks = ((request: FastifyLikeRequest, reply: FastifyLikeReply) => preHandler(request, reply)) as FastifyIdempotencyHooks;
     hooks.preHandler = preHandler;
     hooks.preParsing = preParsing;
+    hooks.onSend = onSend;
     return hooks;
 }

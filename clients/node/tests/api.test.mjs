@@ -243,9 +243,14 @@ describe('idempotent requests', () => {
         assert.equal(begun.state, 'new');
         assert.match(begun.token, /^[0-9a-f-]{36}$/);
         assert.equal(begun.status, null);
-        // held: a repeat is in progress, DS409
+        // held: a repeat is in progress, DS409; with a wait, until the holder finishes
         await rejectsWith(ds.idempotentBegin(pool, 'orders', key, { amount: 5 }), ds.InProgressError, 'DS409');
+        await rejectsWith(ds.idempotentBegin(pool, 'orders', key, { amount: 5 }, { wait: 100 }), ds.InProgressError, 'DS409');
+        const waiting = client.idempotentBegin('orders', key, { amount: 5 }, { wait: '1 minute' });
+        await env.until('the repeat waiting', async () => (await pool.query(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE '%ds_idempotent_begin%' AND wait_event IS NOT NULL AND state = 'active' AND pid <> pg_backend_pid()")).rows[0].n > 0);
         await ds.idempotentFinish(pool, 'orders', key, begun.token, 201, { order: 9 });
+        assert.deepEqual(await waiting, { state: 'replay', token: null, status: 201, body: { order: 9 } });
         const replay = await client.idempotentBegin('orders', key, { amount: 5 });
         assert.deepEqual(replay, { state: 'replay', token: null, status: 201, body: { order: 9 } });
 
@@ -349,6 +354,27 @@ describe('errors of SQLSTATEs raised for real', () => {
         const e = await pool.query(`SELECT ds_unwrap(ds_wait_step($1, 's', '0 s'))`, [run]).then(
             () => null, ds.toDurableStepsError);
         assert.ok(e instanceof ds.StepNotSucceededError, String(e));
+    });
+
+    test('every class answers the HTTP status docs/reference.md lists for its SQLSTATE', async () => {
+        const { readFile } = await import('node:fs/promises');
+        const text = await readFile(new URL('../../../docs/reference.md', import.meta.url), 'utf8');
+        const section = text.slice(text.indexOf('### HTTP statuses\n'));
+        const statuses = new Map();
+        for (const line of section.slice(0, section.indexOf('\n#', 1) >>> 0).split('\n')) {
+            const m = /^\| (\d{3}) \| (.*) \|$/.exec(line);
+            for (const code of m ? m[2].matchAll(/`([0-9A-Z]{5})`/g) : []) {
+                statuses.set(code[1], Number(m[1]));
+            }
+        }
+        assert.ok(statuses.size >= 40, String(statuses.size));
+        const wrong = [];
+        for (const [code, cls] of ds.ERRORS_BY_SQLSTATE) {
+            if (cls.httpStatus !== statuses.get(code)) {
+                wrong.push(`${code}: ${cls.httpStatus}, documented ${statuses.get(code)}`);
+            }
+        }
+        assert.deepEqual(wrong, []);
     });
 
     test('every documented SQLSTATE has its class', () => {

@@ -86,7 +86,13 @@ function checkoutRequest(r) {
     return { key: r.key, body: r.body, charge_url: `${PROVIDER}/charge/${encodeURIComponent(r.key)}` };
 }
 
+/** The ERROR lines of the cluster's log (DS_SERVER_LOG) that name `marker` (a unique key). */
+function serverLogErrors(marker) {
+    const text = require('node:fs').readFileSync(required('DS_SERVER_LOG'), 'utf8');
+    return text.split('\n').filter((line) => line.includes('ERROR:') && line.includes(marker));
+}
+
 module.exports = {
     path, connection, makePool, PROVIDER, ADMIN_PSQL, providerCounts, unique, sleep, until, CHECKOUT_HANDLER,
-    checkoutRequest,
+    checkoutRequest, serverLogErrors,
 };

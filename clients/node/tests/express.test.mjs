@@ -2,6 +2,7 @@
 // endpoint whose handler creates the charge as an HTTP step, answered from the stored response.
 
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 
@@ -13,6 +14,8 @@ import env from './env.cjs';
 
 const pool = env.makePool(30);
 const client = new DurableSteps(pool);
+// how many times each key's route ran
+const routeRuns = new Map();
 let server;
 let base;
 
@@ -49,6 +52,28 @@ before(async () => {
     app.post('/no-bytes', express.json(), expressIdempotency({ client, scope: 'node-client-express-new', handler: NEW_ORDER }));
     // no parser at all: the middleware reads the body itself
     app.post('/raw', expressIdempotency({ client, scope: 'node-client-express-raw', handler: NEW_ORDER, limit: 64 }));
+    // no handler: the route is the handler, run once per key in application code
+    app.post('/app-order', json, expressIdempotency({ client, scope: 'node-client-express-app', lease: '2 s' }),
+        async (req, res) => {
+            const { key } = res.locals.idempotency;
+            routeRuns.set(key, (routeRuns.get(key) ?? 0) + 1);
+            await env.sleep(Number(req.get('X-Delay') ?? 0));     // the repeats arrive meanwhile
+            const { rows } = await pool.query('SELECT gen_random_uuid()::text AS id');
+            if (req.get('X-Fail') && routeRuns.get(key) === 1) {
+                res.status(503).json({ error: 'the first run fails' });
+            } else if (req.get('X-Text') && routeRuns.get(key) === 1) {
+                res.type('text/plain').send('not JSON');
+            } else {
+                res.status(201).json({ order: rows[0].id, item: req.body.item, run: routeRuns.get(key) });
+            }
+        });
+    // a route that waits until its key's lease is lost
+    app.post('/app-watch', json, expressIdempotency({ client, scope: 'node-client-express-watch', lease: '600 ms' }),
+        async (_req, res) => {
+            const { signal } = res.locals.idempotency;
+            await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+            res.status(200).json({ lost: signal.aborted });
+        });
     await new Promise((resolve) => {
         server = app.listen(0, '127.0.0.1', resolve);
     });
@@ -221,4 +246,57 @@ test('a body with U+0000 is the client\'s 400, not a 500', async () => {
     const escaped = await send('/new-order', { key, body: '{"item":"a\\\\u0000b"}' });
     assert.equal(escaped.status, 201);
     assert.equal(escaped.body.body.item, 'a\\u0000b');
+});
+
+test('no handler: 20 concurrent duplicates run the route once and get 20 identical answers', async () => {
+    const key = env.unique('express-app-dup');
+    const answers = await Promise.all(Array.from({ length: 20 }, () => send('/app-order', {
+        key, body: '{"item":"pen"}', headers: { 'X-Delay': '500' },
+    })));
+    assert.equal(routeRuns.get(key), 1);
+    assert.deepEqual([...new Set(answers.map((a) => a.status))], [201]);
+    // the same JSON (the replays' keys in jsonb's order)
+    for (const answer of answers) {
+        assert.deepEqual(answer.body, answers[0].body);
+    }
+    assert.equal(answers[0].body.item, 'pen');
+    assert.equal(answers.filter((a) => a.replayed === 'true').length, 19);
+    // the repeats waited in the server for the first's finish: none was refused and retried
+    assert.deepEqual(env.serverLogErrors(key), []);
+    // another body under the key
+    const other = await send('/app-order', { key, body: '{"item":"ink"}' });
+    assert.deepEqual([other.status, other.body.sqlstate], [422, 'DS422']);
+    assert.equal(routeRuns.get(key), 1);
+});
+
+test('no handler: an answer of 500 or more, or not JSON, is not stored; the retry runs the route again', async () => {
+    const failed = env.unique('express-app-503');
+    const first = await send('/app-order', { key: failed, body: '{"item":"pen"}', headers: { 'X-Fail': '1' } });
+    assert.equal(first.status, 503);
+    const second = await send('/app-order', { key: failed, body: '{"item":"pen"}', headers: { 'X-Fail': '1' } });
+    assert.deepEqual([second.status, second.body.run, second.replayed], [201, 2, null]);
+    const third = await send('/app-order', { key: failed, body: '{"item":"pen"}' });
+    assert.deepEqual([third.status, third.body, third.replayed], [201, second.body, 'true']);
+
+    const text = env.unique('express-app-text');
+    const plain = await send('/app-order', { key: text, body: '{"item":"pen"}', headers: { 'X-Text': '1' } });
+    assert.deepEqual([plain.status, plain.body], [200, 'not JSON']);
+    // the key was abandoned once the response was over
+    await env.until('the key abandoned', async () => (await pool.query(
+        'SELECT count(*)::int AS n FROM ds_idempotency_keys WHERE key = $1', [text])).rows[0].n === 0, 10_000);
+    const again = await send('/app-order', { key: text, body: '{"item":"pen"}', headers: { 'X-Text': '1' } });
+    assert.deepEqual([again.status, again.body.run], [201, 2]);
+});
+
+test('no handler: a route whose key was taken from it is told by its signal and answered 409', async () => {
+    const key = env.unique('express-app-lost');
+    const answer = send('/app-watch', { key, body: '{}' });
+    await env.until('the key held', async () => (await pool.query(
+        "SELECT count(*)::int AS n FROM ds_idempotency_keys WHERE key = $1 AND state = 'held'", [key])).rows[0].n === 1);
+    // an operator deletes the entry: the next renewal is refused (DS404)
+    execFileSync('sh', ['-c', env.ADMIN_PSQL], { input: `DELETE FROM durable_steps.idempotency_keys WHERE key = '${key}';` });
+    const lost = await answer;
+    assert.equal(lost.status, 409);
+    assert.equal(lost.body.sqlstate, 'DS409');
+    assert.match(lost.body.error, /not stored/);
 });

@@ -14,6 +14,8 @@ const env = require('./env.cjs');
 
 const pool = env.makePool(30);
 const client = new ds.DurableSteps(pool);
+// how many times each key's route ran
+const routeRuns = new Map();
 let app;
 let base;
 
@@ -56,6 +58,18 @@ before(async () => {
     // without its preParsing part the hook cannot fingerprint a body
     app.post('/no-bytes', { preHandler: newOrder }, async () => {
         throw new Error('not reached: the hook answers');
+    });
+    // no handler: the route is the handler, run once per key; its JSON answer stored by onSend
+    const appOrder = ds.fastifyIdempotency({ client, scope: 'node-client-fastify-app', lease: '2 s' });
+    app.post('/app-order', { ...appOrder }, async (request, reply) => {
+        const { key } = request.idempotency;
+        routeRuns.set(key, (routeRuns.get(key) ?? 0) + 1);
+        await env.sleep(Number(request.headers['x-delay'] ?? 0));     // the repeats arrive meanwhile
+        if (request.headers['x-fail'] && routeRuns.get(key) === 1) {
+            throw new Error('the first run fails');                 // Fastify answers 500
+        }
+        const { rows } = await pool.query('SELECT gen_random_uuid()::text AS id');
+        return reply.code(201).send({ order: rows[0].id, item: request.body.item, run: routeRuns.get(key) });
     });
     base = await app.listen({ port: 0, host: '127.0.0.1' });
 });
@@ -169,4 +183,29 @@ test('a body with U+0000 is the client\'s 400, not a 500', async () => {
     const nul = await send('/new-order', { key: env.unique('fastify-nul'), body: '{"item":"a\\u0000b"}' });
     assert.equal(nul.status, 400);
     assert.match(nul.body.error, /U\+0000/);
+});
+
+test('no handler: 20 concurrent duplicates run the route once and get 20 identical answers', async () => {
+    const key = env.unique('fastify-app-dup');
+    const answers = await Promise.all(Array.from({ length: 20 }, () => send('/app-order', {
+        key, body: '{"item":"lamp"}', headers: { 'X-Delay': '500' },
+    })));
+    assert.equal(routeRuns.get(key), 1);
+    assert.deepEqual([...new Set(answers.map((a) => a.status))], [201]);
+    for (const answer of answers) {
+        assert.deepEqual(answer.body, answers[0].body);
+    }
+    assert.equal(answers[0].body.item, 'lamp');
+    assert.equal(answers.filter((a) => a.replayed === 'true').length, 19);
+    assert.deepEqual(env.serverLogErrors(key), []);
+});
+
+test('no handler: a route that throws is not stored; the retry runs it again', async () => {
+    const key = env.unique('fastify-app-500');
+    const first = await send('/app-order', { key, body: '{"item":"lamp"}', headers: { 'X-Fail': '1' } });
+    assert.equal(first.status, 500);
+    const second = await send('/app-order', { key, body: '{"item":"lamp"}' });
+    assert.deepEqual([second.status, second.body.run, second.replayed], [201, 2, null]);
+    const third = await send('/app-order', { key, body: '{"item":"lamp"}' });
+    assert.deepEqual([third.status, third.body, third.replayed], [201, second.body, 'true']);
 });

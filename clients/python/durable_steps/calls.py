@@ -299,12 +299,16 @@ def idempotent(conn, scope: str, key: str, request: Any, handler: str, *,
 
 
 def idempotent_begin(conn, scope: str, key: str, request: Any, *, ttl: Optional[Interval] = None,
-                     lease: Optional[Interval] = None) -> IdempotentBegin:
-    """ds_idempotent_begin: holds the key for application code, or answers its stored response."""
+                     lease: Optional[Interval] = None,
+                     wait: Optional[Interval] = None) -> IdempotentBegin:
+    """ds_idempotent_begin: holds the key for application code, or answers its stored response.
+    A repeat while the key is held raises InProgress (DS409): at once, or once ``wait`` has
+    passed without the holder finishing, abandoning the key or losing its lease (the wait is
+    woken by that commit; it does not poll)."""
     row = _call(conn, "ds_idempotent_begin", [
         ("scope", "text", scope, True), ("key", "text", key, True),
         ("request", "jsonb", request, True), ("ttl", "interval", ttl, False),
-        ("lease", "interval", lease, False)])[0]
+        ("lease", "interval", lease, False), ("wait", "interval", wait, False)])[0]
     token = row.get("token")
     return IdempotentBegin(state=row["state"], status=row.get("status"), body=row.get("body"),
                            token=uuid.UUID(str(token)) if token is not None else None)

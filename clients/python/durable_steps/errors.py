@@ -1,8 +1,8 @@
 """durable_steps' documented SQLSTATEs as exception classes, all under DurableStepsError.
 
 Every class names the SQLSTATE it stands for (docs/reference.md "SQLSTATEs", the tables of
-docs/idempotent-requests.md and docs/schedules.md) and the HTTP status a service would answer
-with. The calls of this package raise them in place of psycopg2's errors (the original is the
+docs/idempotent-requests.md and docs/schedules.md) and the HTTP status a service answers with
+(docs/reference.md "HTTP statuses"; the Node.js client's classes carry the same). The calls of this package raise them in place of psycopg2's errors (the original is the
 exception's __cause__ and its ``pgerror``); ``from_exception`` does the same for an error raised
 elsewhere (psycopg2's, or SQLAlchemy's DBAPIError around one).
 """
@@ -64,7 +64,7 @@ class TooManyRows(DurableStepsError):
 
 class InvocationLost(DurableStepsError):
     """DS007: an attempt's executor ended before recording its outcome."""
-    sqlstate = "DS007"
+    sqlstate, http_status = "DS007", 503
 
 
 class NoRow(DurableStepsError):
@@ -124,7 +124,7 @@ class NoRunContext(DurableStepsError):
 
 class RunSuspended(DurableStepsError):
     """DS106: internal, ends a workflow's turn that must wait."""
-    sqlstate = "DS106"
+    sqlstate, http_status = "DS106", 503
 
 
 class WrongPartition(DurableStepsError):
@@ -165,7 +165,7 @@ class LeaseLost(DurableStepsError):
     recorded lost, the step was cancelled, or the attempt already finished): ds_complete_task
     and ds_fail_task refuse it, and the transaction that tried is aborted, so the handler's own
     writes in it roll back with it (docs/tasks.md)."""
-    sqlstate, http_status = "DS410", 409
+    sqlstate, http_status = "DS410", 410
 
 
 # Short names for the three a service meets most
@@ -251,6 +251,11 @@ class CardinalityViolation(DurableStepsError):
 class ObjectNotInPrerequisiteState(DurableStepsError):
     """55000: pg_cron is not installed in this database (schedules)."""
     sqlstate, http_status = "55000", 503
+
+
+class QueryCanceled(DurableStepsError):
+    """57014: a wait or a statement cancelled (statement_timeout, pg_cancel_backend)."""
+    sqlstate, http_status = "57014", 503
 
 
 class DuplicateObject(DurableStepsError):

@@ -20,12 +20,15 @@ Over ds_idempotent_begin / ds_idempotent_renew / ds_idempotent_finish / ds_idemp
   from ``g.idempotency_lease_lost`` (a ``threading.Event``), and its request is answered 409;
 - a repeat of the same request (method, path, query and the body's bytes) answers the stored
   response with ``Idempotent-Replayed: true``, without running the view;
-- a repeat while the first is still running waits for its response, polling ``begin`` every
-  ``poll`` seconds at most for ``wait`` seconds, then answers 409 with ``Retry-After: 1``;
+- a repeat while the first is still running waits up to ``wait`` seconds for its response
+  (``begin`` with ``wait``: the first's finish wakes it, nothing polls), then answers 409 with
+  ``Retry-After: 1``. The waiting request holds one of the pool's connections meanwhile: give the
+  pool (and PgBouncer's pool) room for the repeats you expect and for the first's finish;
 - another request under the key is answered 422 (DS422); a JSON body with the character U+0000,
   which jsonb cannot store, 400;
-- a view that raises abandons the key (the client's retry runs the view again) and the error
-  goes on to Flask.
+- a view that raises, or answers 500 or more, abandons the key (the client's retry runs the
+  view again): the error goes on to Flask, the answer out as it is. The Node.js client's
+  middleware without a handler does the same for a route.
 
 The view's response must be JSON (a dict or list, or a JSON ``Response``): it is stored as the
 key's jsonb body. The view runs between two transactions, not inside one: what it changes
@@ -44,7 +47,6 @@ import hashlib
 import json
 import re
 import threading
-import time
 from typing import Any, Callable, Optional
 from urllib.parse import quote
 
@@ -277,7 +279,7 @@ def _seconds(pool, lease: Optional[Interval]) -> float:
 
 
 def idempotent_view(pool, scope: str, *, user: Optional[Callable[[], Optional[str]]] = None,
-                    required: bool = True, wait: float = 10.0, poll: float = 0.05,
+                    required: bool = True, wait: float = 10.0,
                     ttl: Optional[Interval] = None, lease: Optional[Interval] = None) -> Callable:
     """Decorates a Flask view: one run of it, and one stored response, per Idempotency-Key and
     end user.
@@ -287,7 +289,7 @@ def idempotent_view(pool, scope: str, *, user: Optional[Callable[[], Optional[st
     the user's own: the scope passed to SQL is ``user_scope(scope, user())``. ``lambda: None``
     shares the keys among every user of the service.
     ``required``: a request without the header is answered 400 (else the view just runs).
-    ``wait``/``poll``: how long, and how often at most, a repeat waits for a response in flight.
+    ``wait``: how long a repeat waits for a response in flight (seconds), then 409.
     ``ttl``, ``lease``: as ds_idempotent_begin's (24 hours, 5 minutes by default); the lease is
     renewed every third of it while the view runs.
     ``scope``: 1 to 178 characters (the rest is the users' room), without ':user:'.
@@ -314,23 +316,17 @@ def idempotent_view(pool, scope: str, *, user: Optional[Callable[[], Optional[st
                                     "unpaired surrogate, which cannot be stored")
             if not lease_seconds:
                 lease_seconds.append(_seconds(pool, lease))
-            deadline = time.monotonic() + wait
-            pause = min(0.005, poll)
-            while True:
-                try:
-                    with connection(pool) as conn:
-                        began = idempotent_begin(conn, scoped, key, stored, ttl=ttl, lease=lease)
-                    break
-                except InProgress as e:
-                    # the first request under the key is running: its response comes with finish
-                    if time.monotonic() + pause > deadline:
-                        answer = _error(e)
-                        answer.headers["Retry-After"] = "1"
-                        return answer
-                    time.sleep(pause)
-                    pause = min(pause * 2, poll)
-                except DurableStepsError as e:
-                    return _error(e)
+            try:
+                with connection(pool) as conn:
+                    began = idempotent_begin(conn, scoped, key, stored, ttl=ttl, lease=lease,
+                                             wait=datetime.timedelta(seconds=wait))
+            except InProgress as e:
+                # the first request under the key still runs after the wait
+                answer = _error(e)
+                answer.headers["Retry-After"] = "1"
+                return answer
+            except DurableStepsError as e:
+                return _error(e)
             if began.replay:
                 answer = _stored(began.status, began.body)
                 answer.headers[REPLAYED] = "true"
@@ -340,13 +336,7 @@ def idempotent_view(pool, scope: str, *, user: Optional[Callable[[], Optional[st
             g.idempotency_scope = scoped
             held = _Lease(pool, scoped, key, began.token, lease, lease_seconds[0], current_app.logger)
             g.idempotency_lease_lost = held.lost
-            try:
-                with held:
-                    answer = make_response(view(*args, **kwargs))
-                if not answer.is_json:
-                    raise TypeError("an idempotent view answers JSON, not %s" % answer.mimetype)
-                body = answer.get_json()
-            except BaseException:
+            def abandon():
                 if not held.lost.is_set():
                     try:
                         with connection(pool) as conn:
@@ -354,7 +344,19 @@ def idempotent_view(pool, scope: str, *, user: Optional[Callable[[], Optional[st
                     except Exception:
                         # the key stays held until its lease runs out; the view's error matters more
                         current_app.logger.exception("durable_steps: could not abandon key %r", key)
+
+            try:
+                with held:
+                    answer = make_response(view(*args, **kwargs))
+                if answer.status_code < 500 and not answer.is_json:
+                    raise TypeError("an idempotent view answers JSON, not %s" % answer.mimetype)
+            except BaseException:
+                abandon()
                 raise
+            if answer.status_code >= 500:
+                abandon()
+                return answer
+            body = answer.get_json()
             if held.lost.is_set():
                 # another request may hold the key now, and run the view again: this one's
                 # response is not the key's

@@ -31,6 +31,12 @@ def connect(autocommit: bool = True):
     return conn
 
 
+def server_log_errors(marker: str) -> list:
+    """The ERROR lines of the cluster's log (DS_SERVER_LOG) that name ``marker`` (a unique key)."""
+    with open(os.environ["DS_SERVER_LOG"], errors="replace") as f:
+        return [line for line in f if "ERROR:" in line and marker in line]
+
+
 def uid(name: str) -> str:
     return "pyclient-%s-%s" % (STAMP, name)
 

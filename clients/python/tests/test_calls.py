@@ -170,6 +170,38 @@ class Calls(unittest.TestCase):
             ds.idempotent_abandon(self.conn, "pyclient", uid("nothing"), uuid.uuid4())
         self.assertEqual((caught.exception.sqlstate, caught.exception.http_status), ("DS404", 404))
 
+    def test_idempotent_begin_waits_for_the_holder(self):
+        key = uid("begin-wait")
+        began = ds.idempotent_begin(self.conn, "pyclient", key, {"a": 1})
+        with self.assertRaises(ds.InProgress):
+            ds.idempotent_begin(self.conn, "pyclient", key, {"a": 1}, wait=0.1)
+        answers = []
+        waiter = connect()
+
+        def repeat():
+            answers.append(ds.idempotent_begin(waiter, "pyclient", key, {"a": 1}, wait="1 minute"))
+
+        thread = threading.Thread(target=repeat)
+        thread.start()
+        try:
+            # the repeat sleeps in the server until the holder's finish commits
+            deadline = time.monotonic() + 30
+            while True:
+                with self.conn.cursor() as cur:
+                    cur.execute("SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                                " AND state = 'active' AND wait_event IS NOT NULL"
+                                " AND strpos(query, 'ds_idempotent_begin') > 0 AND strpos(query, %s) > 0",
+                                (key,))
+                    if cur.fetchone()[0] == 1:
+                        break
+                self.assertLess(time.monotonic(), deadline, "the repeat never waited")
+                time.sleep(0.01)
+            ds.idempotent_finish(self.conn, "pyclient", key, began.token, 201, {"order": 1})
+        finally:
+            thread.join(60)
+            waiter.close()
+        self.assertEqual(answers, [ds.IdempotentBegin("replay", 201, {"order": 1}, None)])
+
 
     @unittest.skipUnless(has_renew(), NEEDS_RENEW)
     def test_idempotent_renew(self):

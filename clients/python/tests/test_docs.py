@@ -48,3 +48,33 @@ class Documented(unittest.TestCase):
                  re.findall(r"MAKE_SQLSTATE\('(.)',\s*'(.)',\s*'(.)',\s*'(.)',\s*'(.)'\)", header)}
         self.assertGreaterEqual(len(codes), 20)
         self.assertEqual(sorted(codes - set(ds.BY_SQLSTATE)), [])
+
+
+def documented_http_statuses():
+    """docs/reference.md "HTTP statuses": {SQLSTATE: status}."""
+    with open(os.path.join(ROOT, "docs", "reference.md")) as f:
+        text = f.read()
+    section = text[text.index("### HTTP statuses\n"):]
+    end = section.find("\n#", 1)
+    section = section if end < 0 else section[:end]
+    statuses = {}
+    for line in section.splitlines():
+        m = re.match(r"\| (\d{3}) \| (.*) \|$", line)
+        if m:
+            for code in re.findall(r"`([0-9A-Z]{5})`", m.group(2)):
+                statuses[code] = int(m.group(1))
+    return statuses
+
+
+class HttpStatuses(unittest.TestCase):
+    def setUp(self):
+        if not os.path.exists(os.path.join(ROOT, "docs", "reference.md")):
+            self.skipTest("no docs/ beside clients/ (an installed copy of the package)")
+
+    def test_every_class_answers_the_documented_status(self):
+        statuses = documented_http_statuses()
+        self.assertGreaterEqual(len(statuses), 40)
+        self.assertEqual(sorted(set(ds.BY_SQLSTATE) - set(statuses)), [])
+        wrong = {code: (cls.http_status, statuses.get(code)) for code, cls in ds.BY_SQLSTATE.items()
+                 if cls.http_status != statuses.get(code)}
+        self.assertEqual(wrong, {})

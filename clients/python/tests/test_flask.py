@@ -20,7 +20,7 @@ import durable_steps as ds
 import durable_steps.flask
 from durable_steps.flask import idempotent_view, user_scope
 
-from .support import NEEDS_RENEW, charge_url, dsn, has_renew, provider_counts, uid
+from .support import NEEDS_RENEW, charge_url, dsn, has_renew, provider_counts, server_log_errors, uid
 
 CONCURRENT = 20
 
@@ -174,6 +174,8 @@ class FlaskDecorator(unittest.TestCase):
         fresh = [a for a in answers if a[2] != "true"]
         self.assertEqual(len(fresh), 1, answers)
         self.assertEqual(provider_counts()["charges"].get(key), 1)
+        # the repeats waited for the first's finish in the server: none was refused and retried
+        self.assertEqual(server_log_errors(key), [])
 
         # another body under the key
         status, answer, replayed = post(self.base, "/checkout", {"item": "book", "amount": 1}, key)
