@@ -651,9 +651,9 @@ import threading
 import time
 
 import psycopg2
-from durable_steps.worker import Worker
-from durable_steps.errors import BlockedError, NonRetriableError, RetryAfterError
-from durable_steps.workflows import workflow
+from durable_steps_client.worker import Worker
+from durable_steps_client.errors import BlockedError, NonRetriableError, RetryAfterError
+from durable_steps_client.workflows import workflow
 
 dsn, name, lease, concurrency = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 logging.basicConfig(level=logging.INFO, stream=sys.stdout,
@@ -3970,9 +3970,10 @@ sub run_trial
 				my $d = $prev->[4] eq ($st->{task} ? 'fh_ra' : 'DS002') ? $st->{ra} / 1000
 				  : $st->{http} && $prev->[12] =~ /"status": ?429/ ? 1 : backoff_s($st, $n - 1);
 				my $due = $prev->[11] + $d - ($st->{http} ? 0.05 : 0);
-				$v->('early attempt', sprintf("step %s attempt %d claimed %.6f / started %.6f, due at %.6f "
-						  . "(attempt %d %s finished %.6f + %.3f s)", $k, $n, $at->{$n}[9], $at->{$n}[10], $due,
-						$n - 1, $prev->[4], $prev->[11], $d))
+				$v->('early attempt', sprintf("step %s attempt %d claimed %.6f / started %.6f by %s pid %d, due at %.6f "
+						  . "(attempt %d %s finished %.6f + %.3f s, by %s pid %d: %s)", $k, $n, $at->{$n}[9], $at->{$n}[10],
+						$at->{$n}[6], $at->{$n}[7], $due, $n - 1, $prev->[4], $prev->[11], $d, $prev->[6], $prev->[7],
+						$prev->[12]))
 				  if $at->{$n}[9] < $due - 0.001 || $at->{$n}[10] < $due - 0.001;
 			}
 		}
@@ -4499,7 +4500,7 @@ my $ok = eval {
 	print $pf $TASK_WORKER_PY;
 	close $pf;
 	my ($prc, undef, $perr) = run_cmd([ 'env', "PYTHONPATH=$FindBin::RealBin/../clients/python", $PYTHON, '-c',
-		'import psycopg2, durable_steps.worker' ]);
+		'import psycopg2, durable_steps_client.worker' ]);
 	die "$PYTHON cannot run the task workers (python3-psycopg2, clients/python):\n$perr\n" if $prc;
 	my $v = rows("SELECT extversion FROM pg_extension WHERE extname = 'durable_steps'");
 	print "faults: durable_steps $v->[0][0] from " . loaded_library() . ", cluster in $DATA, "

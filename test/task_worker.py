@@ -24,7 +24,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python"))
 
-import durable_steps as ds  # noqa: E402
+import durable_steps_client as ds  # noqa: E402
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "clients", "python"))
 
-import durable_steps as ds  # noqa: E402
+import durable_steps_client as ds  # noqa: E402
 
 dsn = os.environ["TB_DSN"]
 concurrency = int(os.environ.get("TB_CONCURRENCY", "10"))

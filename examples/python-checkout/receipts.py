@@ -33,7 +33,7 @@ import urllib.request
 import psycopg2
 from sqlalchemy.engine import make_url
 
-import durable_steps as ds
+import durable_steps_client as ds
 
 
 def connector(database_url):

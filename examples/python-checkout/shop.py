@@ -17,11 +17,11 @@ docs/app-workflows.md), which waits for the carrier's webhook: POST /orders/<ord
 emits the event `shipped:<order>`.
 
 The calls go through the Python client of durable_steps (clients/python, the package
-durable_steps) on the DBAPI connection under SQLAlchemy's: it passes every SQL text -- the
+durable_steps_client) on the DBAPI connection under SQLAlchemy's: it passes every SQL text -- the
 handler here -- as a bound value, never spliced into a statement (SQLAlchemy's text() rewrites
 `:name` and psycopg2 rewrites `%s`, so the handler's own `$1` must reach durable_steps
 untouched), reads the results into dataclasses, and raises the exception class of each
-documented SQLSTATE (durable_steps.Conflict for DS422, ...), which carries its HTTP status.
+documented SQLSTATE (durable_steps_client.Conflict for DS422, ...), which carries its HTTP status.
 
 Run: PYTHONPATH=../../clients/python DATABASE_URL=postgresql://app@127.0.0.1:6432/shop \
          CHARGE_URL='http://127.0.0.1:8000/charge/{key}' python3 shop.py 5000
@@ -33,7 +33,7 @@ import sys
 from flask import Flask, jsonify, request
 from sqlalchemy import create_engine, text
 
-import durable_steps as ds
+import durable_steps_client as ds
 
 # The handler ds_idempotent runs once per key: one statement, $1 the stored request. It creates
 # the charge as an HTTP step whose run_id is the checkout's key, and the receipt as a task of the

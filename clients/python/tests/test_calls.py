@@ -5,8 +5,8 @@ import time
 import unittest
 import uuid
 
-import durable_steps as ds
-from durable_steps import calls
+import durable_steps_client as ds
+from durable_steps_client import calls
 
 from .support import NEEDS_RENEW, charge_url, connect, has_renew, provider_counts, uid
 

@@ -4,7 +4,7 @@ import os
 import re
 import unittest
 
-import durable_steps as ds
+import durable_steps_client as ds
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 # (file, the heading of its section of SQLSTATE tables)

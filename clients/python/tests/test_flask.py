@@ -16,9 +16,9 @@ from flask import Flask, g, request
 from psycopg2.pool import ThreadedConnectionPool
 from werkzeug.serving import make_server
 
-import durable_steps as ds
-import durable_steps.flask
-from durable_steps.flask import idempotent_view, user_scope
+import durable_steps_client as ds
+import durable_steps_client.flask
+from durable_steps_client.flask import idempotent_view, user_scope
 
 from .support import NEEDS_RENEW, charge_url, dsn, has_renew, provider_counts, server_log_errors, uid
 
@@ -324,13 +324,13 @@ class FlaskDecorator(unittest.TestCase):
     def test_a_view_that_lost_its_lease_knows_it_and_is_409(self):
         key = uid("flask-watch")
         tokens = []
-        begin = durable_steps.flask.idempotent_begin
+        begin = durable_steps_client.flask.idempotent_begin
 
         def recording(*args, **kwargs):
             began = begin(*args, **kwargs)
             tokens.append(began.token)
             return began
-        with unittest.mock.patch.object(durable_steps.flask, "idempotent_begin", recording):
+        with unittest.mock.patch.object(durable_steps_client.flask, "idempotent_begin", recording):
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 running = pool.submit(send, self.base, "/watch", b"{}", key, headers={"X-Wait": "20"})
                 deadline = time.monotonic() + 30

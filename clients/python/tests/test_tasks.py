@@ -17,15 +17,15 @@ import unittest
 
 import psycopg2
 
-import durable_steps as ds
-from durable_steps import Worker
+import durable_steps_client as ds
+from durable_steps_client import Worker
 
 from .support import connect, dsn, uid
 
 # a worker process: run() in its main thread handles SIGTERM; the handler says when it started
 # and returns once the test writes a line to its stdin
 PROCESS = """
-import logging, sys, durable_steps as ds
+import logging, sys, durable_steps_client as ds
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
 worker = ds.Worker(sys.argv[1], concurrency=1, grace=20)
 
@@ -405,7 +405,7 @@ class Tasks(unittest.TestCase):
     def test_a_stale_token_raises_lease_lost_and_rolls_the_write_back(self):
         task, run = uid("stale"), uid("stale-run")
         records = Records()
-        logger = logging.getLogger("durable_steps.worker.test-%s" % task)
+        logger = logging.getLogger("durable_steps_client.worker.test-%s" % task)
         logger.addHandler(records)
         logger.propagate = False
         seen = {}

@@ -14,8 +14,8 @@ import threading
 import time
 import unittest
 
-import durable_steps as ds
-from durable_steps import RetryAfterError, StepFailed, Worker, workflow
+import durable_steps_client as ds
+from durable_steps_client import RetryAfterError, StepFailed, Worker, workflow
 
 from .support import charge_url, connect, dsn, provider_counts
 
@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS pywf_provider (idempotency_key text NOT NULL, attempt
 # the workflow of the kill trial, in a worker process of its own; HANG names the step whose first
 # attempt never returns (the test kills the process there)
 PROCESS = """
-import logging, os, sys, threading, durable_steps as ds
+import logging, os, sys, threading, durable_steps_client as ds
 logging.basicConfig(level=logging.CRITICAL)
 
 @ds.workflow(sys.argv[2], retry={"max_attempts": 20, "initial_ms": 100, "max_ms": 500})

@@ -1,6 +1,6 @@
 """durable_steps for Python: typed calls of the extension's functions over psycopg2, an
 exception class per documented SQLSTATE, a worker that runs tasks (steps whose body is
-application code) in threads, and (durable_steps.flask) a decorator for idempotent requests.
+application code) in threads, and (durable_steps_client.flask) a decorator for idempotent requests.
 See clients/python/README.md."""
 from .calls import (EventEmitted, IdempotentBegin, IdempotentResponse, RunResult, RunStart,
                     StepResult, cancel_step, emit_event, http_step, idempotent, idempotent_abandon,

@@ -268,7 +268,7 @@ class DuplicateFunction(DurableStepsError):
     sqlstate, http_status = "42723", 409
 
 
-# What a task's handler raises to say how its attempt failed (durable_steps.worker): not errors
+# What a task's handler raises to say how its attempt failed (durable_steps_client.worker): not errors
 # PostgreSQL raised, so not DurableStepsErrors and without a SQLSTATE. Any other exception a
 # handler raises is a retryable failure named by its class.
 

@@ -220,7 +220,7 @@ class Worker:
         self.name = worker or "%s:%d" % (socket.gethostname(), os.getpid())
         self.grace = float(grace)
         self.wait_timeout = float(wait_timeout)
-        self.logger = logger or logging.getLogger("durable_steps.worker")
+        self.logger = logger or logging.getLogger("durable_steps_client.worker")
         self._handlers: Dict[str, Handler] = {}
         self._cond = threading.Condition()
         self._running = False

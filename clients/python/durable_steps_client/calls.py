@@ -231,7 +231,7 @@ def task_step(conn_or_cursor, run_id: str, step_id: str, task: str, input: Any =
               on_lost: Optional[str] = None, nowait: Optional[bool] = None,
               expect: Optional[str] = None) -> StepResult:
     """ds_task_step: the step ``(run_id, step_id)`` whose body is the application's handler of
-    ``task`` (durable_steps.worker), stored with the transaction; a worker runs it once this
+    ``task`` (durable_steps_client.worker), stored with the transaction; a worker runs it once this
     commits. ``timeout`` is the handler's deadline per attempt; ``on_lost`` is 'retry' (a lost
     lease is a counted lost attempt) or 'uncertain'; ``expect='row'``: a handler that returns
     None blocks it (DS008). Status 'pending' until a worker ran it."""

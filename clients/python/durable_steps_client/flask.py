@@ -1,6 +1,6 @@
 """A Flask decorator that makes a view idempotent under the client's ``Idempotency-Key``.
 
-    from durable_steps.flask import idempotent_view
+    from durable_steps_client.flask import idempotent_view
 
     @app.post("/checkout")
     @idempotent_view(pool, "checkout")
