@@ -68,3 +68,14 @@ include $(PGXS)
 # that no object keeps an old layout of a shared struct. (After the include, so that PGXS's
 # `all` stays the default goal.)
 $(OBJS): $(wildcard src/*.h src/*/*.h) durable_steps.control
+
+# `make dist`: the PGXN distribution, durable_steps-<version>.zip (META.json at its top), of the
+# files git tracks at HEAD -- nothing built, nothing untracked -- less what .gitattributes marks
+# export-ignore (the client libraries, the benchmarks, the examples: packages of their own or the
+# project's tooling). DIST_DIR is where it goes (the current directory by default).
+DIST_DIR ?= .
+DS_DIST := durable_steps-$(DS_EXTENSION_VERSION)
+.PHONY: dist
+dist:
+	git -C $(ds_top) archive --format zip --prefix=$(DS_DIST)/ -o $(abspath $(DIST_DIR))/$(DS_DIST).zip HEAD
+	@echo "$(abspath $(DIST_DIR))/$(DS_DIST).zip"
