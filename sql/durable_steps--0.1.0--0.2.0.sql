@@ -326,7 +326,10 @@ CREATE OR REPLACE VIEW @extschema@.ds_steps WITH (security_barrier) AS
            s.task, coalesce(s.on_lost, CASE WHEN s.task IS NOT NULL THEN 'retry' END) AS on_lost,
            s.worker,
            -- 'row': a body that returns no row fails (docs/steps.md, "Expecting a row")
-           CASE WHEN s.expect_row THEN 'row' END AS expect
+           CASE WHEN s.expect_row THEN 'row' END AS expect,
+           -- a running task's lease: until when its worker's last heartbeat holds it
+           CASE WHEN s.task IS NOT NULL AND s.status OPERATOR(pg_catalog.=) 'running'
+                THEN s.lease_expires_at END AS lease_expires_at
       FROM durable_steps.steps s
      WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');

@@ -121,6 +121,8 @@ test('20 concurrent identical requests: one charge, exactly one answer not repla
         [JSON.stringify({ order: `checkout:${key}` })]);
     assert.equal(answers.filter((a) => a.replayed !== 'true').length, 1);
     assert.equal(answers.filter((a) => a.replayed === 'true').length, 19);
+    // the repeats waited for the first's commit in the server: none was refused and retried
+    assert.deepEqual(env.serverLogErrors(key), []);
 
     // the charge, sent by the HTTP worker after the first request committed
     const charge = await client.waitStep(`checkout:${key}`, 'charge', '60 s');

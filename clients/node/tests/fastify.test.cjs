@@ -112,6 +112,8 @@ test('20 concurrent identical requests: one charge, exactly one answer not repla
         assert.deepEqual(JSON.parse(a.body.charged.received), body);
     }
     assert.equal(answers.filter((a) => a.replayed !== 'true').length, 1);
+    // the repeats waited for the first's commit in the server: none was refused and retried
+    assert.deepEqual(env.serverLogErrors(key), []);
     const counts = await env.providerCounts();
     assert.equal(counts.charges[key], 1);
     assert.equal(counts.requests[key], 1);
