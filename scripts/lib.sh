@@ -19,12 +19,12 @@ DS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # prometheus-postgres-exporter serves the metrics of monitoring/ (TAP 081); pgbouncer and Flask,
 # SQLAlchemy and psycopg2 run the examples (examples/run-tests); postgresql-15-plproxy is the
 # proxy of examples/plproxy (TAP 085); postgresql-15-auto-failover (pg_autoctl and its monitor
-# extension) runs TAP 088.
+# extension) runs TAP 088; chromium is the browser of the console's tests (console/test).
 DS_PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev postgresql-15-cron
              libipc-run-perl make gcc python3 perl ca-certificates bison flex zlib1g-dev
              python3-croniter prometheus-postgres-exporter pgbouncer python3-flask
              python3-sqlalchemy python3-psycopg2 python3-pip python3-venv
-             postgresql-15-plproxy postgresql-15-auto-failover)
+             postgresql-15-plproxy postgresql-15-auto-failover chromium)
 DS_PACKAGES+=(liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libxslt1-dev libpam0g-dev libicu-dev)  # Citus for TAP 086 (scripts/citus-build)
 
 # The PostgreSQL to build and test against: PG_CONFIG when the caller names one (scripts/test

@@ -111,7 +111,44 @@ SELECT w.metric, NULL, NULL, NULL, (c.j OPERATOR(pg_catalog.->>) w.field)::doubl
   FROM c, (VALUES ('executors', 'executors'), ('executors_busy', 'executors_busy'),
                   ('http_workers', 'http_workers'), ('counters_since', 'since')) w(metric, field)
  WHERE c.j IS NOT NULL
+UNION ALL
+-- the steps waiting for a person, through steps_attention_idx: every status, 0 included, so
+-- that an alert sees the count fall back
+SELECT 'steps_needing_person', NULL, NULL, st.status,
+       (SELECT pg_catalog.count(*) FROM durable_steps.steps s
+         WHERE s.error_class OPERATOR(pg_catalog.=) ANY ('{correctable,uncertain,exhausted,permanent,timeout}'::text[])
+           AND s.status OPERATOR(pg_catalog.=) st.status)::double precision
+  FROM pg_catalog.unnest('{blocked,uncertain,failed}'::text[]) st(status)
+UNION ALL
+-- which database these figures are of: every other row is this database's, but the counters of
+-- the shared memory (attempts_*, attempt_outcomes_total, lost_attempts_total,
+-- http_responses_total, counters_since) are the whole server's
+SELECT 'database', NULL, NULL, pg_catalog.current_database()::text, 1
 $$;
+
+-- The steps that need a person -- blocked, uncertain, failed -- by the class their last failure
+-- left (a re-armed step keeps it until its next outcome: its status tells). The operator's
+-- console reads its inbox here and ds_stats() counts them, never the history. The predicate
+-- names error_class, which no claim changes: a claim stays a HOT update.
+CREATE INDEX steps_attention_idx ON durable_steps.steps (updated_at)
+    WHERE error_class IN ('correctable', 'uncertain', 'exhausted', 'permanent', 'timeout');
+
+-- The attempts of each minute of the last hour, by class, from the counters of the shared
+-- memory (since the server started): what the operator's console draws (docs/console.md). The
+-- whole server's, as ds_stats()'s counters are: for pg_monitor and durable_steps_admin.
+CREATE FUNCTION @extschema@.ds_attempt_minutes(OUT minute timestamptz, OUT class text, OUT attempts bigint)
+    RETURNS SETOF record
+    LANGUAGE sql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+SELECT pg_catalog.to_timestamp(m.key::double precision), c.key, c.value::text::bigint
+  FROM pg_catalog.jsonb_each(durable_steps.ds_step_counters() OPERATOR(pg_catalog.->) 'minutes') m,
+       pg_catalog.jsonb_each(m.value) c
+ WHERE c.value::text::bigint OPERATOR(pg_catalog.>) 0
+ ORDER BY 1, 2
+$$;
+REVOKE ALL ON FUNCTION @extschema@.ds_attempt_minutes() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.ds_attempt_minutes() TO pg_monitor, durable_steps_admin;
 
 -- The partitions in force for every process: a backend reads the configuration file only
 -- between client statements, so a procedure that commits in a loop kept writing a partition

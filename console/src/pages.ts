@@ -121,7 +121,7 @@ function chart(rows: Row[]): Html {
 }
 
 export function overview(v: View, d: {
-    queues: Row[]; attention: Row[]; oldest: Date | null; attempts: Row[]; runs: Row[]; workers: Row[]; taskWorkers: Row[];
+    queues: Row[]; attention: Row[]; oldest: Date | null; attempts: Row[] | null; runs: Row[]; workers: Row[]; taskWorkers: Row[];
 }): Html {
     const count = (rows: Row[], status: string) => rows.find((r) => r.status === status)?.n ?? 0;
     const due = d.queues.reduce((a, q) => a + Number(q.due ?? 0), 0);
@@ -132,7 +132,9 @@ ${['blocked', 'uncertain', 'failed'].map((s) => html`<a class="card attention" h
 <div class="card"><b>${d.oldest ? Math.round((Date.now() - new Date(d.oldest).getTime()) / 1000) + ' s' : '–'}</b> oldest wait</div>
 ${['running', 'waiting', 'blocked', 'pending'].map((s) => html`<a class="card" href="${v.base}/runs?status=${s}"><b>${count(d.runs, s)}</b> runs ${s}</a>`)}
 </section>
-<h2>Attempts, last hour</h2>${chart(d.attempts)}
+<h2>Attempts, last hour</h2>${d.attempts === null
+        ? html`<p class="none">The chart reads the server's counters (ds_attempt_minutes()): members of pg_monitor or durable_steps_admin may.</p>`
+        : chart(d.attempts)}
 <h2>Queues</h2>
 <table><thead><tr><th>queue</th><th>limit</th><th>running</th><th>due</th><th>scheduled</th><th>configured</th>${v.actions ? html`<th></th>` : ''}</tr></thead><tbody>
 ${d.queues.map((q) => html`<tr><td>${q.queue}</td><td>${q.concurrency === null ? 'none' : q.concurrency === 0 ? html`<b>paused</b>` : q.concurrency}</td><td>${q.running}</td><td>${q.due}</td><td>${q.scheduled}</td><td>${time(q.updated_at)}</td>
@@ -141,9 +143,10 @@ ${v.actions ? html`<td>${q.concurrency === 0
         : actionForm(v, 'set-queue', 'pause', { queue: q.queue, concurrency: '0' }, html``, true)}</td>` : ''}</tr>`)}
 </tbody></table>
 <h2>Workers</h2>
+${d.workers.length === 0 ? html`<p class="none">No worker process is visible to this role (pg_monitor members see them all).</p>` : html`
 <table><thead><tr><th>process</th><th>pid</th><th>database</th><th>state</th><th>waiting on</th><th>since</th></tr></thead><tbody>
 ${d.workers.map((w) => html`<tr><td>${w.backend_type}</td><td>${w.pid}</td><td>${w.datname}</td><td>${w.state}</td><td>${w.wait_event}</td><td>${time(w.backend_start)}</td></tr>`)}
-</tbody></table>
+</tbody></table>`}
 <h3>Task workers</h3>
 ${d.taskWorkers.length === 0 ? html`<p class="none">No task is running.</p>` : html`<table><thead><tr><th>worker</th><th>running</th><th>first lease ends</th></tr></thead><tbody>
 ${d.taskWorkers.map((w) => html`<tr><td>${w.worker}</td><td>${w.running}</td><td>${time(w.lease_until)}</td></tr>`)}</tbody></table>`}`;

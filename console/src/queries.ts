@@ -9,6 +9,9 @@ export const PAGE = 50;
 
 export type Row = Record<string, any>;
 
+/** The classes a step that needs a person has: steps_attention_idx holds exactly these. */
+const ATTENTION = "error_class = ANY ('{correctable,uncertain,exhausted,permanent,timeout}'::text[])";
+
 /** A page of rows: `more` when a next page exists. */
 export interface Page {
     rows: Row[];
@@ -33,17 +36,19 @@ export class Queries {
             `SELECT queue, concurrency, running, due, scheduled, updated_at FROM ${this.q}ds_queues ORDER BY queue`)).rows;
         const attention = (await db.query(
             `SELECT status, count(*)::int AS n FROM ${this.q}ds_steps
-              WHERE status IN ('blocked', 'uncertain', 'failed') GROUP BY status`)).rows;
+              WHERE ${ATTENTION} AND status IN ('blocked', 'uncertain', 'failed') GROUP BY status`)).rows;
         const oldest = (await db.query(
             `SELECT min(next_attempt_at) AS oldest FROM ${this.q}ds_steps
               WHERE status IN ('pending', 'retrying') AND next_attempt_at IS NOT NULL
                 AND next_attempt_at <= now()`)).rows[0]?.oldest ?? null;
-        const attempts = (await db.query(
-            `SELECT (extract(epoch FROM date_trunc('minute', finished_at)) * 1000)::float8 AS minute,
-                    class, count(*)::int AS n
-               FROM ${this.q}ds_attempts
-              WHERE finished_at >= date_trunc('minute', now()) - interval '59 minutes' AND class IS NOT NULL
-              GROUP BY 1, 2 ORDER BY 1`)).rows;
+        // the whole server's, from the counters of the shared memory: pg_monitor and
+        // durable_steps_admin may read them; another role's console draws no chart
+        const fn = `${this.q}ds_attempt_minutes()`;
+        const may = (await db.query(
+            `SELECT coalesce(pg_catalog.has_function_privilege(pg_catalog.to_regprocedure($1), 'EXECUTE'), false) AS may`,
+            [fn])).rows[0].may;
+        const attempts: Row[] | null = may ? (await db.query(
+            `SELECT (extract(epoch FROM minute) * 1000)::float8 AS minute, class, attempts::int AS n FROM ${fn}`)).rows : null;
         const runs = (await db.query(
             `SELECT status, count(*)::int AS n FROM ${this.q}ds_runs
               WHERE status IN ('pending', 'running', 'waiting', 'blocked') GROUP BY status`)).rows;
@@ -65,7 +70,7 @@ export class Queries {
                     s.error_message, s.remediation, s.updated_at, s.owner::text AS owner,
                     r.workflow, r.status AS run_status
                FROM ${this.q}ds_steps s LEFT JOIN ${this.q}ds_runs r ON r.run_id = s.run_id AND r.current_step = s.step_id
-              WHERE s.status = ANY ($1::text[])
+              WHERE s.${ATTENTION} AND s.status = ANY ($1::text[])
               ORDER BY s.updated_at DESC, s.run_id, s.step_id`, [statuses], offset);
     }
 

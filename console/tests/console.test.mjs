@@ -88,7 +88,13 @@ before(async () => {
              END IF;
            END $$;
            GRANT durable_steps_admin TO console_limited;
-           GRANT console_limited TO ${connection.user};`);
+           GRANT console_limited TO ${connection.user};
+           DO $$ BEGIN
+             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_plain') THEN
+                 CREATE ROLE console_plain NOLOGIN;
+             END IF;
+           END $$;
+           GRANT console_plain TO ${connection.user};`);
 
     // a step blocked until its input is corrected
     await ds.runStep(blocked.run, blocked.step,
@@ -119,7 +125,8 @@ before(async () => {
 
     const app = express();
     app.use('/durable', durableConsole({ pool, actions: true, refreshSeconds: 2, log: (e) => actionsLog.push(e) }));
-    app.use('/readonly', durableConsole({ pool }));
+    // read-only, as a role of no privileges of its own
+    app.use('/readonly', durableConsole({ pool, role: () => 'console_plain' }));
     app.use('/limited', durableConsole({ pool, actions: true, role: () => 'console_limited', log: (e) => actionsLog.push(e) }));
     await new Promise((resolve) => {
         server = app.listen(0, '127.0.0.1', resolve);
@@ -165,6 +172,12 @@ test('every page renders with real data', async () => {
         await assertInert();
         await shot(name);
     }
+    // the chart reads the server's counters, which durable_steps_admin may (the pool's role may not)
+    await page.goto(`${base}/limited/`);
+    assert.ok(await page.locator('svg.chart rect').count() > 0, 'the chart of the last hour has bars');
+    await shot('overview-admin');
+    await page.goto(`${base}/readonly/`);
+    assert.match(await page.locator('main').innerText(), /members of pg_monitor or durable_steps_admin may/);
 });
 
 test('every piece of step text is rendered as text: SQL, input, errors, ids, HTTP bodies', async () => {

@@ -28,6 +28,13 @@ typedef struct RecentSecond
 	uint64		n[N_STEP_KINDS][DS_COUNTED_CLASSES];
 } RecentSecond;
 
+/* One minute of the ring of the last hour: the attempts recorded in it, by class. */
+typedef struct RecentMinute
+{
+	int64		minute;			/* minutes since the epoch */
+	uint64		n[DS_COUNTED_CLASSES];
+} RecentMinute;
+
 typedef struct SharedCounters
 {
 	pg_atomic_uint64 attempts[N_STEP_KINDS][DS_COUNTED_CLASSES];
@@ -37,6 +44,7 @@ typedef struct SharedCounters
 	TimestampTz since;
 	slock_t		ring_lock;
 	RecentSecond ring[DS_RECENT_SECONDS];
+	RecentMinute minutes[DS_RECENT_MINUTES];
 } SharedCounters;
 
 /* A count not yet committed: n attempts alike, recorded at subtransaction level `level`. */
@@ -109,6 +117,7 @@ apply_pending(void)
 {
 	int64		second = (int64) (GetCurrentTimestamp() / USECS_PER_SEC);
 	RecentSecond *slot = &counters->ring[second % DS_RECENT_SECONDS];
+	RecentMinute *minute = &counters->minutes[(second / 60) % DS_RECENT_MINUTES];
 	uint64		n[N_STEP_KINDS][DS_COUNTED_CLASSES];
 	ListCell   *lc;
 
@@ -130,9 +139,17 @@ apply_pending(void)
 		memset(slot->n, 0, sizeof(slot->n));
 		slot->second = second;
 	}
+	if (minute->minute != second / 60)
+	{
+		memset(minute->n, 0, sizeof(minute->n));
+		minute->minute = second / 60;
+	}
 	for (int k = 0; k < N_STEP_KINDS; k++)
 		for (int c = 0; c < DS_COUNTED_CLASSES; c++)
+		{
 			slot->n[k][c] += n[k][c];
+			minute->n[c] += n[k][c];
+		}
 	SpinLockRelease(&counters->ring_lock);
 }
 
@@ -286,6 +303,20 @@ ds_read_step_counters(StepCounters *out)
 			for (int k = 0; k < N_STEP_KINDS; k++)
 				for (int c = 0; c < DS_COUNTED_CLASSES; c++)
 					out->recent[k][c] += slot.n[k][c];
+	}
+	for (int i = 0; i < DS_RECENT_MINUTES; i++)
+	{
+		RecentMinute m;
+
+		SpinLockAcquire(&counters->ring_lock);
+		m = counters->minutes[i];
+		SpinLockRelease(&counters->ring_lock);
+		/* the last DS_RECENT_MINUTES minutes, this one included */
+		if (m.minute > now / 60 - DS_RECENT_MINUTES && m.minute <= now / 60)
+		{
+			out->minute_of[i] = m.minute;
+			memcpy(out->minutes[i], m.n, sizeof(m.n));
+		}
 	}
 	return true;
 }

@@ -5,7 +5,8 @@
  * An attempt is counted when the transaction that records it commits: a recording that rolls
  * back (the caller's transaction, a savepoint, an executor that ended) counts nothing, and a
  * lost attempt is counted once, when its loss is recorded. Each count goes to a cumulative
- * counter and to the second it committed in, of a ring of the last 60 seconds. An HTTP response
+ * counter, to the second it committed in, of a ring of the last 60 seconds, and to its minute,
+ * of a ring of the last 60 minutes (the operator's console draws the last hour from it). An HTTP response
  * is counted by the HTTP worker when it arrives, whatever becomes of its recording. A crash or
  * a restart of the server starts every counter again from zero, as PostgreSQL's own statistics
  * do; Prometheus's rate() and increase() read such a reset as one.
@@ -31,6 +32,9 @@
 /* How many seconds back ds_read_step_counters sums the recent attempts. */
 #define DS_RECENT_SECONDS 60
 
+/* How many minutes back ds_read_step_counters reads the attempts of each minute. */
+#define DS_RECENT_MINUTES 60
+
 /* A reading of the counters. */
 typedef struct StepCounters
 {
@@ -48,6 +52,14 @@ typedef struct StepCounters
 	uint64		recent[N_STEP_KINDS][DS_COUNTED_CLASSES];
 	/* HTTP transfers finished, by status class (DS_HTTP_NO_RESPONSE: none) */
 	uint64		http[DS_COUNTED_HTTP_CLASSES];
+
+	/*
+	 * attempts recorded in each of the last DS_RECENT_MINUTES minutes, by
+	 * class: minutes[i] is minute minute_of[i] (minutes since the epoch; 0:
+	 * none recorded in it)
+	 */
+	int64		minute_of[DS_RECENT_MINUTES];
+	uint64		minutes[DS_RECENT_MINUTES][DS_COUNTED_CLASSES];
 	TimestampTz since;			/* when the counters started (the server's
 								 * start) */
 } StepCounters;

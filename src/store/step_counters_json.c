@@ -81,6 +81,21 @@ ds_step_counters(PG_FUNCTION_ARGS)
 		appendStringInfo(&buf, "%s\"%s\": " UINT64_FORMAT, h > 0 ? ", " : "", http_names[h],
 						 c.http[h]);
 	appendStringInfoChar(&buf, '}');
+	/* the minutes of the last hour with attempts: {"<Unix time>": {"<class>": n}} */
+	appendStringInfoString(&buf, ", \"minutes\": {");
+	for (int i = 0, first = 1; i < DS_RECENT_MINUTES; i++)
+	{
+		if (c.minute_of[i] == 0)
+			continue;
+		appendStringInfo(&buf, "%s\"" INT64_FORMAT "\": {", first ? "" : ", ",
+						 c.minute_of[i] * 60 - SetEpochTimestamp() / USECS_PER_SEC);
+		first = 0;
+		for (int k = 0; k < DS_COUNTED_CLASSES; k++)
+			appendStringInfo(&buf, "%s\"%s\": " UINT64_FORMAT, k > 0 ? ", " : "", class_name(k),
+							 c.minutes[i][k]);
+		appendStringInfoChar(&buf, '}');
+	}
+	appendStringInfoChar(&buf, '}');
 
 	/*
 	 * this database's workers, as their slots say (written without a lock: a
