@@ -117,13 +117,19 @@ is($m->{'durable_steps_outcomes_total{kind="sql",status="failed"}'}, 1, 'outcome
 is($m->{'durable_steps_lost_attempts_total{kind="sql"}'}, 0, 'lost_attempts_total: none');
 is($m->{'durable_steps_http_responses_total{class="2xx"}'}, 1, 'http_responses_total: one 2xx');
 is($m->{'durable_steps_recent_attempts{class="completed",kind="sql"}'}, 3, 'the attempts of the last minute');
-is($m->{'durable_steps_steps_in_flight{kind="sql",queue="paused",status="pending"}'}, 1, 'steps_in_flight: the parked step');
-is($m->{'durable_steps_due_steps{kind="sql",queue="paused"}'}, 1, 'due_steps: it is due');
-cmp_ok($m->{'durable_steps_due_oldest_seconds{kind="sql",queue="paused"}'} // 0, '>=', 60, 'due_oldest_seconds: for a minute');
-is($m->{'durable_steps_workers_executors'}, 1, 'workers_executors: one executor');
-is($m->{'durable_steps_workers_http_workers'}, 1, 'workers_http_workers: the HTTP worker');
-is($m->{'durable_steps_runs_in_flight{status="waiting"}'}, 1, 'runs_in_flight: the waiting run');
-is($m->{'durable_steps_runs_waiting_runs{reason="event"}'}, 1, 'runs_waiting_runs: it waits for an event');
+is($m->{'durable_steps_steps_in_flight{database="postgres",kind="sql",queue="paused",status="pending"}'}, 1, 'steps_in_flight: the parked step');
+is($m->{'durable_steps_due_steps{database="postgres",kind="sql",queue="paused"}'}, 1, 'due_steps: it is due');
+cmp_ok($m->{'durable_steps_due_oldest_seconds{database="postgres",kind="sql",queue="paused"}'} // 0, '>=', 60, 'due_oldest_seconds: for a minute');
+is($m->{'durable_steps_workers_executors{database="postgres"}'}, 1, 'workers_executors: one executor');
+is($m->{'durable_steps_workers_http_workers{database="postgres"}'}, 1, 'workers_http_workers: the HTTP worker');
+is($m->{'durable_steps_runs_in_flight{database="postgres",status="waiting"}'}, 1, 'runs_in_flight: the waiting run');
+is($m->{'durable_steps_runs_waiting_runs{database="postgres",reason="event"}'}, 1, 'runs_waiting_runs: it waits for an event');
+is($m->{'durable_steps_attention_steps{database="postgres",status="failed"}'}, 1, 'attention_steps: the failed step needs a person');
+is($m->{'durable_steps_attention_steps{database="postgres",status="blocked"}'}, 0, 'attention_steps: none blocked (0, not absent)');
+
+# the alert rules shipped beside the query file watch only metrics the exporter serves
+my @alerted = slurp_file("$FindBin::RealBin/../../monitoring/alerts.yaml") =~ /\b(durable_steps_[a-z_]+)/g;
+ok(@alerted >= 3, 'the alert rules watch the metrics (' . scalar(@alerted) . ' of them)');
 
 # the Grafana dashboard shipped beside the query file graphs only metrics the exporter serves
 my $dashboard = decode_json(slurp_file("$FindBin::RealBin/../../monitoring/grafana-dashboard.json"));
@@ -131,6 +137,7 @@ my %served = map { /^([a-z_]+)/ ? ($1 => 1) : () } keys %$m;
 my @queried = map { $_->{expr} =~ /\b(durable_steps_[a-z_]+)/g } map { @{ $_->{targets} } } @{ $dashboard->{panels} };
 ok(@queried >= 9, 'the dashboard queries the metrics (' . scalar(@queried) . ' of them)');
 is(join(', ', grep { !$served{$_} } @queried), '', 'every metric the dashboard queries is served');
+is(join(', ', grep { !$served{$_} } @alerted), '', 'every metric the alert rules watch is served');
 
 # more steps: the counter moves at the next scrape
 $node->safe_psql('postgres', q{SET ROLE app; SELECT ds_run_step('mix', 'more-' || i, 'SELECT 1') FROM generate_series(1, 5) i});
