@@ -9,6 +9,12 @@ export const PAGE = 50;
 
 export type Row = Record<string, any>;
 
+/**
+ * The steps waiting or running, as the two indexes that hold exactly them (steps_due_idx and
+ * steps_task_due_idx) read them: never the history.
+ */
+const LIVE = 'next_attempt_at IS NOT NULL AND (task IS NULL OR task IS NOT NULL)';
+
 /** The classes a step that needs a person has: steps_attention_idx holds exactly these. */
 const ATTENTION = "error_class = ANY ('{correctable,uncertain,exhausted,permanent,timeout}'::text[])";
 
@@ -39,8 +45,7 @@ export class Queries {
               WHERE ${ATTENTION} AND status IN ('blocked', 'uncertain', 'failed') GROUP BY status`)).rows;
         const oldest = (await db.query(
             `SELECT min(next_attempt_at) AS oldest FROM ${this.q}ds_steps
-              WHERE status IN ('pending', 'retrying') AND next_attempt_at IS NOT NULL
-                AND next_attempt_at <= now()`)).rows[0]?.oldest ?? null;
+              WHERE ${LIVE} AND status IN ('pending', 'retrying') AND next_attempt_at <= now()`)).rows[0]?.oldest ?? null;
         // the whole server's, from the counters of the shared memory: pg_monitor and
         // durable_steps_admin may read them; another role's console draws no chart
         const fn = `${this.q}ds_attempt_minutes()`;
@@ -58,7 +63,7 @@ export class Queries {
               WHERE backend_type LIKE 'durable_steps%' ORDER BY backend_type, pid`)).rows;
         const taskWorkers = (await db.query(
             `SELECT worker, count(*)::int AS running, min(lease_expires_at) AS lease_until
-               FROM ${this.q}ds_steps WHERE kind = 'task' AND status = 'running' AND worker IS NOT NULL
+               FROM ${this.q}ds_steps WHERE ${LIVE} AND task IS NOT NULL AND status = 'running' AND worker IS NOT NULL
               GROUP BY worker ORDER BY worker`)).rows;
         return { queues, attention, oldest, attempts, runs, workers, taskWorkers };
     }
@@ -108,7 +113,7 @@ export class Queries {
             `SELECT run_id, step_id, task, status, worker, attempt, max_attempts, next_attempt_at,
                     lease_expires_at, on_lost, queue, priority, updated_at
                FROM ${this.q}ds_steps
-              WHERE kind = 'task' AND status IN ('pending', 'retrying', 'running')
+              WHERE ${LIVE} AND task IS NOT NULL AND status IN ('pending', 'retrying', 'running')
               ORDER BY status = 'running' DESC, next_attempt_at, run_id, step_id`, [], offset);
     }
 

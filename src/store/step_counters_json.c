@@ -81,7 +81,8 @@ ds_step_counters(PG_FUNCTION_ARGS)
 		appendStringInfo(&buf, "%s\"%s\": " UINT64_FORMAT, h > 0 ? ", " : "", http_names[h],
 						 c.http[h]);
 	appendStringInfoChar(&buf, '}');
-	/* the minutes of the last hour with attempts: {"<Unix time>": {"<class>": n}} */
+
+	/* the minutes of the last hour with attempts, by their Unix time */
 	appendStringInfoString(&buf, ", \"minutes\": {");
 	for (int i = 0, first = 1; i < DS_RECENT_MINUTES; i++)
 	{
