@@ -182,21 +182,30 @@ ds_turn_only_records(const char *run_id, const char *step_id, Oid run_owner, int
 	bool		unnamed = false;
 	StepRecord	rec;
 
-	if (step_id == NULL)
-		return false;
 	for (int i = 0; i < n; i++)
 	{
 		if (entries[i].step_id == NULL)
 			unnamed = true;
-		else if (strcmp(entries[i].step_id, step_id) == 0)
+		else if (step_id != NULL && strcmp(entries[i].step_id, step_id) == 0)
 			return true;
 	}
+	if (!unnamed)
+		return false;
 
 	/*
-	 * one that names no step is the step's only when the turn creates it: the
-	 * run owner's, as no other role's step is ever charged
+	 * One that names no step is recorded at the first step the turn creates,
+	 * whose body it then does not run: a turn holding one runs a body only at
+	 * a step that exists and is due. `step_id` is the run's current step as
+	 * the last turn that committed left it (a lost turn writes none): the
+	 * lost turn either went on from it to a new step, where it only recorded,
+	 * or ran it, which it could only if it is the owner's SQL step and waits
+	 * to run. Charging the turn otherwise would record its loss a second
+	 * time, as an attempt the step never made.
 	 */
-	return unnamed && !ds_store_lock_step(run_id, step_id, &rec);
+	if (step_id == NULL || !ds_store_lock_step(run_id, step_id, &rec))
+		return true;
+	return !(ds_step_kinds[rec.kind].has_sql_body && rec.owner == run_owner &&
+			 (rec.status == STEP_RETRYING || rec.status == STEP_PENDING));
 }
 
 int

@@ -68,11 +68,13 @@ extern bool ds_record_turn_attempt_on_step(const char *run_id, const char *step_
 										   Oid run_owner, int sqlerrcode, TimestampTz claimed_at);
 
 /*
- * Does a turn that reaches step `step_id` of run `run_id` only record attempts earlier turns
- * lost (`n` `entries`, the run's unrecorded_attempts), without running the step's body? Its
- * ds_run_step does when one of them names the step, or names none and the step does not exist
- * yet (run_step.c). Such a turn, lost or interrupted at the step, ran nothing more of it: the
- * step is charged the attempts it was recording, and no other.
+ * Does a lost turn of run `run_id`, whose last committed turn left it at step `step_id` (NULL:
+ * none yet), only record attempts earlier turns lost (`n` `entries`, the run's
+ * unrecorded_attempts), without running a step's body? Its ds_run_step does when one of them
+ * names the step, or names none and the turn reaches a step that does not exist yet (run_step.c):
+ * unless the turn could have run `step_id` itself, the owner's SQL step waiting to run. Such a
+ * turn, lost or interrupted, ran nothing more: the step is charged the attempts it was
+ * recording, and no other.
  */
 extern bool ds_turn_only_records(const char *run_id, const char *step_id, Oid run_owner, int n,
 								 const UnrecordedAttempt *entries);

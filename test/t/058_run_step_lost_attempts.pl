@@ -346,8 +346,10 @@ COMMIT;
 	# step's body does not run in that turn). Lost in turn, after a crash, before it committed
 	# them, it ran nothing more of the step: the step is charged the attempt recorded, and no
 	# second one. The state such a crash leaves is made by hand -- the run held by a process
-	# that is gone, at s2, which it had yet to create, with its lost attempt 1 to record -- as a
-	# kill cannot be timed to land between a recording's start and its commit.
+	# that is gone, which was going on from its gate to s2, not yet created, with its lost
+	# attempt 1 to record -- as a kill cannot be timed to land between a recording's start and
+	# its commit. The run's current step stays the gate, as the last turn that committed left it
+	# (a lost turn writes none): the gate is no step the lost turn could have run.
 	my $t = 'a turn lost while it recorded an earlier loss';
 	my $run = 'relost';
 	my $off = log_offset($node);
@@ -368,7 +370,7 @@ END $$;
 		'postgres', qq{
 BEGIN;
 SELECT ds_emit_event('go:$run');
-UPDATE durable_steps.runs SET status = 'running', claimed_by = 999999, current_step = 's2',
+UPDATE durable_steps.runs SET status = 'running', claimed_by = 999999,
        updated_at = clock_timestamp(), next_wake_at = NULL, unrecorded_attempts = '{DS007}'
  WHERE run_id = '$run';
 COMMIT;
@@ -383,6 +385,43 @@ COMMIT;
 		"$t: s2 is charged the one lost attempt it had to record, then completes");
 	is($node->safe_psql('postgres', qq{SELECT string_agg(step || ':' || attempt, ',' ORDER BY step) FROM ledger WHERE run = '$run'}),
 		's1:1,s2:2', "$t: each effect committed once");
+}
+
+{
+	# The same at a run's first step: the run has no current step yet
+	my $t = 'a first turn lost while it recorded an earlier loss';
+	my $run = 'relost-first';
+	my $off = log_offset($node);
+	$node->safe_psql(
+		'postgres', q{
+CREATE FUNCTION gated_first(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM ds_await_event('gate', 'go:' || run_id);
+    RETURN ds_step('s1', 'SELECT effect()');
+END $$;
+});
+	$node->safe_psql('postgres', qq{SELECT ds_start_run('gated_first', '{}', '$run')});
+	ok( poll_until($node, 'postgres',
+			qq{SELECT status || ':' || current_step FROM ds_runs WHERE run_id = '$run'}, 'waiting:gate'),
+		"$t: the run waits at its gate");
+	$node->safe_psql(
+		'postgres', qq{
+BEGIN;
+SELECT ds_emit_event('go:$run');
+UPDATE durable_steps.runs SET status = 'running', claimed_by = 999999, current_step = NULL,
+       updated_at = clock_timestamp(), next_wake_at = NULL, unrecorded_attempts = '{DS007}'
+ WHERE run_id = '$run';
+COMMIT;
+});
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend(" . executor_pid($node) . ")");
+	ok(poll_log($node, $off, qr/the turn of run relost-first was lost with its executor; running it again/),
+		"$t: the lost turn is found");
+	ok(poll_until($node, 'postgres', qq{SELECT status FROM ds_runs WHERE run_id = '$run'}, 'succeeded'),
+		"$t: the run succeeds");
+	is_deeply(attempt_classes($run, 's1'), [ { attempt => 1, class => 'retryable', error_code => 'DS007' }, { attempt => 2, class => 'completed', error_code => undef } ],
+		"$t: s1 is charged the one lost attempt it had to record, then completes");
+	is($node->safe_psql('postgres', qq{SELECT string_agg(step || ':' || attempt, ',' ORDER BY step) FROM ledger WHERE run = '$run'}),
+		's1:2', "$t: its effect committed once");
 }
 
 unlike(slurp_file($node->logfile), $crash_re, 'no server process crashed');
