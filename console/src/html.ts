@@ -63,7 +63,3 @@ export function time(value: Date | string | null | undefined): Html {
     return html`<time datetime="${d.toISOString()}">${d.toISOString().replace('T', ' ').replace('Z', '')}</time>`;
 }
 
-/** A URL path of segments, each percent-encoded: ids become one segment each, whatever they hold. */
-export function path(base: string, ...segments: string[]): string {
-    return base + segments.map((s) => '/' + encodeURIComponent(s)).join('');
-}

@@ -36,6 +36,7 @@ export function durableConsole<Req extends IncomingMessage = IncomingMessage>(op
 /** What the Fastify plugin uses of Fastify. */
 interface FastifyLike {
     prefix: string;
+    hasContentTypeParser(type: string): boolean;
     addContentTypeParser(type: string, opts: { parseAs: 'string' },
         parser: (req: unknown, body: string, done: (err: Error | null, body?: unknown) => void) => void): void;
     route(opts: { method: string[]; url: string; handler: (request: FastifyRequestLike, reply: FastifyReplyLike) => Promise<void> }): void;
@@ -58,15 +59,26 @@ export function fastifyConsole(options: ConsoleOptions<IncomingMessage>) {
     const console_ = new Console<IncomingMessage>(options);
     async function plugin(fastify: FastifyLike): Promise<void> {
         const base = fastify.prefix.replace(/\/+$/, '');
-        // the actions' forms, as text: the console reads them itself
-        fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' },
-            (_req, body, done) => done(null, body));
+        // the actions' forms, as text, the console reads them itself (or as an application's
+        // parser of them, @fastify/formbody's, made them)
+        if (!fastify.hasContentTypeParser('application/x-www-form-urlencoded')) {
+            fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' },
+                (_req, body, done) => done(null, body));
+        }
         const handler = async (request: FastifyRequestLike, reply: FastifyReplyLike) => {
             reply.hijack();
             const raw = request.raw as IncomingMessage & { body?: unknown };
             raw.body = request.body;
             const url = (raw.url ?? '/').slice(base.length) || '/';
-            await console_.handle(raw, reply.raw, base, url);
+            try {
+                await console_.handle(raw, reply.raw, base, url);
+            } catch {
+                // hijacked: nobody else answers
+                if (!reply.raw.headersSent) {
+                    reply.raw.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8' });
+                }
+                reply.raw.end('durable_steps console: internal error');
+            }
         };
         fastify.route({ method: ['GET', 'HEAD', 'POST'], url: '/', handler });
         fastify.route({ method: ['GET', 'HEAD', 'POST'], url: '/*', handler });

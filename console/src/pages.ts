@@ -1,7 +1,7 @@
 // The console's pages: functions from what the queries read to HTML, every value through the
 // `html` template (html.ts), so that no text of a step is ever markup.
 
-import { Html, html, json, path, time } from './html.js';
+import { Html, html, json, time } from './html.js';
 import { PAGE, type Page, type Row } from './queries.js';
 
 /** What every page is rendered with. */
@@ -41,12 +41,21 @@ function badge(status: string | null | undefined): Html {
     return html`<span class="status s-${status ?? 'none'}">${status ?? '–'}</span>`;
 }
 
+/** A step's page: its ids in the query string, whatever they hold ('.', '/', '%'). */
+export function stepHref(v: View, runId: string, stepId: string): string {
+    return `${v.base}/step?${new URLSearchParams({ run: runId, step: stepId }).toString()}`;
+}
+
+export function runHref(v: View, runId: string): string {
+    return `${v.base}/run?${new URLSearchParams({ id: runId }).toString()}`;
+}
+
 function stepLink(v: View, runId: string, stepId: string): Html {
-    return html`<a class="id" href="${path(v.base + '/steps', runId, stepId)}">${runId} / ${stepId}</a>`;
+    return html`<a class="id" href="${stepHref(v, runId, stepId)}">${runId} / ${stepId}</a>`;
 }
 
 function runLink(v: View, runId: string): Html {
-    return html`<a class="id" href="${path(v.base + '/runs', runId)}">${runId}</a>`;
+    return html`<a class="id" href="${runHref(v, runId)}">${runId}</a>`;
 }
 
 function pager(v: View, route: string, params: Record<string, string | null>, offset: number, p: Page): Html {
@@ -265,7 +274,7 @@ ${d.steps.length === 0 ? html`<p class="none">No step yet.</p>` : html`<ol class
 ${d.steps.map((s) => {
         const a = new Date(s.created_at).getTime();
         const b = new Date(s.finished_at ?? s.updated_at).getTime();
-        return html`<li>${badge(s.status)} <a class="id" href="${path(v.base + '/steps', r.run_id, s.step_id)}">${s.step_id}</a> <span class="kind">${s.kind}</span>
+        return html`<li>${badge(s.status)} <a class="id" href="${stepHref(v, r.run_id, s.step_id)}">${s.step_id}</a> <span class="kind">${s.kind}</span>
 ${s.event ? html` event <code>${s.event}</code>` : ''} ${s.attempt > 0 ? html`attempt ${s.attempt}/${s.max_attempts}` : ''}
 ${s.error_code ? html` <code>${s.error_code}</code> ${s.error_message}` : ''}${s.remediation ? html` — ${s.remediation}` : ''}
 <svg class="span" viewBox="0 0 1000 6" preserveAspectRatio="none"><rect x="${(((a - t0) / (t1 - t0)) * 1000).toFixed(1)}" y="0" width="${Math.max(2, ((b - a) / (t1 - t0)) * 1000).toFixed(1)}" height="6" fill="#1565c0"/></svg>

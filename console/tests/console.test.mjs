@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
+import { request } from 'node:http';
 import { dirname, join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -52,6 +53,9 @@ const PAYLOAD_SQL = `SELECT ds_blocked('<script>window.__xss="error"</script> re
     'fix it: <img src=x onerror="window.__xss=''remediation''">') /* <script>window.__xss="sql"</script> */`;
 let waitingRun;
 let httpRun;
+
+const stepPath = (mount, run, step) => `/${mount}/step?${new URLSearchParams({ run, step })}`;
+const runPath = (mount, run) => `/${mount}/run?${new URLSearchParams({ id: run })}`;
 
 async function until(what, probe, ms = 60_000) {
     const deadline = Date.now() + ms;
@@ -128,6 +132,7 @@ before(async () => {
     // read-only, as a role of no privileges of its own
     app.use('/readonly', durableConsole({ pool, role: () => 'console_plain' }));
     app.use('/limited', durableConsole({ pool, actions: true, role: () => 'console_limited', log: (e) => actionsLog.push(e) }));
+    app.use('/none', durableConsole({ pool, role: () => 'NONE' }));
     await new Promise((resolve) => {
         server = app.listen(0, '127.0.0.1', resolve);
     });
@@ -155,9 +160,9 @@ test('every page renders with real data', async () => {
         ['overview', '/durable/', 'Overview', 'Attempts, last hour'],
         ['inbox', '/durable/inbox', 'Needs a person', blocked.run],
         ['runs', '/durable/runs', 'Runs', waitingRun],
-        ['run', `/durable/runs/${encodeURIComponent(waitingRun)}`, 'Run', 'console-event:'],
-        ['step', `/durable/steps/${encodeURIComponent(blocked.run)}/${blocked.step}`, 'Step', 'send a positive qty'],
-        ['http-step', `/durable/steps/${encodeURIComponent(httpRun)}/charge`, 'Step', 'Response'],
+        ['run', runPath('durable', waitingRun), 'Run', 'console-event:'],
+        ['step', stepPath('durable', blocked.run, blocked.step), 'Step', 'send a positive qty'],
+        ['http-step', stepPath('durable', httpRun, 'charge'), 'Step', 'Response'],
         ['tasks', '/durable/tasks', 'Tasks', 'console-email'],
         ['schedules', '/durable/schedules', 'Schedules', ''],
         ['keys', '/durable/keys', 'Idempotency keys', id('done')],
@@ -181,7 +186,7 @@ test('every page renders with real data', async () => {
 });
 
 test('every piece of step text is rendered as text: SQL, input, errors, ids, HTTP bodies', async () => {
-    await page.goto(`${base}/durable/steps/${encodeURIComponent(hostile.run)}/${encodeURIComponent(hostile.step)}`);
+    await page.goto(base + stepPath('durable', hostile.run, hostile.step));
     const text = await page.locator('main').innerText();
     for (const payload of ['<script>window.__xss="sql"</script>', "<script>window.__xss='input'</script>",
         '<script>window.__xss="error"</script>', 'onerror="window.__xss=\'remediation\'"', hostile.step]) {
@@ -191,7 +196,7 @@ test('every piece of step text is rendered as text: SQL, input, errors, ids, HTT
     await shot('payloads-step');
     await page.goto(`${base}/durable/inbox`);
     await assertInert();
-    await page.goto(`${base}/durable/steps/${encodeURIComponent(httpRun)}/charge`);
+    await page.goto(base + stepPath('durable', httpRun, 'charge'));
     assert.ok((await page.locator('main').innerText()).includes('window.__xss=\\"http body\\"'));
     await assertInert();
     // the live refresh puts the server's escaped fragment in place: still inert
@@ -201,7 +206,7 @@ test('every piece of step text is rendered as text: SQL, input, errors, ids, HTT
 });
 
 test('a blocked step re-armed with corrected input is seen to succeed', async () => {
-    await page.goto(`${base}/durable/steps/${encodeURIComponent(blocked.run)}/${blocked.step}`);
+    await page.goto(base + stepPath('durable', blocked.run, blocked.step));
     const form = page.locator('form.action', { has: page.locator('button', { hasText: 'Re-arm' }) });
     await form.locator('textarea[name=input]').fill('{"qty": 2}');
     await form.locator('button').click();
@@ -212,7 +217,7 @@ test('a blocked step re-armed with corrected input is seen to succeed', async ()
     await shot('done');
     // the worker runs it again; the step's page shows it succeed
     await until('the step to succeed', async () => {
-        await page.goto(`${base}/durable/steps/${encodeURIComponent(blocked.run)}/${blocked.step}`);
+        await page.goto(base + stepPath('durable', blocked.run, blocked.step));
         return (await page.locator('h1 .status').innerText()) === 'succeeded';
     });
     assert.deepEqual((await ds.waitStep(blocked.run, blocked.step, '1 s')).result, 2);
@@ -220,7 +225,7 @@ test('a blocked step re-armed with corrected input is seen to succeed', async ()
 });
 
 test('a run is cancelled from its page', async () => {
-    await page.goto(`${base}/durable/runs/${encodeURIComponent(waitingRun)}`);
+    await page.goto(base + runPath('durable', waitingRun));
     await page.locator('form.action button', { hasText: 'Cancel the run' }).click();
     await page.locator('main button', { hasText: 'Confirm' }).click();
     assert.match(await page.locator('main').innerText(), /the run is cancelled/);
@@ -230,7 +235,7 @@ test('a run is cancelled from its page', async () => {
 test("an action beyond the operator's rights shows the database's error", async () => {
     const other = { run: id('limited'), step: 'reserve' };
     await ds.runStep(other.run, other.step, `SELECT ds_blocked('no', 'yes')`);
-    await page.goto(`${base}/limited/steps/${encodeURIComponent(other.run)}/${other.step}`);
+    await page.goto(base + stepPath('limited', other.run, other.step));
     const form = page.locator('form.action', { has: page.locator('button', { hasText: 'Re-arm' }) });
     await form.locator('textarea[name=input]').fill('{"corrected": true}');
     await form.locator('button').click();
@@ -246,7 +251,7 @@ test("an action beyond the operator's rights shows the database's error", async 
 
 test('a POST without the CSRF token, or from another site, is refused; a read-only console has no actions', async () => {
     const run = (await ds.startRun('console_wait', {})).runId;
-    await page.goto(`${base}/durable/runs/${encodeURIComponent(run)}`);
+    await page.goto(base + runPath('durable', run));
     const token = await page.locator('form.action input[name=csrf]').first().inputValue();
     // the cookie the browser sends to this mount path, as it sends it
     const cookies = (await page.context().cookies(`${base}/durable/`)).filter((c) => c.path === '/durable')
@@ -266,13 +271,30 @@ test('a POST without the CSRF token, or from another site, is refused; a read-on
     assert.equal(noCookie.status, 403);
     const elsewhere = await post('/durable/actions/cancel-run', { run_id: run, confirm: '1', csrf: token }, { Origin: 'http://evil.example' });
     assert.equal(elsewhere.status, 403);
+    // a redirect's Origin, null, is no origin of this site
+    const redirected = await post('/durable/actions/cancel-run', { run_id: run, confirm: '1', csrf: token }, { Origin: 'null' });
+    assert.equal(redirected.status, 403);
+    // a cookie planted beside ours (a sibling subdomain's): its value is no token, the form's
+    // token is the HMAC of the cookie, which only the console can make
+    const planted = 'a'.repeat(64);
+    const forged = await fetch(`${base}/durable/actions/cancel-run`, {
+        method: 'POST', body: new URLSearchParams({ run_id: run, confirm: '1', csrf: planted }),
+        headers: { 'Content-Type': 'application/x-www-form-urlencoded', Cookie: `${cookies}; ds_console_csrf=${planted}` },
+    });
+    assert.equal(forged.status, 403);
+    // not a form: refused before anything is read
+    const json = await fetch(`${base}/durable/actions/cancel-run`, {
+        method: 'POST', body: JSON.stringify({ run_id: run, confirm: '1', csrf: token }),
+        headers: { 'Content-Type': 'application/json', Cookie: cookies },
+    });
+    assert.equal(json.status, 400);
     assert.notEqual((await pool.query('SELECT status FROM ds_runs WHERE run_id = $1', [run])).rows[0].status, 'cancelled');
     // with the token, from the page's own origin: done
     const ok = await post('/durable/actions/cancel-run', { run_id: run, confirm: '1', csrf: token }, { Origin: base });
     assert.equal(ok.status, 200);
     assert.equal((await pool.query('SELECT status FROM ds_runs WHERE run_id = $1', [run])).rows[0].status, 'cancelled');
 
-    await page.goto(`${base}/readonly/runs/${encodeURIComponent(waitingRun)}`);
+    await page.goto(base + runPath('readonly', waitingRun));
     assert.equal(await page.locator('form').count(), 0);
     assert.match(await page.locator('header .mode').innerText(), /read-only/);
     const refused = await post('/readonly/actions/cancel-run', { run_id: run, confirm: '1', csrf: token });
@@ -285,7 +307,7 @@ test('mounted in Fastify: pages and an action', async () => {
     await assertInert();
     const run = (await ds.startRun('console_wait', {})).runId;
     await until('the run to wait', async () => (await pool.query('SELECT status FROM ds_runs WHERE run_id = $1', [run])).rows[0]?.status === 'waiting');
-    await page.goto(`${fastifyBase}/ops/runs/${encodeURIComponent(run)}`);
+    await page.goto(fastifyBase + runPath('ops', run));
     await page.locator('form.action button', { hasText: 'Cancel the run' }).click();
     await page.locator('main button', { hasText: 'Confirm' }).click();
     assert.match(await page.locator('main').innerText(), /the run is cancelled/);
@@ -319,4 +341,38 @@ test('on its own: HTTP Basic required, then the pages', async () => {
     } finally {
         child.kill('SIGTERM');
     }
+});
+
+test('hostile requests: odd cookies, ids and paths, unknown assets, the role none', async () => {
+    // a cookie of another application with a % in it: the pages still answer
+    const odd = await fetch(`${base}/durable/inbox`, { headers: { Cookie: 'other=50%off; x=%E0' } });
+    assert.equal(odd.status, 200);
+    for (const name of ['constructor', '__proto__', 'toString', '../../package.json']) {
+        const r = await fetch(`${base}/durable/assets/${name}`);
+        assert.ok([400, 404].includes(r.status), `${name}: ${r.status}`);
+    }
+    // dot and empty segments are refused, not resolved past a guard on a sub-path
+    // (sent as written: fetch would resolve them first)
+    for (const path of ['/durable/zz/%2e%2e/actions/cancel-step', '/durable/zz/../actions/cancel-step',
+        '/durable//x/actions/cancel-step']) {
+        const status = await new Promise((resolve, reject) => {
+            const r = request(base + '/', { method: 'POST', path, headers: { 'Content-Type': 'application/x-www-form-urlencoded' } },
+                (res) => {
+                    res.resume();
+                    resolve(res.statusCode);
+                });
+            r.on('error', reject);
+            r.end('a=1');
+        });
+        assert.equal(status, 400, path);
+    }
+    // ids of any text have their page
+    await ds.runStep('..', `.-${stamp}`, 'SELECT 1');
+    await page.goto(base + stepPath('durable', '..', `.-${stamp}`));
+    assert.match(await page.locator('h1').innerText(), /Step \.\. \/ \.-/);
+    // an offset past any number is the first page
+    assert.equal((await fetch(`${base}/durable/inbox?offset=Infinity`)).status, 200);
+    assert.equal((await fetch(`${base}/durable/inbox?offset=1e21&status=`)).status, 200);
+    // the role none would be the pool's own: refused
+    assert.equal((await fetch(`${base}/none/`)).status, 403);
 });
