@@ -128,9 +128,10 @@ $$;
 
 -- The steps that need a person -- blocked, uncertain, failed -- by the class their last failure
 -- left (a re-armed step keeps it until its next outcome: its status tells). The operator's
--- console reads its inbox here and ds_stats() counts them, never the history. The predicate
--- names error_class, which no claim changes: a claim stays a HOT update.
-CREATE INDEX steps_attention_idx ON durable_steps.steps (updated_at)
+-- console reads its inbox here and ds_stats() counts them, never the history. Its key and its
+-- predicate name error_class alone, which no claim changes: a claim stays a HOT update (a claim
+-- writes updated_at, so an index on it would make every claim write an entry in every index).
+CREATE INDEX steps_attention_idx ON durable_steps.steps (error_class)
     WHERE error_class IN ('correctable', 'uncertain', 'exhausted', 'permanent', 'timeout');
 
 -- The attempts of each minute of the last hour, by class, from the counters of the shared

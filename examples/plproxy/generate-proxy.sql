@@ -48,7 +48,7 @@ INSERT INTO routes VALUES
     ('ds_emit_event', 'all', 'bool_or(r)'),
     -- a queue's concurrency is each server's
     ('ds_set_queue', 'all', 'NULL::void'),
-    ('ds_stats', 'all_rows', NULL),
+    ('ds_stats', 'all_rows', NULL), ('ds_attempt_minutes', 'all_rows', NULL),
     -- inside a step body or a workflow, which runs on the server
     ('ds_key', 'local', NULL), ('ds_idempotency_key', 'local', NULL),
     ('ds_attempt_key', 'local', NULL), ('ds_attempt_number', 'local', NULL),
