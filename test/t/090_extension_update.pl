@@ -130,6 +130,29 @@ SKIP:
 	is($node->safe_psql('postgres', q{SELECT count(*) FROM cron.job}), '0', "$t: yearly-report: its pg_cron job is gone");
 }
 
+# What 0.2.0 adds for operators, on the history the update kept: the steps that need a person
+# are counted through the index the UPDATE built, as the table counts them; the last hour's
+# attempts are read from the counters; a repeat waits for a held key (ds_idempotent_begin's wait)
+is( $node->safe_psql(
+		'postgres', q{SELECT string_agg(label || '=' || value::int, ',' ORDER BY label)
+                        FROM ds_stats() WHERE metric = 'steps_needing_person'}),
+	$node->safe_psql(
+		'postgres', q{SELECT string_agg(st || '=' || (SELECT count(*) FROM durable_steps.steps s WHERE s.status = st),
+                                         ',' ORDER BY st) FROM unnest('{blocked,failed,uncertain}'::text[]) st}),
+	"$t: ds_stats() counts the kept steps that need a person as the table does");
+ok($node->safe_psql('postgres', q{SELECT sum(value) FROM ds_stats() WHERE metric = 'steps_needing_person'}) > 0,
+	"$t: and there are some");
+is($node->safe_psql('postgres', q{SELECT sum(attempts) > 0 FROM ds_attempt_minutes()}), 't',
+	"$t: ds_attempt_minutes() has the attempts run since the restart");
+$node->safe_psql('postgres',
+	q{SET ROLE bob; SELECT ds_idempotent_begin('checkout', 'key-lapsing', '{}', lease => '300 ms')});
+is( $node->safe_psql(
+		'postgres', q{SET ROLE bob; SELECT state FROM ds_idempotent_begin('checkout', 'key-lapsing', '{}', wait => '30 s')}),
+	'new', "$t: a repeat waits for a held key, and holds it once the holder's lease ran out");
+my ($rc, $out, $err) = $node->psql('postgres',
+	q{SET ROLE bob; SELECT state FROM ds_idempotent_begin('checkout', 'key-lapsing', '{}', wait => '50 ms')});
+like($err, qr{idempotency key checkout/key-lapsing is in progress}, "$t: past its wait, a repeat is refused: in progress (DS409)");
+
 # An application workflow (docs/app-workflows.md) on the updated install: declared, started,
 # its segment stored by the worker's turn, its step claimed by the segment's holder and recorded,
 # the run finished with the segment's output. Its schema is dropped again: the dump below
