@@ -634,11 +634,7 @@ ds_idempotent_begin(PG_FUNCTION_ARGS)
 					 errmsg("idempotency key %s/%s is in progress", k.scope, k.key),
 					 errdetail("The request that holds it has not finished, and its lease has not run out (ds_idempotency_keys shows when it does)."),
 					 errhint("Retry after a moment: the finished request's response is then replayed.")));
-		if (!ds_outcome_waits_available())
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("waiting needs durable_steps in shared_preload_libraries"),
-					 errhint("Add durable_steps to shared_preload_libraries and restart the server.")));
+		ds_outcome_waits_require();
 		unlock_key(&k);
 		w.k = &k;
 		(void) ds_outcome_wait(key_wake_name(&k),

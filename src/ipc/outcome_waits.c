@@ -93,6 +93,16 @@ ds_outcome_waits_available(void)
 	return waits != NULL;
 }
 
+void
+ds_outcome_waits_require(void)
+{
+	if (waits == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("waiting needs durable_steps in shared_preload_libraries"),
+				 errhint("Add durable_steps to shared_preload_libraries and restart the server.")));
+}
+
 static int
 partition_of(const char *run_id)
 {

@@ -20,6 +20,9 @@ extern void ds_outcome_waits_init_module(void);
 /* Are there condition variables to wait on (the library was preloaded)? */
 extern bool ds_outcome_waits_available(void);
 
+/* Raise 55000 unless there are: a call that must wait cannot without the library preloaded. */
+extern void ds_outcome_waits_require(void);
+
 /* When the current transaction commits, wake the sessions waiting on run `run_id` or its steps. */
 extern void ds_outcome_wake_at_commit(const char *run_id);
 

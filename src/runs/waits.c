@@ -56,15 +56,6 @@ timeout_arg(FunctionCallInfo fcinfo, int argno)
 	return ms;
 }
 
-static void
-ensure_waits_available(void)
-{
-	if (!ds_outcome_waits_available())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("waiting needs durable_steps in shared_preload_libraries"),
-				 errhint("Add durable_steps to shared_preload_libraries and restart the server.")));
-}
 
 /* ---- steps ---- */
 
@@ -109,7 +100,7 @@ ds_wait_step(PG_FUNCTION_ARGS)
 	w.run_id = ds_run_id_arg(fcinfo, 0);
 	w.step_id = ds_step_identity_arg(fcinfo, 1, "step_id");
 	timeout_ms = timeout_arg(fcinfo, 2);
-	ensure_waits_available();
+	ds_outcome_waits_require();
 	(void) ds_outcome_wait(w.run_id, timeout_ms, ds_outcome_wait_may_release_xmin(fcinfo),
 						   step_done, &w);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &w.rec, true));
@@ -178,7 +169,7 @@ ds_wait_run(PG_FUNCTION_ARGS)
 	memset(&w, 0, sizeof(w));
 	w.run_id = ds_run_id_arg(fcinfo, 0);
 	timeout_ms = timeout_arg(fcinfo, 1);
-	ensure_waits_available();
+	ds_outcome_waits_require();
 	(void) ds_outcome_wait(w.run_id, timeout_ms, ds_outcome_wait_may_release_xmin(fcinfo),
 						   run_done, &w);
 	if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
