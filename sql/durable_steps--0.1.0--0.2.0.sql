@@ -336,6 +336,21 @@ CREATE INDEX steps_due_idx ON durable_steps.steps (queue, priority, next_attempt
 CREATE INDEX steps_task_due_idx ON durable_steps.steps (task, owner, priority, next_attempt_at)
     WHERE next_attempt_at IS NOT NULL AND task IS NOT NULL;
 
+-- The limit that admits a step's attempts, and its key: see "Limits" below.
+ALTER TABLE durable_steps.steps
+    ADD COLUMN limit_name text COLLATE "C",
+    ADD COLUMN limit_key text COLLATE "C",
+    ADD COLUMN limit_not_before timestamptz,
+    ADD COLUMN limit_admitted integer;
+-- The held steps of each key, by role, in the order they may be admitted (the roles take turns:
+-- one role's backlog is never read past for another's); and the admitted ones (due or
+-- running), counted against the key's concurrency. Neither names a column that a step of no
+-- limit ever changes: the claims of other steps stay HOT updates.
+CREATE INDEX steps_limit_held_idx ON durable_steps.steps (limit_name, limit_key, owner, limit_not_before)
+    WHERE limit_not_before IS NOT NULL;
+CREATE INDEX steps_limit_admitted_idx ON durable_steps.steps (limit_name, limit_key)
+    WHERE limit_admitted IS NOT NULL;
+
 -- The views read waiting and running steps through both indexes, and show the tasks' columns.
 CREATE OR REPLACE VIEW @extschema@.ds_steps WITH (security_barrier) AS
     SELECT s.run_id, s.step_id, s.kind, s.status, s.result,
@@ -367,7 +382,10 @@ CREATE OR REPLACE VIEW @extschema@.ds_steps WITH (security_barrier) AS
            CASE WHEN s.expect_row THEN 'row' END AS expect,
            -- a running task's lease: until when its worker's last heartbeat holds it
            CASE WHEN s.task IS NOT NULL AND s.status OPERATOR(pg_catalog.=) 'running'
-                THEN s.lease_expires_at END AS lease_expires_at
+                THEN s.lease_expires_at END AS lease_expires_at,
+           -- the limit that admits its attempts and its key (docs/limits.md); while it waits
+           -- for its admission, from when it may be admitted
+           s.limit_name AS "limit", s.limit_key, s.limit_not_before AS held_from
       FROM durable_steps.steps s
      WHERE pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE');
@@ -670,3 +688,63 @@ BEGIN
     RETURN pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(text, jsonb)',
                                       pg_catalog.current_schema(), name));
 END $body$;
+
+-- Limits (docs/limits.md): a rate (so many per interval, with a burst) and a concurrency, each
+-- held per key of the limit. A step names its limit and key in its policy; while it waits it is
+-- held (limit_not_before: when it may be admitted; next_attempt_at NULL, so that no claim of
+-- any claimer sees it), and the executors' admission makes it due when its key has a token and
+-- a free slot (src/steps/limits.c). Set by members of durable_steps_admin, as queues are: a
+-- limit holds back every role's steps that name it.
+CREATE TABLE durable_steps.limits (
+    name            text COLLATE "C" PRIMARY KEY CHECK (pg_catalog.octet_length(name) BETWEEN 1 AND 63),
+    rate            integer CHECK (rate > 0),
+    per             interval CHECK (per > interval '0'),
+    burst           integer NOT NULL DEFAULT 0 CHECK (burst >= 0),
+    concurrency     integer CHECK (concurrency >= 0),
+    updated_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    CHECK ((rate IS NULL) = (per IS NULL))
+);
+-- A key's bucket: the tokens it had at refilled_at, until when a 429 paused it, and the role
+-- whose step it admitted last (the roles take turns). A key without a row has a full bucket;
+-- the admission writes one when it takes a token.
+CREATE TABLE durable_steps.limit_keys (
+    limit_name      text COLLATE "C" NOT NULL REFERENCES durable_steps.limits ON DELETE CASCADE,
+    key             text COLLATE "C" NOT NULL,
+    tokens          double precision NOT NULL,
+    refilled_at     timestamptz NOT NULL,
+    paused_until    timestamptz,
+    last_owner      oid,
+    PRIMARY KEY (limit_name, key)
+);
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.limits', '');
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.limit_keys', '');
+
+CREATE FUNCTION @extschema@.ds_set_rate_limit(name text, "limit" integer, per interval,
+        burst integer DEFAULT 0) RETURNS void
+    AS 'MODULE_PATHNAME', 'ds_set_rate_limit' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_set_concurrency_limit(name text, concurrency integer) RETURNS void
+    AS 'MODULE_PATHNAME', 'ds_set_concurrency_limit' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_drop_limit(name text) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'ds_drop_limit' LANGUAGE C VOLATILE;
+
+-- Each limit, and each of its keys that holds or runs steps or was paused: the steps the caller
+-- may see (all of them for durable_steps_admin) held, admitted and running.
+CREATE VIEW @extschema@.ds_limits WITH (security_barrier) AS
+    SELECT l.name AS "limit", k.key, l.rate, l.per, l.burst, l.concurrency,
+           coalesce(k.held, 0) AS held, coalesce(k.admitted, 0) AS admitted,
+           coalesce(k.running, 0) AS running, b.paused_until, l.updated_at
+      FROM durable_steps.limits l
+      LEFT JOIN (SELECT s.limit_name, s.limit_key AS key,
+                        pg_catalog.count(*) FILTER (WHERE s.limit_not_before IS NOT NULL) AS held,
+                        pg_catalog.count(*) FILTER (WHERE s.limit_admitted IS NOT NULL
+                            AND s.status OPERATOR(pg_catalog.<>) 'running') AS admitted,
+                        pg_catalog.count(*) FILTER (WHERE s.limit_admitted IS NOT NULL
+                            AND s.status OPERATOR(pg_catalog.=) 'running') AS running
+                   FROM durable_steps.steps s
+                  WHERE (s.limit_not_before IS NOT NULL OR s.limit_admitted IS NOT NULL)
+                    AND (pg_catalog.pg_has_role(s.owner::pg_catalog.oid, 'USAGE')
+                         OR pg_catalog.pg_has_role('durable_steps_admin', 'USAGE'))
+                  GROUP BY 1, 2) k ON k.limit_name OPERATOR(pg_catalog.=) l.name
+      LEFT JOIN durable_steps.limit_keys b
+        ON b.limit_name OPERATOR(pg_catalog.=) l.name AND b.key OPERATOR(pg_catalog.=) k.key;
+GRANT SELECT ON @extschema@.ds_limits TO PUBLIC;

@@ -14,7 +14,10 @@ response again and charges nothing: one charge per key. Faults, by query paramet
     delay&secs=N   charge, then wait N seconds before answering (past the client's timeout)
     drop           charge, then close the connection without answering
     500 / 503      answer 500 / 503 without charging, `times` times (default 1) for this tag
-    429s           answer 429 with Retry-After: 1 (seconds) once for this tag, then charge
+    429s           answer 429 with Retry-After: 1 (seconds; &secs=N: N) once for this tag, then
+                   charge
+    429x&secs=N    answer 429 with X-RateLimit-Reset: N (and no Retry-After) once for this tag,
+                   then charge
     429d           answer 429 with Retry-After as an HTTP-date 3 s ahead once, then charge
     400            answer 400 {"error": "bad request"}, never charge
     status&code=N  answer N {"error": "status N"} without charging, `times` times (default 1)
@@ -132,7 +135,7 @@ class Handler(BaseHTTPRequestHandler):
             if fault in ('500', '503') and FAILS.get(tag, 0) < int(q.get('times', '1')):
                 FAILS[tag] = FAILS.get(tag, 0) + 1
                 failing = int(fault)
-            elif fault in ('429s', '429d') and tag not in STRUCK:
+            elif fault in ('429s', '429d', '429x') and tag not in STRUCK:
                 STRUCK.add(tag)
                 failing = 429
             elif fault == '400':
@@ -142,8 +145,10 @@ class Handler(BaseHTTPRequestHandler):
                 failing = int(q.get('code', '500'))
             else:
                 failing = None
+        if failing == 429 and fault == '429x':
+            return self.answer(429, {'error': 'slow down'}, {'X-RateLimit-Reset': q.get('secs', '1')})
         if failing == 429:
-            after = '1' if fault == '429s' else email.utils.formatdate(time.time() + 3, usegmt=True)
+            after = q.get('secs', '1') if fault == '429s' else email.utils.formatdate(time.time() + 3, usegmt=True)
             return self.answer(429, {'error': 'slow down'}, {'Retry-After': after})
         if failing is not None:
             return self.answer(failing, {'error': 'bad request' if failing == 400 else

@@ -15,6 +15,7 @@ The worker runs until SIGTERM (a graceful stop), or until killed. Handlers, by t
     effect   in ctx.transaction(): inserts (step_id, attempt, NAME) into effects; on attempt
              input["pause_on"], after the insert, writes its marker and waits input["pause"]
              seconds (the test stops the process meanwhile); returns {"attempt": n}
+    tick     does nothing; returns {"attempt": n} (test/t/101_limits.pl counts when each started)
 """
 import json
 import os
@@ -50,6 +51,10 @@ def main() -> None:
             while True:             # until SIGKILL: the attempt's lease runs out
                 time.sleep(1)
         return {"provider": answer}
+
+    @worker.task("tick")
+    def tick(input, ctx):
+        return {"attempt": ctx.attempt}
 
     @worker.task("effect")
     def effect(input, ctx):

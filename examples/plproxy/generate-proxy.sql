@@ -48,6 +48,9 @@ INSERT INTO routes VALUES
     ('ds_emit_event', 'all', 'bool_or(r)'),
     -- a queue's concurrency is each server's
     ('ds_set_queue', 'all', 'NULL::void'),
+    -- and so is a limit: each server admits its own steps by it (docs/limits.md)
+    ('ds_set_rate_limit', 'all', 'NULL::void'), ('ds_set_concurrency_limit', 'all', 'NULL::void'),
+    ('ds_drop_limit', 'all', 'bool_or(r)'),
     ('ds_stats', 'all_rows', NULL), ('ds_attempt_minutes', 'all_rows', NULL),
     -- inside a step body or a workflow, which runs on the server
     ('ds_key', 'local', NULL), ('ds_idempotency_key', 'local', NULL),

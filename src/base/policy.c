@@ -38,6 +38,8 @@ policy_builtin(RetryPolicy *p)
 	p->exponential = true;
 	p->multiplier = 2.0;
 	p->jitter = 0.0;
+	p->limit_name = NULL;
+	p->limit_key = NULL;
 }
 
 /* Raise the error of an invalid policy field. */
@@ -221,12 +223,33 @@ ds_policy_parse(Jsonb *policy, RetryPolicy *out)
 			out->jitter = d;
 			out->set |= POLICY_JITTER;
 		}
+		else if (strcmp(key, "limit") == 0)
+		{
+			if (val.type != jbvString || val.val.string.len < 1 ||
+				val.val.string.len > DS_MAX_LIMIT_NAME)
+				policy_field_error(key, psprintf("must be the name of a limit, 1 to %d bytes",
+												 DS_MAX_LIMIT_NAME));
+			out->limit_name = pnstrdup(val.val.string.val, val.val.string.len);
+			out->set |= POLICY_LIMIT;
+		}
+		else if (strcmp(key, "limit_key") == 0)
+		{
+			if (val.type != jbvString || val.val.string.len > DS_MAX_LIMIT_KEY)
+				policy_field_error(key, psprintf("must be a string of at most %d bytes",
+												 DS_MAX_LIMIT_KEY));
+			out->limit_key = pnstrdup(val.val.string.val, val.val.string.len);
+			out->set |= POLICY_LIMIT;
+		}
 		else
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("invalid retry policy field \"%s\": unknown field", key),
-					 errhint("Known fields are max_attempts, initial_delay, max_delay, backoff, multiplier and jitter.")));
+					 errhint("Known fields are max_attempts, initial_delay, max_delay, backoff, multiplier, jitter, limit and limit_key.")));
 	}
+	if (out->limit_key != NULL && out->limit_name == NULL)
+		policy_field_error("limit_key", "needs \"limit\", the limit it is a key of");
+	if (out->limit_name != NULL && out->limit_key == NULL)
+		out->limit_key = "";
 
 	/*
 	 * Within one layer both delays are known: check them against each other
@@ -256,6 +279,20 @@ policy_overlay(RetryPolicy *base, const RetryPolicy *upper)
 	base->set |= upper->set;
 }
 
+/*
+ * A limit admits one step's attempts (docs/limits.md): a run's policy, or the setting under
+ * every step, naming one would hold back every step under it, synchronous ones included.
+ */
+void
+ds_policy_refuse_limit(const RetryPolicy *layer, const char *where)
+{
+	if (layer->set & POLICY_LIMIT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid retry policy field \"limit\": not allowed in %s", where),
+				 errhint("Name a limit in the policy of each step it admits.")));
+}
+
 void
 ds_policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out)
 {
@@ -267,12 +304,16 @@ ds_policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out)
 	if (run_policy != NULL)
 	{
 		ds_policy_parse(run_policy, &layer);
+		ds_policy_refuse_limit(&layer, "a run's policy");
 		policy_overlay(out, &layer);
 	}
 	if (step_policy != NULL)
 	{
 		ds_policy_parse(step_policy, &layer);
 		policy_overlay(out, &layer);
+		/* the step's own: a limit is never inherited (docs/limits.md) */
+		out->limit_name = layer.limit_name;
+		out->limit_key = layer.limit_key;
 	}
 	if (out->max_delay < out->initial_delay)
 		ereport(ERROR,
@@ -360,6 +401,20 @@ ds_policy_to_jsonb(const RetryPolicy *p)
 		snprintf(buf, sizeof(buf), "%.15g", p->jitter);
 		push_number(&state, "jitter", buf);
 	}
+	if (p->limit_name != NULL)
+	{
+		JsonbValue	v;
+
+		push_key(&state, "limit");
+		v.type = jbvString;
+		v.val.string.val = p->limit_name;
+		v.val.string.len = strlen(p->limit_name);
+		ds_jsonb_push(&state, WJB_VALUE, &v);
+		push_key(&state, "limit_key");
+		v.val.string.val = p->limit_key;
+		v.val.string.len = strlen(p->limit_key);
+		ds_jsonb_push(&state, WJB_VALUE, &v);
+	}
 	res = ds_jsonb_push(&state, WJB_END_OBJECT, NULL);
 	return JsonbValueToJsonb(res);
 }
@@ -413,6 +468,7 @@ check_default_retry_policy(char **newval, void **extra, GucSource source)
 			RetryPolicy merged;
 
 			ds_policy_parse(j, &parsed);
+			ds_policy_refuse_limit(&parsed, "durable_steps.default_retry_policy");
 			policy_builtin(&merged);
 			policy_overlay(&merged, &parsed);
 			if (merged.max_delay < merged.initial_delay)

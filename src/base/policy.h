@@ -19,6 +19,12 @@
 #define POLICY_MULTIPLIER		(1 << 4)
 #define POLICY_JITTER			(1 << 5)
 #define POLICY_ALL_KEYS			0x3F
+/* A step's limit (docs/limits.md): its own policy's keys, never a run's or the setting's. */
+#define POLICY_LIMIT			(1 << 6)
+
+/* The longest limit name, and the longest key a step may name within a limit, in bytes. */
+#define DS_MAX_LIMIT_NAME		(NAMEDATALEN - 1)
+#define DS_MAX_LIMIT_KEY		200
 
 typedef struct RetryPolicy
 {
@@ -29,12 +35,22 @@ typedef struct RetryPolicy
 	bool		exponential;
 	double		multiplier;
 	double		jitter;			/* fraction removed at random, 0..1 */
+
+	/*
+	 * The limit the step is admitted by ("limit") and its key within it
+	 * ("limit_key", "" when none); NULL when the policy names none.
+	 */
+	char	   *limit_name;
+	char	   *limit_key;
 } RetryPolicy;
 
 extern void ds_policy_init_module(void);
 
 /* Parse and validate a partial policy; raises 22023 naming the field on bad input. */
 extern void ds_policy_parse(Jsonb *policy, RetryPolicy *out);
+
+/* A layer that may not name a limit (22023): a run's policy, the setting under every step. */
+extern void ds_policy_refuse_limit(const RetryPolicy *layer, const char *where);
 
 /* builtin < durable_steps.default_retry_policy < run policy < step policy; NULL layers skipped. */
 extern void ds_policy_resolve(Jsonb *run_policy, Jsonb *step_policy, RetryPolicy *out);

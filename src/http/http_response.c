@@ -123,6 +123,61 @@ push_key(DsJsonbBuilder *state, const char *key)
 	(void) ds_jsonb_push(state, WJB_KEY, &k);
 }
 
+/* The value of header `name` (lower case) in `head`, trimmed; NULL when it has none. */
+static char *
+header_value(const char *head, size_t len, const char *name)
+{
+	char	   *copy = pnstrdup(head ? head : "", len);
+	char	   *save = NULL;
+	size_t		name_len = strlen(name);
+
+	for (char *line = strtok_r(copy, "\r\n", &save); line != NULL;
+		 line = strtok_r(NULL, "\r\n", &save))
+	{
+		char	   *value;
+		char	   *end;
+
+		if (strlen(line) <= name_len || line[name_len] != ':' ||
+			pg_strncasecmp(line, name, name_len) != 0)
+			continue;
+		value = line + name_len + 1;
+		while (*value == ' ' || *value == '\t')
+			value++;
+		end = value + strlen(value);
+		while (end > value && (end[-1] == ' ' || end[-1] == '\t'))
+			*--end = '\0';
+		return value;
+	}
+	return NULL;
+}
+
+int64
+ds_http_rate_limit_wait_usecs(const HttpResponse *resp, TimestampTz now)
+{
+	char	   *value = header_value(resp->head, resp->head_len, "retry-after");
+	int64		secs = 0;
+	const char *p;
+
+	if (value != NULL)
+		return ds_http_retry_after_usecs(value, now);
+	value = header_value(resp->head, resp->head_len, "x-ratelimit-reset");
+	if (value == NULL || *value < '0' || *value > '9')
+		return -1;
+	for (p = value; *p >= '0' && *p <= '9'; p++)
+		if ((secs = secs * 10 + (*p - '0')) > INT64CONST(100000000000))
+			return -1;
+	if (*p != '\0')
+		return -1;
+	/* a number past a year of seconds is a Unix time */
+	if (secs > 365 * 24 * 3600)
+	{
+		int64		usecs = time_t_to_timestamptz((pg_time_t) secs) - now;
+
+		return Min(Max(usecs, 0), DS_MAX_DELAY_USECS);
+	}
+	return Min(secs * USECS_PER_SEC, DS_MAX_DELAY_USECS);
+}
+
 /*
  * The header lines as an object: names in lower case, repeated headers joined with ", " (as
  * RFC 9110 allows), lines that are not valid text left out. *retry_after: its value, or NULL.

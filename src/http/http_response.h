@@ -67,4 +67,11 @@ extern void ds_http_classify(const HttpResponse *resp, bool expect_json,
 /* The delay a Retry-After value asks for, in microseconds, capped at 24 h; -1 if malformed. */
 extern int64 ds_http_retry_after_usecs(const char *value, TimestampTz now);
 
+/*
+ * How long a 429 asks its sender to wait (docs/limits.md, "When the receiver says 429"): its
+ * Retry-After, or else its X-RateLimit-Reset (seconds from now, or the Unix time when the
+ * number is that of a date), capped at 24 hours; -1 when it says neither.
+ */
+extern int64 ds_http_rate_limit_wait_usecs(const HttpResponse *resp, TimestampTz now);
+
 #endif							/* DS_HTTP_RESPONSE_H */

@@ -31,6 +31,9 @@ static bool wake_tasks_pending = false;
 
 /* this transaction kept an HTTP outcome for the executors (ds_worker_kept_outcome_at_commit) */
 static bool kept_pending = false;
+
+/* this transaction held a step of a limit or let an admission go (ds_limit_admission_at_commit) */
+static bool admission_pending = false;
 static bool callback_registered = false;
 static bool warned_not_preloaded = false;
 static uint32 warned_starved = 0;	/* DS_STARVED_* said in this session */
@@ -100,6 +103,7 @@ worker_shmem_startup(void)
 		 */
 		pg_atomic_init_u64(&shared->kept_outcomes, 1);
 		pg_atomic_init_u64(&shared->tasks_generation, 1);
+		pg_atomic_init_u64(&shared->limit_admissions, 1);
 		for (int i = 0; i < DS_STARVED_DATABASES; i++)
 		{
 			pg_atomic_init_u32(&shared->starved[i].dboid, InvalidOid);
@@ -311,6 +315,9 @@ wake_after_locks_released(ResourceReleasePhase phase, bool isCommit, bool isTopL
 	if (kept_pending && isCommit)
 		pg_atomic_fetch_add_u64(&shared->kept_outcomes, 1);
 	kept_pending = false;
+	if (admission_pending && isCommit)
+		pg_atomic_fetch_add_u64(&shared->limit_admissions, 1);
+	admission_pending = false;
 	if (wake_pending && isCommit)
 		wake_one_executor();
 	if (wake_http_pending && isCommit)
@@ -362,6 +369,19 @@ ds_worker_kept_outcome_at_commit(void)
 {
 	ds_worker_wake_at_commit();
 	kept_pending = preloaded;
+}
+
+void
+ds_limit_admission_at_commit(void)
+{
+	ds_worker_wake_at_commit();
+	admission_pending = preloaded;
+}
+
+uint64
+ds_limit_admissions_generation(void)
+{
+	return shared != NULL ? pg_atomic_read_u64(&shared->limit_admissions) : 0;
 }
 
 uint64

@@ -161,6 +161,12 @@ typedef struct WorkerShared
 	pg_atomic_uint64 kept_outcomes;
 
 	/*
+	 * bumped after every commit that held a step of a limit or let an
+	 * admission go: executors then look for steps to admit (steps/limits.c)
+	 */
+	pg_atomic_uint64 limit_admissions;
+
+	/*
 	 * Sessions waiting for a task to be due (ds_wait_for_tasks): bumped and
 	 * broadcast after every commit that made a task wait (docs/tasks.md)
 	 */
@@ -257,6 +263,15 @@ extern void ds_worker_kept_outcome_at_commit(void);
 
 /* Moves after each such commit; executors look for kept outcomes when it moved (executor.c). */
 extern uint64 ds_kept_outcomes_generation(void);
+
+/*
+ * The current transaction held a step of a limit, or let an admission go (docs/limits.md):
+ * after its commit, move the generation of admissions and wake one executor.
+ */
+extern void ds_limit_admission_at_commit(void);
+
+/* Moves after each such commit; executors look for steps to admit when it moved (executor.c). */
+extern uint64 ds_limit_admissions_generation(void);
 
 /* The same, without the warnings: the install script's call (CREATE EXTENSION). */
 extern void ds_worker_serve_at_commit(void);

@@ -219,6 +219,7 @@ ds_start_run(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(3))
 		policy = PG_GETARG_JSONB_P(3);
 	ds_policy_parse(policy, &parsed);
+	ds_policy_refuse_limit(&parsed, "a run's policy");
 	PreventCommandIfReadOnly("ds_start_run()");
 	PreventCommandIfParallelMode("ds_start_run()");
 

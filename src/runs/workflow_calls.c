@@ -41,6 +41,7 @@
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
 #include "base/worker_attempt_time.h"
+#include "steps/limits.h"
 #include "steps/run_context.h"
 #include "runs/workflow_calls.h"
 #include "steps/step_call.h"
@@ -234,6 +235,9 @@ check_new_step_args(FunctionCallInfo fcinfo)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("on_timeout must be 'retry' or 'fail'")));
 	ds_policy_parse(PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3), &parsed);
+	/* a SQL step of a run runs in its turn: it cannot wait for an admission */
+	if (parsed.limit_name != NULL)
+		ds_limit_check_step(parsed.limit_name, true);
 	memset(&overrides, 0, sizeof(overrides));
 	ds_parse_sqlstate_list(PG_ARGISNULL(5) ? NULL : PG_GETARG_ARRAYTYPE_P(5), "retry_on",
 						   &overrides.n_retry, &overrides.retry_on, &overrides.retry_is_class);

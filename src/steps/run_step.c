@@ -26,6 +26,7 @@
 #include "base/classify.h"
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "steps/limits.h"
 #include "steps/queues.h"
 #include "steps/task_args.h"
 #include "steps/task_lease.h"
@@ -271,6 +272,12 @@ new_step_record(const StepCall *call, StepRecord *rec)
 		 */
 		rec->status = STEP_PENDING;
 		rec->next_attempt_at = call->run_at != 0 ? call->run_at : now;
+	}
+	if (resolved.limit_name != NULL)
+	{
+		ds_limit_check_step(resolved.limit_name, !call->defer);
+		rec->limit_name = resolved.limit_name;
+		rec->limit_key = resolved.limit_key;
 	}
 }
 

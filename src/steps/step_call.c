@@ -21,6 +21,7 @@
 
 #include "base/ds_errcodes.h"
 #include "base/policy.h"
+#include "steps/limits.h"
 #include "base/size_limits.h"
 #include "base/step_kind.h"
 #include "catalog/namespace.h"
@@ -566,4 +567,10 @@ ds_outbox_step_init(StepRecord *rec, const char *run_id, const char *step_id, St
 	rec->next_attempt_at = run_at != 0 ? run_at : now;
 	rec->created_at = now;
 	rec->updated_at = now;
+	if (resolved.limit_name != NULL)
+	{
+		ds_limit_check_step(resolved.limit_name, false);
+		rec->limit_name = resolved.limit_name;
+		rec->limit_key = resolved.limit_key;
+	}
 }

@@ -9,6 +9,7 @@
 #include "utils/snapmgr.h"
 
 #include "ipc/due_floors.h"
+#include "ipc/worker_shmem.h"
 #include "store/run_control_store.h"
 #include "store/run_store.h"
 #include "store/step_store.h"
@@ -220,6 +221,7 @@ ds_store_cancel_run_steps(const char *run_id)
 	Oid			types[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(run_id)};
 	StoreSpi	spi;
+	uint64		cancelled;
 
 	/*
 	 * its tasks among them: no task look of this transaction raises a floor
@@ -227,17 +229,21 @@ ds_store_cancel_run_steps(const char *run_id)
 	 */
 	ds_due_floor_note_task_left_waiting();
 	ds_store_spi_begin(&spi);
-	(void) ds_store_execute(&cancel_steps_plan,
-							"UPDATE durable_steps.steps SET status = 'cancelled',"
-							" error_class = 'cancelled', next_attempt_at = NULL,"
-							" finished_at = pg_catalog.clock_timestamp(),"
-							" updated_at = pg_catalog.clock_timestamp()"
-							" WHERE run_id OPERATOR(pg_catalog.=) $1"
-							" AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked,uncertain}')"
-							" AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
-							"  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
-							"  owner::pg_catalog.oid, 'USAGE')",
-							1, types, args, NULL, false, 0, SPI_OK_UPDATE,
-							"cancelling the steps of run %s", run_id);
+	cancelled = ds_store_execute(&cancel_steps_plan,
+								 "UPDATE durable_steps.steps SET status = 'cancelled',"
+								 " error_class = 'cancelled', next_attempt_at = NULL,"
+								 " limit_not_before = NULL, limit_admitted = NULL,"
+								 " finished_at = pg_catalog.clock_timestamp(),"
+								 " updated_at = pg_catalog.clock_timestamp()"
+								 " WHERE run_id OPERATOR(pg_catalog.=) $1"
+								 " AND status OPERATOR(pg_catalog.=) ANY ('{pending,retrying,blocked,uncertain}')"
+								 " AND pg_catalog.pg_has_role((SELECT r.owner FROM durable_steps.runs r"
+								 "  WHERE r.run_id OPERATOR(pg_catalog.=) $1)::pg_catalog.oid,"
+								 "  owner::pg_catalog.oid, 'USAGE')",
+								 1, types, args, NULL, false, 0, SPI_OK_UPDATE,
+								 "cancelling the steps of run %s", run_id);
 	ds_store_spi_end(&spi);
+	/* an admitted step among them lets its slot go (docs/limits.md) */
+	if (cancelled > 0)
+		ds_limit_admission_at_commit();
 }

@@ -37,6 +37,7 @@
 #include "base/policy.h"
 #include "base/ds_errcodes.h"
 #include "ipc/step_counters.h"
+#include "ipc/worker_shmem.h"
 
 
 #define STEP_KEY_WHERE \
@@ -93,6 +94,10 @@ const StepColumnDesc ds_step_columns[N_STEP_COLUMNS] = {
 	[STEP_COL_ON_LOST] = STEP_FIELD("on_lost", FIELD_TEXT, on_lost),
 	[STEP_COL_WORKER] = STEP_FIELD("worker", FIELD_TEXT, worker),
 	[STEP_COL_EXPECT_ROW] = STEP_FIELD("expect_row", FIELD_BOOL_FALSE_NULL, expect_row),
+	[STEP_COL_LIMIT_NAME] = STEP_FIELD("limit_name", FIELD_TEXT, limit_name),
+	[STEP_COL_LIMIT_KEY] = STEP_FIELD("limit_key", FIELD_TEXT, limit_key),
+	[STEP_COL_LIMIT_NOT_BEFORE] = STEP_FIELD("limit_not_before", FIELD_TIMESTAMPTZ, limit_not_before),
+	[STEP_COL_LIMIT_ADMITTED] = STEP_FIELD("limit_admitted", FIELD_INT4_ZERO_NULL, limit_admitted),
 };
 
 const char *const ds_attempt_column_names[N_ATTEMPT_COLUMNS] = {
@@ -528,13 +533,55 @@ note_if_waiting(const StepRecord *rec)
 		ds_due_floor_note_waiting(rec->queue, rec->priority, rec->next_attempt_at);
 }
 
+/*
+ * A step of a limit waits held, out of every claim's sight, until the admission makes it due
+ * (docs/limits.md, steps/limits.c); every write of a step row passes here, so that no path
+ * that makes a step wait -- a store, a retry, a lost attempt, a re-arm -- lets one through
+ * unadmitted. A waiting step keeps its admission until the attempt it was admitted for is
+ * claimed (a claim given back uncounted keeps it); any other wait is a new hold. A step that
+ * stops waiting or running lets its admission go. The executors look for admissions after the
+ * commit when a step was held or let its admission go (a slot of the key's concurrency).
+ */
+static void
+hold_for_limit(StepRecord *rec)
+{
+	bool		was_admitted;
+
+	if (rec->limit_name == NULL)
+		return;
+	was_admitted = rec->limit_admitted != 0;
+	if (rec->status == STEP_RUNNING)
+		return;
+	if (rec->status == STEP_PENDING || rec->status == STEP_RETRYING)
+	{
+		if (rec->next_attempt_at == 0 || rec->limit_admitted == rec->attempts + 1)
+			return;				/* held already, or admitted and not claimed */
+		rec->limit_not_before = rec->next_attempt_at;
+		rec->next_attempt_at = 0;
+		rec->limit_admitted = 0;
+		ds_limit_admission_at_commit();
+		return;
+	}
+	rec->limit_not_before = 0;
+	rec->limit_admitted = 0;
+	if (was_admitted)
+		ds_limit_admission_at_commit();
+}
+
 /* A deferred step: its row only, no attempt yet. */
 void
 ds_store_insert_step(const StepRecord *rec)
 {
 	Datum		v[N_STEP_COLUMNS];
 	bool		isnull[N_STEP_COLUMNS];
+	StepRecord	held;
 
+	if (rec->limit_name != NULL)
+	{
+		held = *rec;
+		hold_for_limit(&held);
+		rec = &held;
+	}
 	note_if_waiting(rec);
 	step_to_values(rec, v, isnull);
 	ds_direct_insert_row(ds_store_relations()->steps, ds_store_relations()->step_attnums,
@@ -565,6 +612,7 @@ ds_store_update_step(StepRecord *rec)
 	 */
 	if (rec->status != STEP_RUNNING)
 		rec->running_queue = NULL;
+	hold_for_limit(rec);
 	note_if_waiting(rec);
 	step_to_values(rec, v, isnull);
 	if (!ds_direct_update_row(r->steps, r->steps_pkey, N_STEP_KEY_COLUMNS, v, key_eq, &rec->tid,

@@ -133,6 +133,19 @@ typedef struct StepRecord
 	char	   *worker;
 
 	/*
+	 * The limit that admits the step's attempts (docs/limits.md) and its key
+	 * within it ("" for none); NULL for a step of no limit. A waiting step of
+	 * a limit is held -- limit_not_before says when it may be admitted, and
+	 * its next_attempt_at is NULL, so that no claim sees it -- until the
+	 * admission (steps/limits.c) makes it due; limit_admitted is then the
+	 * number of the attempt it was admitted for, until that attempt ends.
+	 */
+	char	   *limit_name;
+	char	   *limit_key;
+	TimestampTz limit_not_before;	/* 0 = NULL: not held */
+	int			limit_admitted; /* 0 = NULL: not admitted */
+
+	/*
 	 * where this transaction last read or wrote the row; invalid when unknown
 	 * (not a column)
 	 */
@@ -222,10 +235,14 @@ typedef enum StepColumn
 	STEP_COL_TASK,
 	STEP_COL_ON_LOST,
 	STEP_COL_WORKER,
-	STEP_COL_EXPECT_ROW
+	STEP_COL_EXPECT_ROW,
+	STEP_COL_LIMIT_NAME,
+	STEP_COL_LIMIT_KEY,
+	STEP_COL_LIMIT_NOT_BEFORE,
+	STEP_COL_LIMIT_ADMITTED
 } StepColumn;
 
-#define N_STEP_COLUMNS (STEP_COL_EXPECT_ROW + 1)
+#define N_STEP_COLUMNS (STEP_COL_LIMIT_ADMITTED + 1)
 /* the primary key is the first two columns */
 #define N_STEP_KEY_COLUMNS 2
 

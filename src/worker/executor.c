@@ -49,6 +49,7 @@
 #include "store/step_store.h"
 #include "store/retention.h"
 #include "store/task_store.h"
+#include "steps/limits.h"
 #include "steps/task_lease.h"
 #include "steps/run_context.h"
 #include "runs/run_turn.h"
@@ -702,6 +703,35 @@ record_expired_task_leases(void)
 	return recorded;
 }
 
+/* When to look next for held steps to admit (admit_limited_steps); 0: when a commit asks. */
+static TimestampTz next_admission_look = 0;
+static uint64 seen_admissions = 0;
+
+/*
+ * Admit the held steps of limits that may now run (docs/limits.md): when a commit held a step
+ * or let an admission go (the generation moved; 0 at the start, so an executor that starts
+ * looks at once, for steps held before a restart), or when a key's next token, a pause's end or
+ * a held step's time comes. Returns how many it admitted.
+ */
+static int
+admit_limited_steps(void)
+{
+	uint64		generation = ds_limit_admissions_generation();
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz next;
+	int			admitted;
+
+	if (generation == seen_admissions && (next_admission_look == 0 || now < next_admission_look))
+		return 0;
+	seen_admissions = generation;
+	if (!ds_worker_begin_work("durable_steps: admitting steps of limits"))
+		return 0;
+	admitted = ds_admit_limited_steps(now, &next);
+	ds_worker_commit();
+	next_admission_look = next;
+	return admitted;
+}
+
 /*
  * How long an executor keeps taking turns of the runs it claimed before it lets those that go on
  * back to the queue (where any executor claims them again): long enough for a short run's every
@@ -942,6 +972,9 @@ time_until_next_due(int skipped)
 	/* a task lease that ends first wakes the executor to record it */
 	if (next_lease_look != 0 && (next_due == 0 || next_lease_look < next_due))
 		next_due = next_lease_look;
+	/* and a held step that may be admitted, to admit it */
+	if (next_admission_look != 0 && (next_due == 0 || next_admission_look < next_due))
+		next_due = next_admission_look;
 	if (next_due == 0)
 		return poll_interval_ms;
 	TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
@@ -1055,7 +1088,8 @@ executor_pass(void)
 	recover_if_due(&last_recovery, &last_turn_recovery, &seen_epoch);
 	if (reload_and_must_wait())
 		return poll_interval_ms;
-	worked = claim_and_run_batch(&skipped);
+	worked = admit_limited_steps() > 0;
+	worked |= claim_and_run_batch(&skipped);
 	worked |= record_expired_task_leases() > 0;
 	if (kept_outcomes_due(&seen_kept, &seen_kept_epoch))
 	{

@@ -20,6 +20,7 @@
 #include "base/ds_errcodes.h"
 #include "base/subtransaction.h"
 #include "http/http_response.h"
+#include "steps/limits.h"
 #include "steps/step_attempt.h"
 #include "steps/step_exec.h"
 #include "store/run_store.h"
@@ -119,7 +120,20 @@ ds_record_http_attempt(HttpAttempt *attempt)
 		 * outcome with a hook to run is kept for an executor, which records
 		 * it with the hook (executor.c).
 		 */
-		if (ds_outcome_runs_hook(step, step->attempts, &outcome))
+		if (step->limit_name != NULL && outcome.cls == ATTEMPT_RETRYABLE &&
+			!attempt->refused && attempt->transfer.resp.status == 429)
+		{
+			/*
+			 * the receiver's limit, not the step's failure: its key waits,
+			 * the step's attempt is given back (docs/limits.md)
+			 */
+			TimestampTz now = GetCurrentTimestamp();
+
+			ds_limit_pause_for_429(step, ds_http_rate_limit_wait_usecs(&attempt->transfer.resp, now),
+								   now);
+			ds_store_update_step(step);
+		}
+		else if (ds_outcome_runs_hook(step, step->attempts, &outcome))
 			ds_keep_outcome_for_executor(step, attempt->claimed_at, &outcome);
 		else
 		{
