@@ -978,6 +978,8 @@ sub setup_database
 	my ($rc, $out, $err) = psql($SU, <<"EOF");
 CREATE EXTENSION durable_steps;
 SELECT ds_set_queue('fh_serial', 1);
+SELECT ds_set_concurrency_limit('fh_key', 1);
+SELECT ds_set_rate_limit('fh_key', 50, interval '1 second', 5);
 $roles
 -- the task workers' own login role: a member of both owners, so that it may run their tasks
 -- (docs/tasks.md, "Who may do what")
@@ -1346,6 +1348,14 @@ sub make_step
 	# a quarter of the steps are in queue fh_serial, whose concurrency is 1: the worker never runs
 	# two of its attempts at once, across both executors (the check "queue limit")
 	my $queue = rand() < 0.25 ? 'fh_serial' : 'default';
+	# a fifth of the deferred steps are of limit fh_key (concurrency 1 and 50 a second per key):
+	# held, admitted and let go across the faults, never two of one key at once (the check
+	# "limit key"); a synchronous step may not name a limit
+	if ($defer && rand() < 0.2)
+	{
+		$policy->{limit} = 'fh_key';
+		$policy->{limit_key} = pick('k1', 'k2', 'k3');
+	}
 	return {
 		kind => $kind, plan => \@p, max => $m, sleep => $sleep, ra => $ra, defer => $defer,
 		cancel_at => $cancel_at, cancel_running => $cancel_running, queue => $queue,
@@ -4088,6 +4098,24 @@ sub run_trial
 		  . "FROM w x JOIN w y ON (y.run_id, y.step_id, y.attempt) <> (x.run_id, x.step_id, x.attempt) "
 		  . "AND y.claimed_at <= x.claimed_at AND y.finished_at > x.claimed_at");
 	$v->('queue limit', "$_->[0] while $_->[1] of the same queue (concurrency 1)") for @$overlaps;
+
+	# limit fh_key (concurrency 1 per key): no two worker attempts of one key overlap, from the
+	# claim's commit to the outcome (an admitted step counts against its key until its attempt's
+	# outcome is recorded, a lost one's too)
+	$overlaps = rows(
+		"WITH w AS (SELECT a.run_id, a.step_id, a.attempt, a.claimed_at, a.finished_at, s.limit_key "
+		  . "FROM ds_attempts a JOIN ds_steps s USING (run_id, step_id) "
+		  . "WHERE s.\"limit\" = 'fh_key' AND a.executor = 'worker' AND a.run_id LIKE '$prefix%') "
+		  . "SELECT x.run_id || '/' || x.step_id || ' attempt ' || x.attempt || ' claimed ' || x.claimed_at, "
+		  . "y.run_id || '/' || y.step_id || ' attempt ' || y.attempt || ' ran ' || y.claimed_at || ' .. ' || y.finished_at, x.limit_key "
+		  . "FROM w x JOIN w y ON (y.run_id, y.step_id, y.attempt) <> (x.run_id, x.step_id, x.attempt) "
+		  . "AND y.limit_key = x.limit_key AND y.claimed_at <= x.claimed_at AND y.finished_at > x.claimed_at");
+	$v->('limit key', "$_->[0] while $_->[1] of the same key $_->[2] of limit fh_key (concurrency 1)")
+	  for @$overlaps;
+	$v->('limit key', "$_->[0] of limit fh_key is still held or admitted after the trial settled")
+	  for @{ rows("SELECT run_id || '/' || step_id FROM durable_steps.steps WHERE run_id LIKE '$prefix%' "
+		  . "AND (limit_not_before IS NOT NULL OR limit_admitted IS NOT NULL) "
+		  . "AND status NOT IN ('pending', 'retrying', 'running')") };
 
 	# what a client saw committed is there (across a failover above all: a synchronous standby has
 	# every commit a client was answered after): a step a call answered finished -- succeeded,

@@ -341,7 +341,9 @@ ALTER TABLE durable_steps.steps
     ADD COLUMN limit_name text COLLATE "C",
     ADD COLUMN limit_key text COLLATE "C",
     ADD COLUMN limit_not_before timestamptz,
-    ADD COLUMN limit_admitted integer;
+    ADD COLUMN limit_admitted integer,
+    -- an item of a map (ds_map): the map's step id in the same run; NULL for every other step
+    ADD COLUMN map_step text COLLATE "C";
 -- The held steps of each key, by role, in the order they may be admitted (the roles take turns:
 -- one role's backlog is never read past for another's); and the admitted ones (due or
 -- running), counted against the key's concurrency. Neither names a column that a step of no
@@ -350,6 +352,10 @@ CREATE INDEX steps_limit_held_idx ON durable_steps.steps (limit_name, limit_key,
     WHERE limit_not_before IS NOT NULL;
 CREATE INDEX steps_limit_admitted_idx ON durable_steps.steps (limit_name, limit_key)
     WHERE limit_admitted IS NOT NULL;
+-- The items of each map that have not settled: waiting, running or held. A map whose items are
+-- all out of it is joined (src/runs/run_map.c). A claim changes none of its columns.
+CREATE INDEX steps_map_open_idx ON durable_steps.steps (run_id, map_step)
+    WHERE map_step IS NOT NULL AND (next_attempt_at IS NOT NULL OR limit_not_before IS NOT NULL);
 
 -- The views read waiting and running steps through both indexes, and show the tasks' columns.
 CREATE OR REPLACE VIEW @extschema@.ds_steps WITH (security_barrier) AS
@@ -727,8 +733,8 @@ CREATE FUNCTION @extschema@.ds_set_concurrency_limit(name text, concurrency inte
 CREATE FUNCTION @extschema@.ds_drop_limit(name text) RETURNS boolean
     AS 'MODULE_PATHNAME', 'ds_drop_limit' LANGUAGE C VOLATILE;
 
--- Each limit, and each of its keys that holds or runs steps or was paused: the steps the caller
--- may see (all of them for durable_steps_admin) held, admitted and running.
+-- Each limit, and each of its keys that holds or runs steps (with its pause, if any): the steps
+-- the caller may see (all of them for durable_steps_admin) held, admitted and running.
 CREATE VIEW @extschema@.ds_limits WITH (security_barrier) AS
     SELECT l.name AS "limit", k.key, l.rate, l.per, l.burst, l.concurrency,
            coalesce(k.held, 0) AS held, coalesce(k.admitted, 0) AS admitted,
@@ -748,3 +754,34 @@ CREATE VIEW @extschema@.ds_limits WITH (security_barrier) AS
       LEFT JOIN durable_steps.limit_keys b
         ON b.limit_name OPERATOR(pg_catalog.=) l.name AND b.key OPERATOR(pg_catalog.=) k.key;
 GRANT SELECT ON @extschema@.ds_limits TO PUBLIC;
+
+-- Maps (docs/runs.md, "Fan-out and join: ds_map"): a workflow's step that runs one SQL step per
+-- input, at most `concurrency` at once, and joins them. The row says the map was made (its items
+-- are steps of the run, map_step naming it) and what it was made of; `open` while some item may
+-- still settle: the executors then look, after the commits that settle items, for maps whose
+-- items have all settled, and wake their runs.
+CREATE TABLE durable_steps.maps (
+    run_id          text COLLATE "C" NOT NULL,
+    step_id         text COLLATE "C" NOT NULL,
+    owner           regrole NOT NULL,
+    items           integer NOT NULL,
+    concurrency     integer,
+    fingerprint     text NOT NULL,
+    open            boolean NOT NULL DEFAULT true,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    PRIMARY KEY (run_id, step_id)
+);
+CREATE INDEX maps_open_idx ON durable_steps.maps (run_id, step_id) WHERE open;
+SELECT pg_catalog.pg_extension_config_dump('durable_steps.maps', '');
+
+CREATE FUNCTION @extschema@.ds_map(step_id text, sql text, inputs jsonb,
+        concurrency integer DEFAULT NULL, policy jsonb DEFAULT NULL, timeout interval DEFAULT NULL,
+        outcomes boolean DEFAULT false) RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_map' LANGUAGE C VOLATILE;
+-- What a turn that reached a new ds_map calls, as the workflow's role: the map's row and its
+-- items, stored with the run's wait. Callable directly: it stores only steps the caller could
+-- store with ds_run_step(defer => true).
+CREATE FUNCTION @extschema@.ds_start_map(run_id text, step_id text, sql text, inputs jsonb,
+        concurrency integer DEFAULT NULL, policy jsonb DEFAULT NULL, timeout interval DEFAULT NULL)
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_start_map' LANGUAGE C VOLATILE;

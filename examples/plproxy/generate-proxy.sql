@@ -33,7 +33,7 @@ CREATE TEMP TABLE routes (name text PRIMARY KEY, route text NOT NULL, combine te
 INSERT INTO routes VALUES
     ('ds_run_step', 'run_id', NULL), ('ds_retry_step', 'run_id', NULL),
     ('ds_cancel_step', 'run_id', NULL), ('ds_http_step', 'run_id', NULL),
-    ('ds_task_step', 'run_id', NULL),
+    ('ds_task_step', 'run_id', NULL), ('ds_start_map', 'run_id', NULL),
     ('ds_resolve_step', 'run_id', NULL), ('ds_cancel_run', 'run_id', NULL),
     ('ds_resume_run', 'run_id', NULL), ('ds_wait_step', 'run_id', NULL),
     ('ds_wait_run', 'run_id', NULL), ('ds_partition_of', 'run_id', NULL),
@@ -60,6 +60,7 @@ INSERT INTO routes VALUES
     ('ds_retry_after', 'local', NULL), ('ds_blocked', 'local', NULL),
     ('ds_step', 'local', NULL), ('ds_http', 'local', NULL), ('ds_sleep', 'local', NULL),
     ('ds_await_event', 'local', NULL), ('ds_patched', 'local', NULL), ('ds_task', 'local', NULL),
+    ('ds_map', 'local', NULL),
     ('ds_app_workflow', 'local', NULL),
     -- a task worker serves the tasks of one server, connected to it: its claims, waits and
     -- outcomes commit there, the outcome with the handler's own writes (docs/tasks.md)

@@ -34,6 +34,9 @@ static bool kept_pending = false;
 
 /* this transaction held a step of a limit or let an admission go (ds_limit_admission_at_commit) */
 static bool admission_pending = false;
+
+/* this transaction settled an item of a map (ds_map_settled_at_commit) */
+static bool map_settle_pending = false;
 static bool callback_registered = false;
 static bool warned_not_preloaded = false;
 static uint32 warned_starved = 0;	/* DS_STARVED_* said in this session */
@@ -104,6 +107,7 @@ worker_shmem_startup(void)
 		pg_atomic_init_u64(&shared->kept_outcomes, 1);
 		pg_atomic_init_u64(&shared->tasks_generation, 1);
 		pg_atomic_init_u64(&shared->limit_admissions, 1);
+		pg_atomic_init_u64(&shared->map_settles, 1);
 		for (int i = 0; i < DS_STARVED_DATABASES; i++)
 		{
 			pg_atomic_init_u32(&shared->starved[i].dboid, InvalidOid);
@@ -318,6 +322,9 @@ wake_after_locks_released(ResourceReleasePhase phase, bool isCommit, bool isTopL
 	if (admission_pending && isCommit)
 		pg_atomic_fetch_add_u64(&shared->limit_admissions, 1);
 	admission_pending = false;
+	if (map_settle_pending && isCommit)
+		pg_atomic_fetch_add_u64(&shared->map_settles, 1);
+	map_settle_pending = false;
 	if (wake_pending && isCommit)
 		wake_one_executor();
 	if (wake_http_pending && isCommit)
@@ -376,6 +383,19 @@ ds_limit_admission_at_commit(void)
 {
 	ds_worker_wake_at_commit();
 	admission_pending = preloaded;
+}
+
+void
+ds_map_settled_at_commit(void)
+{
+	ds_worker_wake_at_commit();
+	map_settle_pending = preloaded;
+}
+
+uint64
+ds_map_settles_generation(void)
+{
+	return shared != NULL ? pg_atomic_read_u64(&shared->map_settles) : 0;
 }
 
 uint64

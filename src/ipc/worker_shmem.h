@@ -167,6 +167,12 @@ typedef struct WorkerShared
 	pg_atomic_uint64 limit_admissions;
 
 	/*
+	 * bumped after every commit that settled an item of a map: executors
+	 * then look for maps to join (runs/run_map.c)
+	 */
+	pg_atomic_uint64 map_settles;
+
+	/*
 	 * Sessions waiting for a task to be due (ds_wait_for_tasks): bumped and
 	 * broadcast after every commit that made a task wait (docs/tasks.md)
 	 */
@@ -272,6 +278,15 @@ extern void ds_limit_admission_at_commit(void);
 
 /* Moves after each such commit; executors look for steps to admit when it moved (executor.c). */
 extern uint64 ds_limit_admissions_generation(void);
+
+/*
+ * The current transaction settled an item of a map (docs/runs.md, "Fan-out and join"): after its
+ * commit, move the generation of map settles and wake one executor.
+ */
+extern void ds_map_settled_at_commit(void);
+
+/* Moves after each such commit; executors look for maps to join when it moved (executor.c). */
+extern uint64 ds_map_settles_generation(void);
 
 /* The same, without the warnings: the install script's call (CREATE EXTENSION). */
 extern void ds_worker_serve_at_commit(void);

@@ -334,9 +334,13 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 	int			n_kept;
 	bool		http = susp->work == TURN_WORK_HTTP;
 	bool		task = susp->work == TURN_WORK_TASK;
+	bool		map = susp->work == TURN_WORK_MAP;
 
-	/* a step another process runs, which the turn only creates */
-	bool		created = http || task;
+	/*
+	 * a step another process runs, which the turn only creates; a map's
+	 * items are such steps
+	 */
+	bool		created = http || task || map;
 	StepBody	body;
 	ClassOverrides no_overrides;
 	AttemptOutcome outcome;
@@ -368,6 +372,16 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 							" request => $1 OPERATOR(pg_catalog.->) 'request',"
 							" policy => $1 OPERATOR(pg_catalog.->) 'policy',"
 							" idempotency_header => $1 OPERATOR(pg_catalog.->>) 'idempotency_header',"
+							" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval) r",
+							quote_identifier(get_namespace_name(ds_extension_schema())));
+	else if (map)
+		body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_start_map("
+							"run_id => $1 OPERATOR(pg_catalog.->>) 'run_id',"
+							" step_id => $1 OPERATOR(pg_catalog.->>) 'step_id',"
+							" sql => $1 OPERATOR(pg_catalog.->>) 'sql',"
+							" inputs => $1 OPERATOR(pg_catalog.->) 'inputs',"
+							" concurrency => ($1 OPERATOR(pg_catalog.->>) 'concurrency')::pg_catalog.int4,"
+							" policy => $1 OPERATOR(pg_catalog.->) 'policy',"
 							" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval) r",
 							quote_identifier(get_namespace_name(ds_extension_schema())));
 	else if (task)
@@ -614,7 +628,7 @@ ds_run_turn(ClaimedRun *run, bool may_continue, char **awaited)
 	if (susp.suspended)
 	{
 		if (susp.work == TURN_WORK_STEP || susp.work == TURN_WORK_HTTP ||
-			susp.work == TURN_WORK_TASK)
+			susp.work == TURN_WORK_TASK || susp.work == TURN_WORK_MAP)
 		{
 			AttemptOutcome interrupted;
 

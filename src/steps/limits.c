@@ -195,6 +195,12 @@ ds_limit_check_step(const char *name, bool synchronous)
 				 errmsg("a step of limit \"%s\" cannot run in its caller's transaction", name),
 				 errdetail("A step of a limit waits for its admission, which the worker gives."),
 				 errhint("Store it with defer => true (ds_run_step), or make it an HTTP step or a task.")));
+	if (strncmp(name, DS_MAP_LIMIT_PREFIX, strlen(DS_MAP_LIMIT_PREFIX)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("limit \"%s\" is a map's own", name),
+				 errdetail("A limit named \"%s...\" admits the items of one map (ds_map): no step may name it.",
+						   DS_MAP_LIMIT_PREFIX)));
 	ds_store_spi_begin(&spi);
 	exists = ds_store_limit_exists(name);
 	ds_store_spi_end(&spi);

@@ -11,6 +11,9 @@
 
 #include "store/step_store.h"
 
+/* The names of maps' own limits (runs/run_map.c): no step may name one in its policy. */
+#define DS_MAP_LIMIT_PREFIX "ds_map:"
+
 /*
  * A new step names limit `name` in its policy: the limit must exist (42704), and a step that
  * runs in its caller's transaction cannot wait for an admission (0A000, `synchronous`).

@@ -28,6 +28,7 @@
 #include "base/policy.h"
 #include "steps/limits.h"
 #include "steps/queues.h"
+#include "steps/run_step.h"
 #include "steps/task_args.h"
 #include "steps/task_lease.h"
 #include "store/replay_cache.h"
@@ -37,6 +38,7 @@
 #include "steps/step_call.h"
 #include "steps/step_context.h"
 #include "steps/step_hooks.h"
+#include "store/map_store.h"
 #include "store/step_lock.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
@@ -281,6 +283,40 @@ new_step_record(const StepCall *call, StepRecord *rec)
 	}
 }
 
+void
+ds_store_map_item(const char *run_id, const char *step_id, const char *sql, Jsonb *input,
+				  Jsonb *policy, int64 timeout, const char *map_step, const char *limit_name)
+{
+	StepCall	call;
+	StepRecord	rec;
+
+	memset(&call, 0, sizeof(call));
+	call.run_id = (char *) run_id;
+	call.step_id = (char *) step_id;
+	call.sql = (char *) sql;
+	call.input = input;
+	call.policy = policy;
+	call.timeout = timeout;
+	call.on_timeout = "retry";
+	call.defer = true;
+	call.queue = "default";
+	call.fingerprint = ds_sql_step_fingerprint(sql, false, input, NULL, NULL);
+	if (ds_step_lock_and_read(run_id, step_id, false, &rec))
+	{
+		/* stored before: another role's is 42501, another definition DS422 */
+		(void) ds_step_answer_from_store(&rec, call.fingerprint);
+		return;
+	}
+	new_step_record(&call, &rec);
+	rec.map_step = (char *) map_step;
+	if (limit_name != NULL)
+	{
+		rec.limit_name = (char *) limit_name;
+		rec.limit_key = "";
+	}
+	ds_store_insert_step(&rec);
+}
+
 /*
  * ds_run_step(run_id, step_id, sql, input, policy, timeout, nowait, retry_on, fail_on,
  *             on_timeout, defer, run_at, notify, on_success, on_failure, queue, priority)
@@ -310,7 +346,12 @@ ds_run_step(PG_FUNCTION_ARGS)
 		 * a deferred call never runs the body itself, due or not: the stored
 		 * state answers
 		 */
-		if (ds_step_answer_from_store(&rec, call.fingerprint) || call.defer)
+		/*
+		 * nor is a step of a limit ever run by its caller: it waits for its
+		 * admission (docs/limits.md)
+		 */
+		if (ds_step_answer_from_store(&rec, call.fingerprint) || call.defer ||
+			rec.limit_name != NULL)
 			PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, true));
 	}
 	else
@@ -516,6 +557,15 @@ ds_retry_step(PG_FUNCTION_ARGS)
 	rec.remediation = NULL;
 	ds_store_update_step(&rec);
 	ds_worker_wake_kind_at_commit(rec.kind);
+	/* an item of a map: the map waits for it again (docs/runs.md) */
+	if (rec.map_step != NULL)
+	{
+		StoreSpi	spi;
+
+		ds_store_spi_begin(&spi);
+		ds_store_map_reopen(run_id, rec.map_step);
+		ds_store_spi_end(&spi);
+	}
 	/* a run waiting for this step, or blocked on it, goes on */
 	ds_run_wake_for_step(run_id);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, false));

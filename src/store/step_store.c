@@ -98,6 +98,7 @@ const StepColumnDesc ds_step_columns[N_STEP_COLUMNS] = {
 	[STEP_COL_LIMIT_KEY] = STEP_FIELD("limit_key", FIELD_TEXT, limit_key),
 	[STEP_COL_LIMIT_NOT_BEFORE] = STEP_FIELD("limit_not_before", FIELD_TIMESTAMPTZ, limit_not_before),
 	[STEP_COL_LIMIT_ADMITTED] = STEP_FIELD("limit_admitted", FIELD_INT4_ZERO_NULL, limit_admitted),
+	[STEP_COL_MAP_STEP] = STEP_FIELD("map_step", FIELD_TEXT, map_step),
 };
 
 const char *const ds_attempt_column_names[N_ATTEMPT_COLUMNS] = {
@@ -568,20 +569,27 @@ hold_for_limit(StepRecord *rec)
 		ds_limit_admission_at_commit();
 }
 
+/*
+ * An item of a map that settles (leaves the waiting and running states) may be its map's last:
+ * the executors look after the commit (runs/run_map.c).
+ */
+static void
+note_map_item(const StepRecord *rec)
+{
+	if (rec->map_step != NULL && rec->status != STEP_PENDING && rec->status != STEP_RETRYING &&
+		rec->status != STEP_RUNNING)
+		ds_map_settled_at_commit();
+}
+
 /* A deferred step: its row only, no attempt yet. */
 void
-ds_store_insert_step(const StepRecord *rec)
+ds_store_insert_step(StepRecord *rec)
 {
 	Datum		v[N_STEP_COLUMNS];
 	bool		isnull[N_STEP_COLUMNS];
-	StepRecord	held;
 
-	if (rec->limit_name != NULL)
-	{
-		held = *rec;
-		hold_for_limit(&held);
-		rec = &held;
-	}
+	/* held in the record too: the caller's answer says so */
+	hold_for_limit(rec);
 	note_if_waiting(rec);
 	step_to_values(rec, v, isnull);
 	ds_direct_insert_row(ds_store_relations()->steps, ds_store_relations()->step_attnums,
@@ -592,7 +600,11 @@ ds_store_insert_step(const StepRecord *rec)
 void
 ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt, const AttemptOutcome *o)
 {
-	ds_store_insert_step(rec);
+	/* its attempt ran in the caller: never a step of a limit (steps/limits.h) */
+	StepRecord	copy = *rec;
+
+	Assert(rec->limit_name == NULL);
+	ds_store_insert_step(&copy);
 	insert_attempt(rec, attempt, o, false, 0);
 	count_attempt(rec, o);
 }
@@ -613,6 +625,7 @@ ds_store_update_step(StepRecord *rec)
 	if (rec->status != STEP_RUNNING)
 		rec->running_queue = NULL;
 	hold_for_limit(rec);
+	note_map_item(rec);
 	note_if_waiting(rec);
 	step_to_values(rec, v, isnull);
 	if (!ds_direct_update_row(r->steps, r->steps_pkey, N_STEP_KEY_COLUMNS, v, key_eq, &rec->tid,

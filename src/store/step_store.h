@@ -145,6 +145,9 @@ typedef struct StepRecord
 	TimestampTz limit_not_before;	/* 0 = NULL: not held */
 	int			limit_admitted; /* 0 = NULL: not admitted */
 
+	/* an item of a map (ds_map): the map's step id in the same run; NULL otherwise */
+	char	   *map_step;
+
 	/*
 	 * where this transaction last read or wrote the row; invalid when unknown
 	 * (not a column)
@@ -157,7 +160,7 @@ extern bool ds_store_lock_step(const char *run_id, const char *step_id, StepReco
 extern void ds_store_update_step(StepRecord *rec);
 
 /* A new step's row alone (a deferred step: no attempt has run). */
-extern void ds_store_insert_step(const StepRecord *rec);
+extern void ds_store_insert_step(StepRecord *rec);
 extern void ds_store_insert_step_with_attempt(const StepRecord *rec, int attempt,
 											  const AttemptOutcome *outcome);
 
@@ -239,10 +242,11 @@ typedef enum StepColumn
 	STEP_COL_LIMIT_NAME,
 	STEP_COL_LIMIT_KEY,
 	STEP_COL_LIMIT_NOT_BEFORE,
-	STEP_COL_LIMIT_ADMITTED
+	STEP_COL_LIMIT_ADMITTED,
+	STEP_COL_MAP_STEP
 } StepColumn;
 
-#define N_STEP_COLUMNS (STEP_COL_LIMIT_ADMITTED + 1)
+#define N_STEP_COLUMNS (STEP_COL_MAP_STEP + 1)
 /* the primary key is the first two columns */
 #define N_STEP_KEY_COLUMNS 2
 

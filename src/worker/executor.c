@@ -49,6 +49,7 @@
 #include "store/step_store.h"
 #include "store/retention.h"
 #include "store/task_store.h"
+#include "runs/run_map.h"
 #include "steps/limits.h"
 #include "steps/task_lease.h"
 #include "steps/run_context.h"
@@ -703,7 +704,7 @@ record_expired_task_leases(void)
 	return recorded;
 }
 
-/* When to look next for held steps to admit (admit_limited_steps); 0: when a commit asks. */
+/* When to look next for held steps to admit (admit_limited_steps), besides when a commit asks. */
 static TimestampTz next_admission_look = 0;
 static uint64 seen_admissions = 0;
 
@@ -728,8 +729,42 @@ admit_limited_steps(void)
 		return 0;
 	admitted = ds_admit_limited_steps(now, &next);
 	ds_worker_commit();
-	next_admission_look = next;
+
+	/*
+	 * at the latest a poll interval on: steps held by a write that asked
+	 * nobody (ds_partition_import, a restore, an operator's UPDATE) are
+	 * admitted too
+	 */
+	next_admission_look = TimestampTzPlusMilliseconds(now, poll_interval_ms);
+	if (next != 0 && next < next_admission_look)
+		next_admission_look = next;
 	return admitted;
+}
+
+static uint64 seen_map_settles = 0;
+
+/*
+ * Join the maps whose items have all settled (runs/run_map.c): when a commit settled an item of
+ * a map (the generation moved; 0 at the start, so an executor that starts looks at once, for
+ * items settled before a restart). Returns how many it joined.
+ */
+static int
+join_settled_maps(void)
+{
+	uint64		generation = ds_map_settles_generation();
+	int			joined;
+
+	if (generation == seen_map_settles)
+		return 0;
+	seen_map_settles = generation;
+	if (!ds_worker_begin_work("durable_steps: joining maps"))
+		return 0;
+	joined = ds_join_settled_maps(batch_size);
+	ds_worker_commit();
+	/* a full look may have left more: look again in the next pass */
+	if (joined >= batch_size)
+		seen_map_settles = 0;
+	return joined;
 }
 
 /*
@@ -1089,6 +1124,7 @@ executor_pass(void)
 	if (reload_and_must_wait())
 		return poll_interval_ms;
 	worked = admit_limited_steps() > 0;
+	worked |= join_settled_maps() > 0;
 	worked |= claim_and_run_batch(&skipped);
 	worked |= record_expired_task_leases() > 0;
 	if (kept_outcomes_due(&seen_kept, &seen_kept_epoch))
