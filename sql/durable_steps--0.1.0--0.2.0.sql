@@ -785,3 +785,24 @@ CREATE FUNCTION @extschema@.ds_start_map(run_id text, step_id text, sql text, in
         concurrency integer DEFAULT NULL, policy jsonb DEFAULT NULL, timeout interval DEFAULT NULL)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_start_map' LANGUAGE C VOLATILE;
+
+-- Child runs (docs/runs.md, "Child runs"): a workflow starts a run of its own, atomically with
+-- its turn and idempotently by its step id (the child's run id is "<parent>/<step_id>"), and
+-- joins it; the child's end wakes the parent waiting at that step; cancelling the parent
+-- cancels its unfinished children.
+ALTER TABLE durable_steps.runs
+    ADD COLUMN parent_run_id text COLLATE "C",
+    ADD COLUMN parent_step text COLLATE "C";
+CREATE INDEX runs_parent_idx ON durable_steps.runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+
+CREATE FUNCTION @extschema@.ds_start_child_run(step_id text, workflow text,
+        input jsonb DEFAULT '{}', policy jsonb DEFAULT NULL) RETURNS text
+    AS 'MODULE_PATHNAME', 'ds_start_child_run' LANGUAGE C VOLATILE;
+CREATE FUNCTION @extschema@.ds_join_child(step_id text) RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'ds_join_child' LANGUAGE C VOLATILE;
+-- What a turn that reached a new ds_start_child_run calls, as the workflow's role: the child run,
+-- started with ds_start_run under the run key "<parent_run_id>/<step_id>", linked to its parent.
+CREATE FUNCTION @extschema@.ds_start_child(parent_run_id text, step_id text, workflow text,
+        input jsonb DEFAULT '{}', policy jsonb DEFAULT NULL)
+    RETURNS @extschema@.ds_step_result
+    AS 'MODULE_PATHNAME', 'ds_start_child' LANGUAGE C VOLATILE;

@@ -318,7 +318,10 @@ ds_recover_lost_turns(int limit, MemoryContext cxt, char ***run_ids)
 		if (!give_up)
 			ds_worker_wake_at_commit();
 		else
+		{
 			ds_outcome_wake_at_commit(ids[i]);	/* the run failed: its waiters */
+			ds_run_wake_parent(ids[i]); /* and its parent's join */
+		}
 	}
 	ds_store_spi_end(&spi);
 	*run_ids = ids;

@@ -163,6 +163,9 @@ ds_map(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("outcomes must not be null")));
 	outcomes = PG_GETARG_BOOL(6);
+	/* nothing to fan out: nothing to wait for, and nothing to record */
+	if (call.items == 0)
+		PG_RETURN_JSONB_P(DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"))));
 
 	ds_store_spi_begin(&spi);
 	found = ds_store_map_read(run_id, step_id, spi.caller_cxt, &row);

@@ -139,6 +139,9 @@ record_run(ClaimedRun *run, const RunOutcome *o)
 	ds_run_write_row(run_id, &run->row_tid, &w);
 	if (o->wake_at != 0)
 		ds_worker_wake_at_commit();
+	/* a child run's end: its parent's ds_join_child goes on */
+	if (finished)
+		ds_run_wake_parent(run_id);
 }
 
 /*
@@ -278,6 +281,8 @@ turn_interrupted(ClaimedRun *run, const AttemptOutcome *outcome, const char *ste
 					message, give_up ? "failing the run" : "running it again")));
 	if (!give_up)
 		ds_worker_wake_at_commit();
+	else
+		ds_run_wake_parent(run->run_id);
 	return false;
 }
 
@@ -335,12 +340,13 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 	bool		http = susp->work == TURN_WORK_HTTP;
 	bool		task = susp->work == TURN_WORK_TASK;
 	bool		map = susp->work == TURN_WORK_MAP;
+	bool		child = susp->work == TURN_WORK_CHILD;
 
 	/*
 	 * a step another process runs, which the turn only creates; a map's
-	 * items are such steps
+	 * items are such steps, a child run is such work
 	 */
-	bool		created = http || task || map;
+	bool		created = http || task || map || child;
 	StepBody	body;
 	ClassOverrides no_overrides;
 	AttemptOutcome outcome;
@@ -373,6 +379,14 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 							" policy => $1 OPERATOR(pg_catalog.->) 'policy',"
 							" idempotency_header => $1 OPERATOR(pg_catalog.->>) 'idempotency_header',"
 							" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval) r",
+							quote_identifier(get_namespace_name(ds_extension_schema())));
+	else if (child)
+		body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_start_child("
+							"parent_run_id => $1 OPERATOR(pg_catalog.->>) 'run_id',"
+							" step_id => $1 OPERATOR(pg_catalog.->>) 'step_id',"
+							" workflow => $1 OPERATOR(pg_catalog.->>) 'workflow',"
+							" input => $1 OPERATOR(pg_catalog.->) 'input',"
+							" policy => $1 OPERATOR(pg_catalog.->) 'policy') r",
 							quote_identifier(get_namespace_name(ds_extension_schema())));
 	else if (map)
 		body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_start_map("
@@ -628,7 +642,8 @@ ds_run_turn(ClaimedRun *run, bool may_continue, char **awaited)
 	if (susp.suspended)
 	{
 		if (susp.work == TURN_WORK_STEP || susp.work == TURN_WORK_HTTP ||
-			susp.work == TURN_WORK_TASK || susp.work == TURN_WORK_MAP)
+			susp.work == TURN_WORK_TASK || susp.work == TURN_WORK_MAP ||
+			susp.work == TURN_WORK_CHILD)
 		{
 			AttemptOutcome interrupted;
 

@@ -548,6 +548,31 @@ cancel_held_step(const char *run_id, const char *step_id)
 }
 
 /*
+ * Cancel the child runs of run `run_id` that have not finished (docs/runs.md, "Child runs"),
+ * theirs in turn, each as ds_cancel_run would, by the caller (whose privileges it checks).
+ */
+static void
+cancel_children(const char *run_id)
+{
+	StoreSpi	spi;
+	uint64		n;
+	char	  **children;
+
+	ds_store_spi_begin(&spi);
+	n = ds_store_unfinished_children(run_id);
+	children = MemoryContextAlloc(spi.caller_cxt, sizeof(char *) * Max(n, 1));
+	for (uint64 i = 0; i < n; i++)
+		children[i] = MemoryContextStrdup(spi.caller_cxt,
+										  SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+	ds_store_spi_end(&spi);
+	for (uint64 i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		(void) DirectFunctionCall1(ds_cancel_run, CStringGetTextDatum(children[i]));
+	}
+}
+
+/*
  * ds_cancel_run(run_id) -> text: a run that has not finished becomes cancelled, and so do its
  * steps that have not finished, whatever they wait for (a retry, a person, an event, an HTTP
  * outcome someone must settle), so that none of them can act after the cancellation commits:
@@ -591,8 +616,11 @@ ds_cancel_run(PG_FUNCTION_ARGS)
 		ds_store_cancel_run(run_id);
 	foreach(lc, held)
 		cancel_held_step(run_id, (const char *) lfirst(lc));
+	cancel_children(run_id);
 	/* waiters on the run and its steps read them again when this commits */
 	ds_outcome_wake_at_commit(run_id);
+	/* a child run: its parent's ds_join_child raises */
+	ds_run_wake_parent(run_id);
 	PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
 }
 

@@ -35,8 +35,10 @@ typedef enum TurnWork
 								 * `patched` */
 	TURN_WORK_TASK,				/* create task `step_id` (ds_task_step call in
 								 * step_call) */
-	TURN_WORK_MAP				/* store map `step_id` and its items
+	TURN_WORK_MAP,				/* store map `step_id` and its items
 								 * (ds_start_map call in `step_call`) */
+	TURN_WORK_CHILD				/* start the child run of step `step_id`
+								 * (ds_start_child call in `step_call`) */
 } TurnWork;
 
 /* How a turn ended when a call in it had to wait or had work to do. */
@@ -51,7 +53,7 @@ typedef struct TurnSuspension
 	char	   *step_id;
 	char	   *event;			/* the event awaited, or NULL */
 	TurnWork	work;
-	char	   *step_call;		/* TURN_WORK_STEP, _HTTP, _TASK, _MAP:
+	char	   *step_call;		/* TURN_WORK_STEP, _HTTP, _TASK, _MAP, _CHILD:
 								 * ds_run_step's, ds_http_step's or
 								 * ds_task_step's arguments, as jsonb text */
 	int64		step_timeout;	/* TURN_WORK_STEP: the attempt's limit,

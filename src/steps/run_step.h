@@ -13,7 +13,8 @@
  * input, policy, timeout, defer => true) would -- the same checks, the run's policy under the
  * item's -- its attempts admitted by limit `limit_name` when not NULL (the map's concurrency,
  * docs/runs.md). An item stored before is left as it is (a conflicting one raises DS422, another
- * role's 42501). The caller checked the arguments.
+ * role's 42501). The caller checked the arguments, and made the map's row in this transaction:
+ * no identity lock is taken.
  */
 extern void ds_store_map_item(const char *run_id, const char *step_id, const char *sql,
 							  Jsonb *input, Jsonb *policy, int64 timeout, const char *map_step,

@@ -247,3 +247,48 @@ ds_store_cancel_run_steps(const char *run_id)
 	if (cancelled > 0)
 		ds_limit_admission_at_commit();
 }
+
+bool
+ds_store_link_child_run(const char *child, const char *parent, const char *step_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[3];
+	StoreSpi	spi;
+	bool		linked;
+	static SPIPlanPtr plan_check = NULL;
+
+	args[0] = CStringGetTextDatum(child);
+	args[1] = CStringGetTextDatum(parent);
+	args[2] = CStringGetTextDatum(step_id);
+	ds_store_spi_begin(&spi);
+	(void) ds_store_execute(&plan,
+							"UPDATE durable_steps.runs SET parent_run_id = $2, parent_step = $3"
+							" WHERE run_id OPERATOR(pg_catalog.=) $1 AND parent_run_id IS NULL",
+							3, types, args, NULL, false, 0, SPI_OK_UPDATE,
+							"linking run %s to its parent", child);
+	linked = ds_store_execute(&plan_check,
+							  "SELECT FROM durable_steps.runs WHERE run_id OPERATOR(pg_catalog.=) $1"
+							  " AND parent_run_id OPERATOR(pg_catalog.=) $2"
+							  " AND parent_step OPERATOR(pg_catalog.=) $3",
+							  3, types, args, NULL, false, 0, SPI_OK_SELECT,
+							  "reading the parent of run %s", child) > 0;
+	ds_store_spi_end(&spi);
+	return linked;
+}
+
+uint64
+ds_store_unfinished_children(const char *parent)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(parent)};
+
+	return ds_store_execute(&plan,
+							"SELECT run_id FROM durable_steps.runs"
+							" WHERE parent_run_id OPERATOR(pg_catalog.=) $1"
+							" AND status OPERATOR(pg_catalog.<>) ALL ('{succeeded,failed,cancelled}')"
+							" ORDER BY run_id",
+							1, types, args, NULL, false, 0, SPI_OK_SELECT,
+							"reading the children of run %s", parent);
+}

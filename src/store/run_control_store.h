@@ -57,6 +57,18 @@ extern uint64 ds_store_read_unfinished_run_steps(const char *run_id);
  */
 extern uint64 ds_store_read_run_latest(const char *run_id);
 
+/*
+ * Link run `child` to the step `step_id` of run `parent` that started it, unless it has a parent
+ * already: true when it is (now) that step's child.
+ */
+extern bool ds_store_link_child_run(const char *child, const char *parent, const char *step_id);
+
+/*
+ * The children of run `parent` that have not finished: rows (run_id), in run_id order. In the
+ * caller's SPI connection.
+ */
+extern uint64 ds_store_unfinished_children(const char *parent);
+
 /* How many steps run `run_id` has recorded, of every kind (its own SPI connection). */
 extern int64 ds_store_count_run_steps(const char *run_id);
 

@@ -325,3 +325,33 @@ ds_run_wake_for_step_outcome(const char *run_id, const char *step_id)
 	if (woken)
 		ds_worker_wake_at_commit();
 }
+
+void
+ds_run_wake_parent(const char *run_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1];
+	StoreSpi	spi;
+	char	   *parent = NULL;
+	char	   *step_id = NULL;
+
+	if (strchr(run_id, '/') == NULL)
+		return;
+	args[0] = CStringGetTextDatum(run_id);
+	ds_store_spi_begin(&spi);
+	if (ds_store_execute(&plan,
+						 "SELECT parent_run_id, parent_step FROM durable_steps.runs"
+						 " WHERE run_id OPERATOR(pg_catalog.=) $1 AND parent_run_id IS NOT NULL",
+						 1, types, args, NULL, false, 0, SPI_OK_SELECT,
+						 "reading the parent of run %s", run_id) == 1)
+	{
+		parent = MemoryContextStrdup(spi.caller_cxt,
+									 SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+		step_id = MemoryContextStrdup(spi.caller_cxt,
+									  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2));
+	}
+	ds_store_spi_end(&spi);
+	if (parent != NULL)
+		ds_run_wake_for_step_outcome(parent, step_id);
+}

@@ -130,4 +130,11 @@ extern char *ds_run_step_paused_queue(const char *run_id, const char *step_id);
 /* Wake the runs waiting for queue `queue` to be opened again (ds_set_queue), at commit. */
 extern void ds_run_wake_for_queue(const char *queue);
 
+/*
+ * Run `run_id` finished: when it is a child run (docs/runs.md, "Child runs"), wake its parent if
+ * it waits at the step that started it (ds_join_child). Only a run id with a '/' can be a child's:
+ * for the others nothing is read.
+ */
+extern void ds_run_wake_parent(const char *run_id);
+
 #endif							/* DS_RUN_STORE_H */

@@ -131,6 +131,12 @@ is( $node->safe_psql(
 		"SELECT string_agg(step_id || ':' || attempt, ',' ORDER BY step_id) FROM ds_steps WHERE run_id = '$raise'"),
 	$before =~ s/m\/3:(\d+)/'m\/3:' . ($1 + 1)/er, 'rerun: only the failed item ran again');
 
+# --- an empty map answers at once ---
+my $empty = start('alice', q{{"sql": "SELECT 1", "items": []}});
+is(settle_run($empty), 'succeeded', 'empty: the run succeeded');
+is($node->safe_psql('postgres', "SELECT output->'results' FROM ds_runs WHERE run_id = '$empty'"),
+	'[]', 'empty: no results');
+
 # --- a blocked item blocks the run until it is corrected ---
 my $blocked = start('alice',
 	q{{"sql": "SELECT 1 FROM (SELECT CASE WHEN NOT ($1->>'ok')::boolean THEN ds_blocked('not ok', 'correct the input') END) x", "items": [{"ok": true}, {"ok": false}]}});

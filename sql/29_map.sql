@@ -1,0 +1,68 @@
+-- Fan-out and join (docs/runs.md, "Fan-out and join: ds_map"): ds_map's and ds_start_map's
+-- arguments, what ds_start_map stores, its replay and conflicts, and who may store a map. Every
+-- store is looked at inside its transaction and rolled back, whether or not a worker serves this
+-- database (test/t/102_map.pl runs maps in workflows).
+\set SHOW_CONTEXT never
+
+-- ds_map belongs in a workflow
+SELECT ds_map('m', 'SELECT 1', '[1, 2]');
+
+-- malformed arguments are refused and store nothing
+SELECT status FROM ds_start_map('maps', 'm', NULL, '[1]');
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1; SELECT 2', '[1]');
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1', NULL);
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1', '{"a": 1}');
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1', '7');
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1', '[1]', concurrency => 0);
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1', '[1]', concurrency => -3);
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1', '[1]', policy => '{"limit": "x"}');
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1', '[1]', policy => '{"max_attempts": 0}');
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1', '[1]', timeout => interval '-1 second');
+SELECT status FROM ds_start_map('maps', NULL, 'SELECT 1', '[1]');
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1',
+                                (SELECT jsonb_agg(i) FROM generate_series(1, 100001) i));
+SELECT count(*) FROM durable_steps.maps;
+SELECT count(*) FROM ds_steps WHERE run_id = 'maps';
+
+-- a map: one deferred SQL step per input, "<step_id>/<n>", each with its input; with a
+-- concurrency, the map's own limit admits them
+BEGIN;
+SELECT status, attempt, replayed FROM ds_start_map('maps', 'm', 'SELECT ($1->>''n'')::int * 2',
+                                                   '[{"n": 1}, {"n": 2}, {"n": 3}]', concurrency => 2);
+SELECT step_id, kind, input, "limit" LIKE 'ds_map:%' AS own_limit, limit_key FROM ds_steps
+ WHERE run_id = 'maps' ORDER BY step_id;
+SELECT step_id, owner, items, concurrency, open FROM durable_steps.maps;
+SELECT name LIKE 'ds_map:%' AS own_limit, rate, concurrency FROM durable_steps.limits;
+-- the same call again replays: nothing more is stored
+SELECT status, replayed FROM ds_start_map('maps', 'm', 'SELECT ($1->>''n'')::int * 2',
+                                          '[{"n": 1}, {"n": 2}, {"n": 3}]', concurrency => 2);
+SELECT count(*) FROM ds_steps WHERE run_id = 'maps';
+-- another definition under the same step id is DS422
+SAVEPOINT s;
+SELECT status FROM ds_start_map('maps', 'm', 'SELECT 1', '[{"n": 1}]');
+ROLLBACK TO s;
+-- no step may name a map's own limit
+SELECT status FROM ds_run_step('maps', 'thief', 'SELECT 1', defer => true,
+                               policy => jsonb_build_object('limit', (SELECT name FROM durable_steps.limits)));
+ROLLBACK;
+
+-- an empty map has no items (ds_map answers [] at once, storing nothing)
+BEGIN;
+SELECT status FROM ds_start_map('maps', 'none', 'SELECT 1', '[]');
+SELECT items FROM durable_steps.maps WHERE step_id = 'none';
+SELECT count(*) FROM ds_steps WHERE run_id = 'maps';
+ROLLBACK;
+
+-- a role stores maps only under run ids it may store steps under, and sees only its own
+CREATE ROLE map_user;
+CREATE ROLE map_other;
+BEGIN;
+SET LOCAL ROLE map_user;
+SELECT status FROM ds_start_map('maps-user', 'm', 'SELECT 1', '[1, 2]');
+SELECT count(*) FROM ds_steps WHERE run_id = 'maps-user';
+SET LOCAL ROLE map_other;
+SELECT count(*) FROM ds_steps WHERE run_id = 'maps-user';
+SELECT status FROM ds_start_map('maps-user', 'm', 'SELECT 1', '[1, 2]');
+ROLLBACK;
+DROP ROLE map_user;
+DROP ROLE map_other;
