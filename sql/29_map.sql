@@ -66,3 +66,33 @@ SELECT status FROM ds_start_map('maps-user', 'm', 'SELECT 1', '[1, 2]');
 ROLLBACK;
 DROP ROLE map_user;
 DROP ROLE map_other;
+
+-- Child runs (docs/runs.md, "Child runs"): ds_start_child_run and ds_join_child belong in a
+-- workflow; ds_start_child's arguments and who may start a child of a run
+SELECT ds_start_child_run('c', 'kid');
+SELECT ds_join_child('c');
+SELECT status FROM ds_start_child('no-such-run', 'c', 'kid', '{}');
+SELECT status FROM ds_start_child(NULL, 'c', 'kid', '{}');
+SELECT status FROM ds_start_child('r', NULL, 'kid', '{}');
+SELECT status FROM ds_start_child('r', 'c', NULL, '{}');
+SELECT status FROM ds_start_child('r', 'c', 'kid', NULL);
+CREATE FUNCTION child_parent(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT NULL::jsonb $$;
+CREATE ROLE child_other;
+BEGIN;
+SELECT status FROM ds_start_run('child_parent', '{}', run_key => 'child-parent');
+SET LOCAL ROLE child_other;
+SELECT status FROM ds_start_child('child-parent', 'c', 'child_parent', '{}');
+ROLLBACK;
+BEGIN;
+SELECT status FROM ds_start_run('child_parent', '{}', run_key => 'child-parent');
+SELECT status, result FROM ds_start_child('child-parent', 'c', 'child_parent', '{"n": 1}');
+SELECT run_id, parent_run_id, parent_step FROM durable_steps.runs WHERE run_id LIKE 'child-parent%' ORDER BY run_id;
+-- again: the same child
+SELECT status, result FROM ds_start_child('child-parent', 'c', 'child_parent', '{"n": 1}');
+-- another input for the same child is the run key's conflict
+SAVEPOINT s;
+SELECT status FROM ds_start_child('child-parent', 'c', 'child_parent', '{"n": 2}');
+ROLLBACK TO s;
+ROLLBACK;
+DROP ROLE child_other;
+DROP FUNCTION child_parent(text, jsonb);

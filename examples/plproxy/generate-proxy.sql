@@ -60,7 +60,8 @@ INSERT INTO routes VALUES
     ('ds_retry_after', 'local', NULL), ('ds_blocked', 'local', NULL),
     ('ds_step', 'local', NULL), ('ds_http', 'local', NULL), ('ds_sleep', 'local', NULL),
     ('ds_await_event', 'local', NULL), ('ds_patched', 'local', NULL), ('ds_task', 'local', NULL),
-    ('ds_map', 'local', NULL),
+    ('ds_map', 'local', NULL), ('ds_start_child_run', 'local', NULL), ('ds_join_child', 'local', NULL),
+    ('ds_start_child', 'local', NULL),
     ('ds_app_workflow', 'local', NULL),
     -- a task worker serves the tasks of one server, connected to it: its claims, waits and
     -- outcomes commit there, the outcome with the handler's own writes (docs/tasks.md)

@@ -167,8 +167,8 @@ typedef struct WorkerShared
 	pg_atomic_uint64 limit_admissions;
 
 	/*
-	 * bumped after every commit that settled an item of a map: executors
-	 * then look for maps to join (runs/run_map.c)
+	 * bumped after every commit that settled an item of a map: executors then
+	 * look for maps to join (runs/run_map.c)
 	 */
 	pg_atomic_uint64 map_settles;
 

@@ -133,7 +133,10 @@ ds_start_child_run(PG_FUNCTION_ARGS)
 		PG_RETURN_TEXT_P(cstring_to_text(child));
 	}
 
-	/* new: the executor starts it in this turn's transaction, and the run goes on */
+	/*
+	 * new: the executor starts it in this turn's transaction, and the run
+	 * goes on
+	 */
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"run_id\": ");
 	escape_json(&buf, run_id);
@@ -236,7 +239,10 @@ ds_start_child(PG_FUNCTION_ARGS)
 				 errmsg("run %s belongs to another role", parent),
 				 errdetail("Only the run's workflow and roles with the privileges of its owner can start its children.")));
 
-	/* as the caller: its EXECUTE on the workflow, and every check of ds_start_run */
+	/*
+	 * as the caller: its EXECUTE on the workflow, and every check of
+	 * ds_start_run
+	 */
 	args[0] = PG_GETARG_DATUM(2);
 	args[1] = PG_GETARG_DATUM(3);
 	args[2] = CStringGetTextDatum(child);

@@ -214,7 +214,10 @@ ds_map(PG_FUNCTION_ARGS)
 		PG_RETURN_JSONB_P(results);
 	}
 
-	/* new: the executor stores it after the turn, and the run waits for its items */
+	/*
+	 * new: the executor stores it after the turn, and the run waits for its
+	 * items
+	 */
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"run_id\": ");
 	escape_json(&buf, run_id);
@@ -266,7 +269,11 @@ ds_start_map(PG_FUNCTION_ARGS)
 	parse_map_call(fcinfo, 2, &call);
 	PreventCommandIfReadOnly("ds_start_map()");
 	PreventCommandIfParallelMode("ds_start_map()");
-	/* in the caller's memory: the items are stored after the SPI connection ends */
+
+	/*
+	 * in the caller's memory: the items are stored after the SPI connection
+	 * ends
+	 */
 	if (call.concurrency > 0)
 		limit_name = map_limit_name(run_id, step_id);
 
@@ -285,7 +292,10 @@ ds_start_map(PG_FUNCTION_ARGS)
 			ds_store_set_limit_concurrency(limit_name, false, call.concurrency);
 		ds_store_spi_end(&spi);
 
-		/* the items: each a deferred step of the run, stored as ds_run_step would */
+		/*
+		 * the items: each a deferred step of the run, stored as ds_run_step
+		 * would
+		 */
 		it = JsonbIteratorInit(&call.inputs->root);
 		while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 		{

@@ -343,8 +343,8 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 	bool		child = susp->work == TURN_WORK_CHILD;
 
 	/*
-	 * a step another process runs, which the turn only creates; a map's
-	 * items are such steps, a child run is such work
+	 * a step another process runs, which the turn only creates; a map's items
+	 * are such steps, a child run is such work
 	 */
 	bool		created = http || task || map || child;
 	StepBody	body;

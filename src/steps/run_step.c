@@ -353,6 +353,7 @@ ds_run_step(PG_FUNCTION_ARGS)
 		 * a deferred call never runs the body itself, due or not: the stored
 		 * state answers
 		 */
+
 		/*
 		 * nor is a step of a limit ever run by its caller: it waits for its
 		 * admission (docs/limits.md)

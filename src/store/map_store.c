@@ -103,8 +103,8 @@ ds_store_map_items(const char *run_id, const char *step_id, bool outcomes, Memor
 	values[2] = BoolGetDatum(outcomes);
 
 	/*
-	 * the items are the run's steps "<step_id>/<n>": one range of the
-	 * primary key ('/' then '0' in the C collation), numbered by their n
+	 * the items are the run's steps "<step_id>/<n>": one range of the primary
+	 * key ('/' then '0' in the C collation), numbered by their n
 	 */
 	(void) ds_store_execute(&items_plan,
 							"SELECT pg_catalog.count(*),"

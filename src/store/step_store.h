@@ -145,7 +145,10 @@ typedef struct StepRecord
 	TimestampTz limit_not_before;	/* 0 = NULL: not held */
 	int			limit_admitted; /* 0 = NULL: not admitted */
 
-	/* an item of a map (ds_map): the map's step id in the same run; NULL otherwise */
+	/*
+	 * an item of a map (ds_map): the map's step id in the same run; NULL
+	 * otherwise
+	 */
 	char	   *map_step;
 
 	/*
