@@ -1218,6 +1218,33 @@ END
 -- the step at index input->'event'->'after' it awaits event input->'event'->'name' (step 'ev').
 -- Its output maps each step id to its result (the attempt number) or "caught", and 'event' to
 -- the event's payload.
+-- FAN: each trial's fan-out run (check_fanout): a map of 8 items at most 2 at once, and a
+-- child run, joined; every item's and the child's effect is a row here
+CREATE TABLE fh_fan_effects (run_id text NOT NULL, n integer NOT NULL);
+CREATE FUNCTION fh_fan_item(run text, n integer) RETURNS integer LANGUAGE plpgsql AS \$\$
+BEGIN
+    PERFORM pg_sleep(0.02 + random() * 0.05);
+    INSERT INTO fh_fan_effects VALUES (run, n);
+    RETURN n * 2;
+END
+\$\$;
+CREATE FUNCTION fh_kid(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS \$\$
+BEGIN
+    PERFORM ds_step('kid', 'SELECT fh_fan_item(\$1->>''parent'', 0)', input);
+    RETURN '"kid"';
+END
+\$\$;
+CREATE FUNCTION fh_fanout(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS \$\$
+DECLARE
+    m jsonb;
+BEGIN
+    PERFORM ds_start_child_run('kid', 'fh_kid', jsonb_build_object('parent', run_id));
+    m := ds_map('fan', 'SELECT fh_fan_item(\$1->>''run'', (\$1->>''n'')::int)', input->'items',
+                concurrency => 2);
+    RETURN jsonb_build_object('map', m, 'kid', ds_join_child('kid'));
+END
+\$\$;
+
 CREATE FUNCTION fh_workflow(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS \$\$
 DECLARE
     out jsonb := '{}';
@@ -1249,6 +1276,51 @@ END
 EOF
 	die "setting up the database failed:\n$err\n" if $rc;
 	$HAVE_IN_FORCE = value("SELECT to_regprocedure('durable_steps.ds_partitions_in_force_publish()') IS NOT NULL") eq 't' ? 1 : 0;
+}
+
+# FAN: the trial's fan-out run succeeded with its map's results in order and its child's
+# answer; each item's effect and the child's is there once (kill -9, restarts and the failover
+# included); no more than 2 of the map's items ran at once (its concurrency: from a claim's
+# commit to the outcome, as the queue limit); the child was started once, linked to its step.
+sub check_fanout
+{
+	my ($run) = @_;
+	my @v;
+	# settled with the clients' work, it ends soon after: polled, bounded
+	my $deadline = time() + $cfg{settle_timeout};
+	while (time() < $deadline
+		&& (value("SELECT count(*) FROM ds_runs WHERE run_id = " . lit($run)
+			  . " AND status IN ('pending', 'running', 'waiting')") // 1) > 0)
+	{
+		usleep(100_000);
+	}
+	my $r = rows("SELECT status, output, coalesce(error_code, '') || ' ' || coalesce(error_message, '') "
+		  . "FROM ds_runs WHERE run_id = " . lit($run));
+	my $want = $json->encode({ map => [ map { 2 * $_ } 1 .. 8 ], kid => 'kid' });
+	if (!@$r) { push @v, [ 'fan-out', "run $run does not exist" ]; return @v; }
+	my $got = $r->[0][0] eq 'succeeded' ? eval { $json->encode($json->decode($r->[0][1])) } // '' : '';
+	push @v, [ 'fan-out', "run $run is $r->[0][0] ($r->[0][2]) with output $r->[0][1]; its map and child make it $want" ]
+	  if $got ne $want;
+	my $e = rows("SELECT n, count(*) FROM fh_fan_effects WHERE run_id = " . lit($run) . " GROUP BY n ORDER BY n");
+	my %seen = map { ($_->[0] => $_->[1]) } @$e;
+	for my $n (0 .. 8)
+	{
+		my $c = $seen{$n} // 0;
+		push @v, [ 'fan-out', "run $run: the effect of " . ($n ? "item $n" : 'its child') . " is there $c times" ]
+		  if $c != 1;
+	}
+	push @v, [ 'fan-out', "run $run: ${\ scalar @$e} effects, of items it never had" ] if grep { $_->[0] > 8 } @$e;
+	my $over = rows(
+		"WITH w AS (SELECT a.step_id, a.attempt, a.claimed_at, a.finished_at FROM ds_attempts a "
+		  . "WHERE a.run_id = " . lit($run) . " AND a.step_id LIKE 'fan/%' AND a.executor = 'worker') "
+		  . "SELECT x.step_id || ' attempt ' || x.attempt, count(*) FROM w x JOIN w y "
+		  . "ON y.claimed_at <= x.claimed_at AND y.finished_at > x.claimed_at GROUP BY 1 HAVING count(*) > 2");
+	push @v, [ 'fan-out', "run $run: $_->[0] began while $_->[1] items of its map ran (concurrency 2)" ] for @$over;
+	my $kids = value("SELECT count(*) || ' ' || coalesce(string_agg(parent_run_id || ':' || parent_step, ','), '') "
+		  . "FROM durable_steps.runs WHERE run_id LIKE " . lit("$run/%"));
+	push @v, [ 'fan-out', "run $run: its children are '$kids', not its one child of step kid" ]
+	  if $kids ne "1 $run:kid";
+	return @v;
 }
 
 # ---- step plans ---------------------------------------------------------------------------------
@@ -3400,6 +3472,15 @@ sub run_trial
 		my $pid = spawn(sub { cancel_main($cancel_groups[$g], "$dir/cancel$g", $start, $deadline) });
 		$child{$pid} = "cancel$g";
 	}
+	# FAN: the trial's fan-out run, started as the faults begin (check_fanout); its id is not
+	# under the trial's prefix, so that the checks of the clients' steps and runs pass it by
+	my $fan_run = "fan:$prefix";
+	{
+		my $items = $json->encode([ map { { run => $fan_run, n => $_ } } 1 .. 8 ]);
+		my ($rc, $out, $err) = psql($SU, "SELECT ds_start_run('fh_fanout', "
+			  . lit(qq({"items": $items})) . "::jsonb, run_key => " . lit($fan_run) . ")");
+		die "starting the fan-out run failed:\n$err\n" if $rc;
+	}
 	my @runs_to_cancel = grep { defined $_->{cancel_at} } @runs;
 	if (@runs_to_cancel)
 	{
@@ -4025,6 +4106,7 @@ sub run_trial
 	}
 	my %planned_run = map { ($_->{id} => 1) } @runs;
 	$v->('unknown run', "run $_->[0] exists but no client started it") for grep { !$planned_run{ $_->[0] } } @$run_rows;
+	$v->(@$_) for check_fanout($fan_run);
 
 	my ($flow_ok, $flow_attempts, $flow_lost, $segments_lost) = (0, 0, 0, 0);
 	# the flows (FLOW): every run succeeded with the attempt numbers of its steps as its output;

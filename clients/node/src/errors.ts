@@ -309,6 +309,16 @@ export class InsufficientPrivilegeError extends DurableStepsError {
     static override readonly httpStatus = 403;
 }
 
+/** 42704 undefined_object: a step's policy names a limit that does not exist (docs/limits.md). */
+export class UndefinedObjectError extends DurableStepsError {
+    static override readonly sqlstate = '42704';
+}
+
+/** 0A000 feature_not_supported: a step of a limit that would run in its caller's transaction (docs/limits.md). */
+export class FeatureNotSupportedError extends DurableStepsError {
+    static override readonly sqlstate = '0A000';
+}
+
 /** 42601 syntax_error: a step's body or hook, or a handler, that does not parse or is not one statement. */
 export class SqlSyntaxError extends DurableStepsError {
     static override readonly sqlstate = '42601';
@@ -377,7 +387,7 @@ export const ERRORS_BY_SQLSTATE: ReadonlyMap<string, typeof DurableStepsError> =
         CardinalityViolationError, NullValueNotAllowedError, InvalidParameterValueError,
         InvalidTransactionStateError, ActiveSqlTransactionError, ReadOnlySqlTransactionError, InvalidTransactionTerminationError, InsufficientPrivilegeError,
         SqlSyntaxError, DuplicateObjectError, DuplicateFunctionError, DatatypeMismatchError, WrongObjectTypeError,
-        UndefinedFunctionError, OutOfMemoryError, ProgramLimitExceededError,
+        UndefinedFunctionError, UndefinedObjectError, FeatureNotSupportedError, OutOfMemoryError, ProgramLimitExceededError,
         ObjectNotInPrerequisiteStateError, QueryCanceledError,
     ].map((cls) => [cls.sqlstate as string, cls]),
 );

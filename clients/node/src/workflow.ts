@@ -50,6 +50,14 @@ export interface WorkflowContext<C extends TaskClient = TaskClient> {
     /** aborted when the run is cancelled, when the segment's lease is lost, when the worker stops */
     readonly signal: AbortSignal;
     step<T = Json>(id: string, fn: (s: StepContext<C>) => T | Promise<T>, options?: StepOptions): Promise<T>;
+    /**
+     * One step per item, `${id}/${n}` (n from 1), at most `concurrency` running at once, their
+     * results in the order of `items`; a failed item throws its StepFailedError once the others
+     * have settled. Steps of one execution may also run side by side with Promise.all: each
+     * ctx.step call takes its place in the run's history when it is made.
+     */
+    map<T = Json, I = Json>(id: string, items: readonly I[],
+        fn: (item: I, s: StepContext<C>) => T | Promise<T>, options?: StepOptions & { concurrency?: number }): Promise<T[]>;
     sql<T = Json>(id: string, sql: string, input?: Json, options?: { retry?: RetryOptions; timeoutMs?: number }): Promise<T>;
     /**
      * An HTTP step the extension's HTTP worker sends, with the step's idempotency key in
@@ -426,6 +434,7 @@ class Segment<C extends TaskClient> {
         this.ctx = {
             runId: task.runId, workflow: wf.name, segment, signal: task.signal,
             step: (id, fn, options) => self.step(id, fn, options),
+            map: (id, items, fn, options) => self.map(id, items, fn, options),
             sql: (id, sql, input, options) => self.sql(id, sql, input, options),
             http: (id, request, options) => self.http(id, request, options),
             task: (id, task, input, options) => self.taskStep(id, task, input, options),
@@ -485,8 +494,62 @@ class Segment<C extends TaskClient> {
         if (options.timeoutMs !== undefined) {
             checkMs('timeoutMs', options.timeoutMs, 1);
         }
+        return this.stepAt(id, fn, options, ++this.seq);
+    }
+
+    async map<T, I>(id: string, items: readonly I[], fn: (item: I, s: StepContext<C>) => T | Promise<T>,
+        options: StepOptions & { concurrency?: number } = {}): Promise<T[]> {
+        if (!Array.isArray(items)) {
+            throw new TypeError(`map ${id}: items must be an array`);
+        }
+        if (typeof fn !== 'function') {
+            throw new TypeError(`map ${id}: fn must be a function`);
+        }
+        const { concurrency = items.length, ...stepOptions } = options;
+        if (!Number.isInteger(concurrency) || concurrency < 1) {
+            if (items.length > 0) {
+                throw new RangeError(`map ${id}: concurrency must be a whole number of at least 1`);
+            }
+        }
+        if (stepOptions.timeoutMs !== undefined) {
+            checkMs('timeoutMs', stepOptions.timeoutMs, 1);
+        }
+        // every item takes its place in the history now, in order: whenever a slot lets it
+        // run, its place is the same in every execution of the run
+        const ids = items.map((_, i) => `${id}/${i + 1}`);
+        for (const itemId of ids) {
+            this.enter(itemId, 'a map\'s item');
+        }
+        const first = this.seq + 1;
+        this.seq += items.length;
+        const results: T[] = new Array(items.length);
+        const failures: { index: number; error: unknown }[] = [];
+        let next = 0;
+        const lane = async (): Promise<void> => {
+            while (next < items.length) {
+                const i = next++;
+                try {
+                    results[i] = await this.stepAt(ids[i], (s) => fn(items[i], s), stepOptions, first + i);
+                } catch (e) {
+                    if (e instanceof Suspended) {
+                        throw e;
+                    }
+                    failures.push({ index: i, error: e });
+                }
+            }
+        };
+        await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, lane));
+        if (failures.length > 0) {
+            failures.sort((a, b) => a.index - b.index);
+            throw failures[0].error;
+        }
+        return results;
+    }
+
+    /** Step `id`, the run's `seq`-th step of this execution (checked against its history). */
+    private async stepAt<T>(id: string, fn: (s: StepContext<C>) => T | Promise<T>, options: StepOptions,
+        seq: number): Promise<T> {
         const policy = retryPolicy(options.retry);
-        const seq = ++this.seq;
         const recorded = this.history.get(id);
         if (recorded !== undefined) {
             if (recorded.kind !== 'task' || recorded.seq === null) {

@@ -183,6 +183,56 @@ describe('a workflow', () => {
         }
     });
 
+    test('runs steps side by side (Promise.all, ctx.map within its concurrency) and replays them in order', async () => {
+        const name = wfName('fanout');
+        const spans = [];
+        let calls = 0;
+        const span = async (what) => {
+            calls++;
+            const start = Date.now();
+            await new Promise((r) => setTimeout(r, 80));
+            spans.push({ what, start, end: Date.now() });
+            return what;
+        };
+        const wf = workflow(name, async (ctx) => {
+            const pair = await Promise.all([ctx.step('left', () => span('left')), ctx.step('right', () => span('right'))]);
+            const squares = await ctx.map('sq', [1, 2, 3, 4, 5, 6, 7, 8, 9], async (n) => {
+                await span(`sq${n}`);
+                return n * n;
+            }, { concurrency: 3 });
+            let failed = null;
+            try {
+                await ctx.map('bad', [1, 2, 3], (n) => {
+                    if (n === 2) throw new NonRetriableError(`item ${n} is bad`);
+                    return n;
+                });
+            } catch (e) {
+                failed = e instanceof StepFailedError ? e.message : String(e);
+            }
+            await ctx.sleep('nap', 1500);   // a later segment replays everything above
+            return { pair, squares, failed, segment: ctx.segment };
+        });
+        await withWorker([wf], async () => {
+            const { runId, done } = await runToEnd(name, {});
+            assert.equal(done.status, 'succeeded', JSON.stringify(done));
+            assert.deepEqual(done.output.pair, ['left', 'right']);
+            assert.deepEqual(done.output.squares, [1, 4, 9, 16, 25, 36, 49, 64, 81], 'the results in order');
+            assert.match(done.output.failed, /bad\/2/, 'the failed item throws, naming it');
+            assert.equal(done.output.segment, 2, 'the run went on in a second segment');
+            assert.equal(calls, 11, 'every step ran once: the second segment replayed them');
+            const overlap = (list) => Math.max(...list.map((a) =>
+                list.filter((b) => b.start <= a.start && b.end > a.start).length));
+            const [left, right] = ['left', 'right'].map((w) => spans.find((x) => x.what === w));
+            assert.ok(left.start < right.end && right.start < left.end, 'Promise.all ran both at once');
+            const sq = spans.filter((x) => x.what.startsWith('sq'));
+            assert.ok(overlap(sq) <= 3, `at most 3 items at once (saw ${overlap(sq)})`);
+            assert.ok(overlap(sq) >= 2, 'items ran side by side');
+            const s = await steps(runId);
+            assert.deepEqual(['sq/1', 'sq/9', 'bad/1', 'bad/2', 'bad/3'].map((k) => s[k].status),
+                ['succeeded', 'succeeded', 'succeeded', 'failed', 'succeeded']);
+        });
+    });
+
     test('retries a step with growing attempts; a step that used up its attempts throws into the workflow', async () => {
         const name = wfName('retry');
         const seen = [];

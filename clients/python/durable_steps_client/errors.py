@@ -228,6 +228,16 @@ class InsufficientPrivilege(DurableStepsError):
     sqlstate, http_status = "42501", 403
 
 
+class UndefinedObject(DurableStepsError):
+    """42704: a step's policy names a limit that does not exist (docs/limits.md)."""
+    sqlstate = "42704"
+
+
+class FeatureNotSupported(DurableStepsError):
+    """0A000: a step of a limit that would run in its caller's transaction (docs/limits.md)."""
+    sqlstate = "0A000"
+
+
 class UndefinedFunction(DurableStepsError):
     """42883: ds_start_run of a workflow that does not exist."""
     sqlstate = "42883"

@@ -29,7 +29,7 @@ import json
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import psycopg2
 from psycopg2.extras import Json, RealDictCursor
@@ -556,7 +556,7 @@ def _serialized(value: Any) -> str:
 
 
 class WorkflowContext:
-    """What a workflow function gets: ``step``, ``sql``, ``http``, ``task``, ``sleep`` (seconds),
+    """What a workflow function gets: ``step``, ``map``, ``sql``, ``http``, ``task``, ``sleep`` (seconds),
     ``wait_for_event``, ``patched``; ``run_id``, ``segment``, ``cancelled`` (the segment's
     threading.Event: the run was cancelled, a lease was lost, the worker stops)."""
 
@@ -571,6 +571,32 @@ class WorkflowContext:
              retry: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
              transaction: bool = False) -> Any:
         return self._seg.step(step_id, fn, retry=retry, timeout=timeout, transaction=transaction)
+
+    def map(self, step_id: str, items: Sequence[Any], fn: Callable[[Any, StepContext], Any], *,
+            retry: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
+            transaction: bool = False) -> List[Any]:
+        """One step per item, ``"<step_id>/<n>"`` (n from 1), ``fn(item, step_context)`` for each,
+        one after the other; their results in the order of ``items``. Each item is a step of its
+        own: retried by its policy, replayed once it succeeded. An item that failed for good
+        raises its ``StepFailed`` once the others have run (the first by number)."""
+        if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+            raise TypeError("map %s: items must be a list" % step_id)
+        if not callable(fn):
+            raise TypeError("map %s: fn must be a function of an item and the step's context"
+                            % step_id)
+        results: List[Any] = []
+        failures: List[StepFailed] = []
+        for n, item in enumerate(items, 1):
+            try:
+                results.append(self._seg.step(
+                    "%s/%d" % (step_id, n), lambda s, item=item: fn(item, s), retry=retry,
+                    timeout=timeout, transaction=transaction))
+            except StepFailed as e:
+                failures.append(e)
+                results.append(None)
+        if failures:
+            raise failures[0]
+        return results
 
     def sql(self, step_id: str, sql: str, input: Any = None, *,
             retry: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> Any:

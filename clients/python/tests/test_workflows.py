@@ -231,6 +231,32 @@ class WorkflowTest(unittest.TestCase):
         self.assertEqual((steps["flaky"][2], steps["doomed"][1], steps["doomed"][2]),
                          (3, "failed", 2))
 
+    def test_map_runs_a_step_per_item_and_raises_the_first_failed_item(self):
+        calls = []
+
+        @workflow(name("map"))
+        def map_wf(ctx, input):
+            squares = ctx.map("sq", [1, 2, 3], lambda n, s: calls.append(n) or n * n)
+            try:
+                ctx.map("bad", [1, 2, 3], lambda n, s: 1 / (n - 2),
+                        retry={"max_attempts": 1})
+                caught = None
+            except StepFailed as e:
+                caught = str(e)
+            ctx.sleep("nap", 1.5)   # a later segment replays the maps
+            return {"squares": squares, "caught": caught}
+
+        with Running(map_wf):
+            run = self.start(map_wf, {})
+            done = self.finished(run)
+        self.assertEqual(done.status, "succeeded", done)
+        self.assertEqual(done.output["squares"], [1, 4, 9])
+        self.assertIn("bad/2", done.output["caught"])
+        self.assertEqual(calls, [1, 2, 3], "each item ran once; the second segment replayed them")
+        steps = self.steps(run)
+        self.assertEqual([steps["bad/%d" % n][1] for n in (1, 2, 3)],
+                         ["succeeded", "failed", "succeeded"])
+
     def test_a_changed_workflow_stops_clearly_and_patched_answers_by_history(self):
         version = {"v": 1}
 
