@@ -40,6 +40,8 @@
 #include "steps/run_context.h"
 #include "steps/run_step.h"
 #include "steps/step_call.h"
+#include "steps/task_args.h"
+#include "steps/task_step.h"
 #include "store/limit_store.h"
 #include "store/map_store.h"
 #include "store/run_store.h"
@@ -56,7 +58,8 @@ PG_FUNCTION_INFO_V1(ds_start_map);
 /* A map's checked arguments. */
 typedef struct MapCall
 {
-	char	   *sql;
+	char	   *sql;			/* NULL for a map of tasks */
+	char	   *task;			/* the items' task name; NULL for SQL items */
 	Jsonb	   *inputs;
 	int			items;
 	int32		concurrency;	/* 0: none */
@@ -65,19 +68,35 @@ typedef struct MapCall
 	char	   *fingerprint;
 } MapCall;
 
-/* Arguments sql, inputs, concurrency, policy, timeout from `argno` on. */
+/*
+ * Arguments sql, inputs, concurrency, policy, timeout from `argno` on, and the task name at
+ * `task_argno`: a map's items are SQL steps of `sql`, or tasks of `task` (sql NULL).
+ */
 static void
-parse_map_call(FunctionCallInfo fcinfo, int argno, MapCall *call)
+parse_map_call(FunctionCallInfo fcinfo, int argno, int task_argno, MapCall *call)
 {
 	RetryPolicy parsed;
 
 	memset(call, 0, sizeof(*call));
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("sql must not be null")));
-	call->sql = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	ds_check_one_statement("sql", call->sql);
+	if (!PG_ARGISNULL(task_argno))
+	{
+		call->task = ds_task_name_arg(fcinfo, task_argno);
+		if (!PG_ARGISNULL(argno))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("a map of tasks has no sql"),
+					 errhint("Pass sql => NULL with task, or sql without task.")));
+	}
+	else
+	{
+		if (PG_ARGISNULL(argno))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("sql must not be null"),
+					 errhint("A map of tasks names its task instead.")));
+		call->sql = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+		ds_check_one_statement("sql", call->sql);
+	}
 	if (PG_ARGISNULL(argno + 1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -108,7 +127,9 @@ parse_map_call(FunctionCallInfo fcinfo, int argno, MapCall *call)
 				 errmsg("invalid retry policy field \"limit\": a map's items are admitted by its concurrency"),
 				 errhint("Give the map a concurrency.")));
 	call->timeout = ds_step_timeout_arg(fcinfo, argno + 4);
-	call->fingerprint = ds_step_fingerprint(call->sql, call->inputs, NULL, NULL);
+	/* what the items are made of: the SQL, or the task's name, and the inputs */
+	call->fingerprint = ds_step_fingerprint(call->sql ? call->sql : psprintf("task:%s", call->task),
+											call->inputs, NULL, NULL);
 }
 
 /* The name of map (run_id, step_id)'s internal limit. */
@@ -140,7 +161,7 @@ check_stored_map(const char *run_id, const char *step_id, const MapRow *row,
 }
 
 /*
- * ds_map(step_id, sql, inputs, concurrency, policy, timeout, outcomes) -> jsonb: the results of
+ * ds_map(step_id, sql, inputs, concurrency, policy, timeout, outcomes, task) -> jsonb: the results of
  * the map's items in the order of `inputs`; with outcomes, each item's {status, result,
  * error_code, error_message}.
  */
@@ -157,7 +178,7 @@ ds_map(PG_FUNCTION_ARGS)
 	TurnSuspension work;
 	StringInfoData buf;
 
-	parse_map_call(fcinfo, 1, &call);
+	parse_map_call(fcinfo, 1, 7, &call);
 	if (PG_ARGISNULL(6))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -223,8 +244,16 @@ ds_map(PG_FUNCTION_ARGS)
 	escape_json(&buf, run_id);
 	appendStringInfoString(&buf, ", \"step_id\": ");
 	escape_json(&buf, step_id);
-	appendStringInfoString(&buf, ", \"sql\": ");
-	escape_json(&buf, call.sql);
+	if (call.sql != NULL)
+	{
+		appendStringInfoString(&buf, ", \"sql\": ");
+		escape_json(&buf, call.sql);
+	}
+	else
+	{
+		appendStringInfoString(&buf, ", \"task\": ");
+		escape_json(&buf, call.task);
+	}
 	appendStringInfo(&buf, ", \"inputs\": %s", JsonbToCString(NULL, &call.inputs->root, 0));
 	if (call.concurrency > 0)
 		appendStringInfo(&buf, ", \"concurrency\": %d", call.concurrency);
@@ -266,7 +295,7 @@ ds_start_map(PG_FUNCTION_ARGS)
 	Oid			caller = GetUserId();
 
 	ds_check_slot_run_id(run_id);
-	parse_map_call(fcinfo, 2, &call);
+	parse_map_call(fcinfo, 2, 7, &call);
 	PreventCommandIfReadOnly("ds_start_map()");
 	PreventCommandIfParallelMode("ds_start_map()");
 
@@ -306,8 +335,12 @@ ds_start_map(PG_FUNCTION_ARGS)
 			n++;
 			item = JsonbValueToJsonb(&v);
 			ds_check_size(DS_LIMIT_INPUT, "an item of inputs", VARSIZE_ANY(item));
-			ds_store_map_item(run_id, psprintf("%s/%d", step_id, n), call.sql, item,
-							  call.policy, call.timeout, step_id, limit_name);
+			if (call.task != NULL)
+				ds_store_map_task_item(run_id, psprintf("%s/%d", step_id, n), call.task, item,
+									   call.policy, call.timeout, step_id, limit_name);
+			else
+				ds_store_map_item(run_id, psprintf("%s/%d", step_id, n), call.sql, item,
+								  call.policy, call.timeout, step_id, limit_name);
 			CHECK_FOR_INTERRUPTS();
 		}
 		ds_store_spi_begin(&spi);

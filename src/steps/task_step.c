@@ -24,6 +24,9 @@
 #include "steps/step_call.h"
 #include "steps/step_hooks.h"
 #include "steps/task_args.h"
+#include "steps/task_step.h"
+#include "store/step_probe.h"
+#include "utils/snapmgr.h"
 
 PG_FUNCTION_INFO_V1(ds_task_step);
 
@@ -107,4 +110,32 @@ ds_task_step(PG_FUNCTION_ARGS)
 	 */
 	ds_worker_wake_kind_at_commit(STEP_KIND_TASK);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, false));
+}
+
+void
+ds_store_map_task_item(const char *run_id, const char *step_id, const char *task, Jsonb *input,
+					   Jsonb *policy, int64 timeout, const char *map_step, const char *limit_name)
+{
+	char	   *fingerprint = ds_task_fingerprint(task, false, input, NULL, NULL);
+	StepRecord	rec;
+
+	/* no identity lock: see run_step.h, ds_store_map_item */
+	if (ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL))
+	{
+		(void) ds_step_answer_from_store(&rec, fingerprint);
+		return;
+	}
+	ds_outbox_step_init(&rec, run_id, step_id, STEP_KIND_TASK, policy, false, fingerprint, 0);
+	rec.task = (char *) task;
+	rec.input = input;
+	rec.timeout = timeout;
+	rec.queue = "default";
+	rec.map_step = (char *) map_step;
+	if (limit_name != NULL)
+	{
+		rec.limit_name = (char *) limit_name;
+		rec.limit_key = "";
+	}
+	ds_store_insert_step(&rec);
+	ds_worker_wake_kind_at_commit(STEP_KIND_TASK);
 }

@@ -10,6 +10,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use DurableSteps::Test;
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -164,6 +165,38 @@ is( $node->safe_psql(
 	't', 'cancel: the items that ran are the ones that succeeded');
 cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM ds_steps WHERE run_id = '$slow' AND status = 'cancelled'"),
 	'>=', 5, 'cancel: the rest were cancelled before they started');
+
+# --- a map of tasks, run by an application worker ---
+$node->safe_psql('postgres', q{
+CREATE FUNCTION fan_tasks(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $f$
+BEGIN
+    RETURN ds_map('t', NULL, input->'items', concurrency => 2, task => 'tick');
+END
+$f$;
+GRANT EXECUTE ON FUNCTION fan_tasks(text, jsonb) TO alice;
+});
+my $markdir = PostgreSQL::Test::Utils::tempdir('marks');
+my ($wout, $werr) = ('', '');
+my $tw = IPC::Run::start(
+	[ 'python3', "$FindBin::RealBin/../task_worker.py", $node->connstr('postgres') . ' user=alice', 'tw', $markdir ],
+	'<', \undef, '>', \$wout, '2>', \$werr);
+my $tasks = do
+{
+	my ($rc2, $out2, $err2) = psql_as($node, 'alice',
+		q{SELECT run_id FROM ds_start_run('fan_tasks', '{"items": [1, 2, 3, 4, 5]}')});
+	die "start: $err2" if $rc2;
+	$out2;
+};
+is(settle_run($tasks), 'succeeded', 'tasks: the run succeeded');
+is($node->safe_psql('postgres', "SELECT output FROM ds_runs WHERE run_id = '$tasks'"),
+	'[{"attempt": 1}, {"attempt": 1}, {"attempt": 1}, {"attempt": 1}, {"attempt": 1}]',
+	'tasks: every item\'s result, in order');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FILTER (WHERE kind = 'task' AND worker = 'tw') FROM ds_steps WHERE run_id = '$tasks'"),
+	'5', 'tasks: the items are tasks the worker ran');
+$tw->signal('TERM');
+$tw->finish;
 
 # --- another role cannot store a map under alice's run ---
 my ($rc, $out, $err) = psql_as($node, 'mallory',
