@@ -183,6 +183,32 @@ ok( poll_until(
 	"$t: the run finishes with the segment's output");
 $node->safe_psql('postgres', 'DROP SCHEMA up_flows CASCADE');
 
+# Limits, maps and child runs (docs/limits.md, docs/runs.md) on the updated install: a step
+# held by a limit and admitted, a workflow that maps and joins a child run. The schema is dropped
+# again, for the dump below.
+$node->safe_psql('postgres', q{CREATE SCHEMA up_fan AUTHORIZATION alice;
+SELECT ds_set_concurrency_limit('up-one', 1);});
+is( $node->safe_psql(
+		'postgres', q{SET ROLE alice; SET search_path = up_fan, public;
+CREATE FUNCTION up_kid(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT '"kid"'::jsonb $$;
+CREATE FUNCTION up_fan(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $f$
+BEGIN
+    PERFORM ds_start_child_run('kid', 'up_kid', '{}');
+    RETURN jsonb_build_object('map', ds_map('m', 'SELECT ($1::text)::int * 3', '[1, 2, 3]', concurrency => 2),
+                              'kid', ds_join_child('kid'));
+END $f$;
+SELECT run_id FROM ds_start_run('up_fan', '{}', run_key => 'up-fan');
+SELECT status FROM ds_run_step('up-limited', 's', 'SELECT 7', defer => true, policy => '{"limit": "up-one"}');}),
+	"up-fan\npending",
+	"$t: a map with a child run started, a step of a limit stored");
+ok( poll_until(
+		$node, 'postgres',
+		q{SELECT (SELECT status = 'succeeded' AND output = '{"map": [3, 6, 9], "kid": "kid"}'
+                    FROM durable_steps.runs WHERE run_id = 'up-fan')
+             AND (SELECT status = 'succeeded' FROM durable_steps.steps WHERE run_id = 'up-limited')}),
+	"$t: the map and its child joined, the step of the limit admitted and run");
+$node->safe_psql('postgres', q{DROP SCHEMA up_fan CASCADE; SELECT ds_drop_limit('up-one');});
+
 # A fresh install of the version under test has the schema of the upgraded one.
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', qq{CREATE EXTENSION durable_steps;
