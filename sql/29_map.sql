@@ -96,3 +96,30 @@ ROLLBACK TO s;
 ROLLBACK;
 DROP ROLE child_other;
 DROP FUNCTION child_parent(text, jsonb);
+
+-- A role takes neither another role's map nor another role's child run id before its run gets
+-- there; two maps never share their own limit
+CREATE FUNCTION map_wf(run_id text, input jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT NULL::jsonb $$;
+CREATE ROLE map_owner;
+CREATE ROLE map_thief;
+BEGIN;
+SET LOCAL ROLE map_owner;
+SELECT status FROM ds_start_run('map_wf', '{}', run_key => 'owned-run');
+SET LOCAL ROLE map_thief;
+SAVEPOINT s;
+SELECT status FROM ds_start_map('owned-run', 'm', 'SELECT 1', '[]');
+ROLLBACK TO s;
+SELECT status FROM ds_start_run('map_wf', '{}', run_key => 'owned-run/c');
+ROLLBACK TO s;
+SELECT status FROM ds_start_run('map_wf', '{}', run_key => 'owned-run/c/d');
+ROLLBACK TO s;
+RESET ROLE;
+SELECT count(*) FROM durable_steps.maps WHERE run_id = 'owned-run';
+-- run "r3/a" with map "b" and run "r3" with map "a/b": two limits
+SELECT status FROM ds_start_map('r3/a', 'b', 'SELECT 1', '[1]', concurrency => 1);
+SELECT status FROM ds_start_map('r3', 'a/b', 'SELECT 1', '[1]', concurrency => 2);
+SELECT count(DISTINCT name), string_agg(concurrency::text, ',' ORDER BY concurrency) FROM durable_steps.limits;
+ROLLBACK;
+DROP ROLE map_owner;
+DROP ROLE map_thief;
+DROP FUNCTION map_wf(text, jsonb);

@@ -47,6 +47,7 @@
 #include "store/run_store.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
+#include "ipc/worker_shmem.h"
 
 PG_FUNCTION_INFO_V1(ds_map);
 PG_FUNCTION_INFO_V1(ds_start_map);
@@ -136,8 +137,45 @@ parse_map_call(FunctionCallInfo fcinfo, int argno, int task_argno, MapCall *call
 static char *
 map_limit_name(const char *run_id, const char *step_id)
 {
+	/*
+	 * the run id's length first: run "a/b" and step "c" is not run "a" and
+	 * step "b/c"
+	 */
 	return psprintf(DS_MAP_LIMIT_PREFIX "%s",
-					ds_step_fingerprint(psprintf("%s/%s", run_id, step_id), NULL, NULL, NULL));
+					ds_step_fingerprint(psprintf("%zu:%s/%s", strlen(run_id), run_id, step_id),
+										NULL, NULL, NULL));
+}
+
+/* ds_start_map's arguments for the executor, as the text of a jsonb object. */
+static char *
+map_call_json(const char *run_id, const char *step_id, const MapCall *call)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"run_id\": ");
+	escape_json(&buf, run_id);
+	appendStringInfoString(&buf, ", \"step_id\": ");
+	escape_json(&buf, step_id);
+	if (call->sql != NULL)
+	{
+		appendStringInfoString(&buf, ", \"sql\": ");
+		escape_json(&buf, call->sql);
+	}
+	else
+	{
+		appendStringInfoString(&buf, ", \"task\": ");
+		escape_json(&buf, call->task);
+	}
+	appendStringInfo(&buf, ", \"inputs\": %s", JsonbToCString(NULL, &call->inputs->root, 0));
+	if (call->concurrency > 0)
+		appendStringInfo(&buf, ", \"concurrency\": %d", call->concurrency);
+	if (call->policy != NULL)
+		appendStringInfo(&buf, ", \"policy\": %s", JsonbToCString(NULL, &call->policy->root, 0));
+	if (call->timeout > 0)
+		appendStringInfo(&buf, ", \"timeout\": \"%lld microseconds\"", (long long) call->timeout);
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
 }
 
 /*
@@ -176,7 +214,6 @@ ds_map(PG_FUNCTION_ARGS)
 	StoreSpi	spi;
 	bool		found;
 	TurnSuspension work;
-	StringInfoData buf;
 
 	parse_map_call(fcinfo, 1, 7, &call);
 	if (PG_ARGISNULL(6))
@@ -210,12 +247,25 @@ ds_map(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_DS_INVALID_STEP_STATE),
 					 errmsg("map %s/%s has %lld of its %d items", run_id, step_id,
 							(long long) stored, row.items),
-					 errdetail("Items of the map were deleted.")));
+					 errdetail("A step of the run took the id of one of its items (\"%s/<n>\"), or items were deleted.",
+							   step_id)));
 		if (open > 0)
-			ds_turn_suspend(false, 0,
-							psprintf("map %s: %lld of %d items to settle", step_id,
-									 (long long) open, row.items),
-							step_id, NULL);
+		{
+			/*
+			 * items to settle (again, after a re-arm): the executor opens the
+			 * map once more after the turn (ds_start_map), so that the look
+			 * after the last item's commit finds it
+			 */
+			memset(&work, 0, sizeof(work));
+			work.work = TURN_WORK_MAP;
+			work.step_id = step_id;
+			work.reason = psprintf("map %s: %lld of %d items to settle", step_id,
+								   (long long) open, row.items);
+			work.step_call = map_call_json(run_id, step_id, &call);
+			work.owner = GetUserId();
+			work.search_path = namespace_search_path;
+			ds_turn_suspend_for_work(&work);
+		}
 		if (needs_person != NULL)
 			ds_turn_suspend(true, 0,
 							psprintf("map %s: item %s waits for a person (blocked or uncertain): settle it with ds_retry_step() or ds_resolve_step()",
@@ -239,34 +289,11 @@ ds_map(PG_FUNCTION_ARGS)
 	 * new: the executor stores it after the turn, and the run waits for its
 	 * items
 	 */
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"run_id\": ");
-	escape_json(&buf, run_id);
-	appendStringInfoString(&buf, ", \"step_id\": ");
-	escape_json(&buf, step_id);
-	if (call.sql != NULL)
-	{
-		appendStringInfoString(&buf, ", \"sql\": ");
-		escape_json(&buf, call.sql);
-	}
-	else
-	{
-		appendStringInfoString(&buf, ", \"task\": ");
-		escape_json(&buf, call.task);
-	}
-	appendStringInfo(&buf, ", \"inputs\": %s", JsonbToCString(NULL, &call.inputs->root, 0));
-	if (call.concurrency > 0)
-		appendStringInfo(&buf, ", \"concurrency\": %d", call.concurrency);
-	if (call.policy != NULL)
-		appendStringInfo(&buf, ", \"policy\": %s", JsonbToCString(NULL, &call.policy->root, 0));
-	if (call.timeout > 0)
-		appendStringInfo(&buf, ", \"timeout\": \"%lld microseconds\"", (long long) call.timeout);
-	appendStringInfoChar(&buf, '}');
 	memset(&work, 0, sizeof(work));
 	work.work = TURN_WORK_MAP;
 	work.step_id = step_id;
 	work.reason = psprintf("map %s: %d items to settle", step_id, call.items);
-	work.step_call = buf.data;
+	work.step_call = map_call_json(run_id, step_id, &call);
 	work.owner = GetUserId();
 	work.search_path = namespace_search_path;
 	ds_turn_suspend_for_work(&work);
@@ -291,7 +318,7 @@ ds_start_map(PG_FUNCTION_ARGS)
 	JsonbValue	v;
 	JsonbIteratorToken tok;
 	int			n = 0;
-
+	bool		made = false;
 	Oid			caller = GetUserId();
 
 	ds_check_slot_run_id(run_id);
@@ -306,17 +333,30 @@ ds_start_map(PG_FUNCTION_ARGS)
 	if (call.concurrency > 0)
 		limit_name = map_limit_name(run_id, step_id);
 
+	/* a run's map is its owner's to make, as its steps are (42501 otherwise) */
+	(void) ds_new_step_run_policy(run_id, false);
 	ds_store_spi_begin(&spi);
-	if (ds_store_map_read(run_id, step_id, spi.caller_cxt, &row))
+	/* the caller's: the statements run as the tables' owner */
+	row.owner = caller;
+	row.items = call.items;
+	row.concurrency = call.concurrency;
+	row.fingerprint = call.fingerprint;
+	if (!ds_store_map_insert(run_id, step_id, &row))
+	{
+		/*
+		 * made before (or just now, by a transaction this one waited for):
+		 * the same map, open again -- a turn that finds items to settle asks
+		 * this, and the look after this commit finds the map once more
+		 */
+		if (!ds_store_map_read(run_id, step_id, spi.caller_cxt, &row))
+			elog(ERROR, "map %s/%s was not found", run_id, step_id);
 		check_stored_map(run_id, step_id, &row, call.fingerprint, caller);
+		ds_store_map_reopen(run_id, step_id);
+		ds_map_settled_at_commit();
+	}
 	else
 	{
-		/* the caller's: the statements run as the tables' owner */
-		row.owner = caller;
-		row.items = call.items;
-		row.concurrency = call.concurrency;
-		row.fingerprint = call.fingerprint;
-		(void) ds_store_map_insert(run_id, step_id, &row);
+		made = true;
 		if (limit_name != NULL)
 			ds_store_set_limit_concurrency(limit_name, false, call.concurrency);
 		ds_store_spi_end(&spi);
@@ -354,7 +394,7 @@ ds_start_map(PG_FUNCTION_ARGS)
 	rec.kind = STEP_KIND_SQL;
 	rec.status = STEP_PENDING;
 	rec.max_attempts = 1;
-	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, n == 0));
+	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, !made));
 }
 
 int

@@ -67,6 +67,9 @@
 /* How often a run whose step's queue is paused looks again (ds_set_queue also wakes it). */
 #define RUN_QUEUE_PAUSED_RECHECK (60 * USECS_PER_SEC)
 
+/* How often a run whose step is held by a limit, or run as a plain step, looks again. */
+#define RUN_STEP_ELSEWHERE_RECHECK (1 * USECS_PER_SEC)
+
 
 
 
@@ -142,6 +145,17 @@ record_run(ClaimedRun *run, const RunOutcome *o)
 	/* a child run's end: its parent's ds_join_child goes on */
 	if (finished)
 		ds_run_wake_parent(run_id);
+
+	/*
+	 * Waiting for a child run that ended while this turn ran: the child's
+	 * wake found the run not yet waiting for it. Read after the row is
+	 * written, in the latest snapshot: a child that ends later waits for this
+	 * row's lock, and then finds the run waiting for it.
+	 */
+	if (o->status == RUN_WAITING && o->wake_at == 0 && o->current_step != NULL &&
+		o->wait_reason != NULL && strncmp(o->wait_reason, "child ", 6) == 0 &&
+		ds_run_child_ended(run_id, o->current_step))
+		ds_run_wake_for_step_outcome(run_id, o->current_step);
 }
 
 /*
@@ -552,6 +566,16 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 		o->wait_reason = psprintf("retry of step %s (last error %s: %s)", susp->step_id,
 								  ds_jsonb_field_text(outcome.result, "error_code", "?"),
 								  ds_jsonb_field_text(outcome.result, "error_message", ""));
+	}
+	else if (status == STEP_RETRYING || status == STEP_PENDING || status == STEP_RUNNING)
+	{
+		/*
+		 * held by a limit (its caller stored it; docs/limits.md), or run by
+		 * an executor as a plain step: looked at again a little later, never
+		 * at once (a turn that answers the same at once would spin)
+		 */
+		o->wake_at = GetCurrentTimestamp() + RUN_STEP_ELSEWHERE_RECHECK;
+		o->wait_reason = psprintf("step %s waits for its admission or its attempt", susp->step_id);
 	}
 	else
 		/* succeeded, or failed for good: the next turn replays it */

@@ -43,6 +43,9 @@
 
 PG_FUNCTION_INFO_V1(ds_start_run);
 PG_FUNCTION_INFO_V1(ds_cancel_run);
+
+static void check_child_run_key(const char *run_key, Oid caller);
+
 PG_FUNCTION_INFO_V1(ds_resume_run);
 
 #define MAX_RUN_ID_CHARS 255
@@ -234,6 +237,12 @@ ds_start_run(PG_FUNCTION_ARGS)
 		ds_partition_check_run(run_key);
 		/* a schedule's slot is its firings' (docs/schedules.md) */
 		ds_check_slot_run_id(run_key);
+
+		/*
+		 * "<run>/<step>" is a child run's: its parent's owner's
+		 * (docs/runs.md)
+		 */
+		check_child_run_key(run_key, caller);
 	}
 	run_id = run_key ? run_key : generated_run_id();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -548,6 +557,40 @@ cancel_held_step(const char *run_id, const char *step_id)
 }
 
 /*
+ * A run key "<run id>/<step id>" names the child run of that step of that run
+ * (ds_start_child_run): refused (42501) when a run of another role, one `caller` lacks the
+ * privileges of, has the id before one of its '/'s, so that no role takes another's child's id
+ * before it is started.
+ */
+static void
+check_child_run_key(const char *run_key, Oid caller)
+{
+	for (const char *slash = strchr(run_key, '/'); slash != NULL; slash = strchr(slash + 1, '/'))
+	{
+		char	   *parent = pnstrdup(run_key, slash - run_key);
+		StoreSpi	spi;
+		Oid			owner = InvalidOid;
+
+		ds_store_spi_begin(&spi);
+		if (ds_store_read_run_definition(parent) == 1)
+		{
+			bool		isnull;
+
+			owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+												   3, &isnull));
+		}
+		ds_store_spi_end(&spi);
+		if (OidIsValid(owner) && !has_privs_of_role(caller, owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("run key %s is under run %s, which belongs to another role", run_key,
+							parent),
+					 errdetail("A run key \"<run id>/<step id>\" names a child run of that run (ds_start_child_run)."),
+					 errhint("Choose a run key without that prefix.")));
+	}
+}
+
+/*
  * Cancel the child runs of run `run_id` that have not finished (docs/runs.md, "Child runs"),
  * theirs in turn, each as ds_cancel_run would, by the caller (whose privileges it checks).
  */
@@ -558,17 +601,32 @@ cancel_children(const char *run_id)
 	uint64		n;
 	char	  **children;
 
+	Oid		   *owners;
+
 	ds_store_spi_begin(&spi);
 	n = ds_store_unfinished_children(run_id);
 	children = MemoryContextAlloc(spi.caller_cxt, sizeof(char *) * Max(n, 1));
+	owners = MemoryContextAlloc(spi.caller_cxt, sizeof(Oid) * Max(n, 1));
 	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+
 		children[i] = MemoryContextStrdup(spi.caller_cxt,
 										  SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+		owners[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+												   2, &isnull));
+	}
 	ds_store_spi_end(&spi);
 	for (uint64 i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
-		(void) DirectFunctionCall1(ds_cancel_run, CStringGetTextDatum(children[i]));
+
+		/*
+		 * a child of another role (made by SECURITY DEFINER code) is that
+		 * role's to cancel
+		 */
+		if (has_privs_of_role(GetUserId(), owners[i]))
+			(void) DirectFunctionCall1(ds_cancel_run, CStringGetTextDatum(children[i]));
 	}
 }
 

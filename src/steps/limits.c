@@ -36,7 +36,7 @@ PG_FUNCTION_INFO_V1(ds_set_rate_limit);
 PG_FUNCTION_INFO_V1(ds_set_concurrency_limit);
 PG_FUNCTION_INFO_V1(ds_drop_limit);
 
-/* The most steps one key admits in one look: the rest in the next, at once. */
+/* The most steps one look admits, over all keys: the rest in the next, at once. */
 #define ADMIT_BATCH 1000
 
 /* How often the buckets that are full again are forgotten. */
@@ -224,11 +224,12 @@ bucket_capacity(const LimitSettings *limit)
  */
 static int
 admission_room(const LimitSettings *limit, LimitBucket *bucket, int64 admitted,
-			   int64 not_started, TimestampTz now, TimestampTz *next)
+			   int64 not_started, TimestampTz now, TimestampTz *next, bool *clamped)
 {
 	double		room = ADMIT_BATCH;
 
 	*next = 0;
+	*clamped = false;
 	if (!limit->exists)
 		return ADMIT_BATCH;
 	if (bucket->paused_until > now)
@@ -245,8 +246,16 @@ admission_room(const LimitSettings *limit, LimitBucket *bucket, int64 admitted,
 		double		elapsed = (double) Max(now - bucket->refilled_at, 0);
 
 		bucket->tokens = Min(capacity, bucket->tokens + elapsed / interval);
-		/* the steps admitted and not yet claimed still hold their tokens */
-		bucket->tokens = Min(bucket->tokens, capacity - (double) not_started);
+
+		/*
+		 * the steps admitted and not yet claimed still hold their tokens:
+		 * what this takes is lost for good, so the bucket is written then
+		 */
+		if (bucket->tokens > capacity - (double) not_started)
+		{
+			bucket->tokens = capacity - (double) not_started;
+			*clamped = true;
+		}
 		bucket->refilled_at = now;
 		if (bucket->tokens < room)
 		{
@@ -286,12 +295,17 @@ admit_step(const char *run_id, const char *step_id, TimestampTz now, bool *busy)
 	return true;
 }
 
-/* Admit what key (name, key) may; returns how many, *next as ds_admit_limited_steps. */
+/*
+ * Admit what key (name, key) may, at most `cap`; returns how many, *next as
+ * ds_admit_limited_steps. A key that can admit nothing is only read: no lock, no write, so that
+ * a look over many held keys costs no WAL.
+ */
 static int
-admit_key(const char *name, const char *key, TimestampTz now, TimestampTz *next)
+admit_key(const char *name, const char *key, TimestampTz now, int cap, TimestampTz *next)
 {
 	LimitSettings limit;
-	LimitBucket bucket = {0};
+	LimitBucket bucket;
+	LimitBucket peek;
 	int64		admitted = 0;
 	int64		not_started = 0;
 	int			room;
@@ -302,23 +316,51 @@ admit_key(const char *name, const char *key, TimestampTz now, TimestampTz *next)
 	Oid		   *owners;
 	StoreSpi	spi;
 	bool		any_busy = false;
+	bool		clamped = false;
 
 	*next = 0;
 	ds_store_spi_begin(&spi);
 	ds_store_limit_settings(name, &limit);
-	if (limit.exists &&
-		!ds_store_lock_bucket(name, key, bucket_capacity(&limit), now, &bucket))
-	{
-		/* another executor admits this key's steps now */
-		ds_store_spi_end(&spi);
-		return 0;
-	}
 	if (limit.exists)
+	{
+		/*
+		 * a first look, without a lock: most keys of a busy limit have no
+		 * room
+		 */
+		memset(&peek, 0, sizeof(peek));
+		if (!ds_store_read_bucket(name, key, &peek))
+		{
+			peek.tokens = bucket_capacity(&limit);
+			peek.refilled_at = now;
+		}
 		ds_store_admitted_counts(name, key, &admitted, &not_started);
-	room = admission_room(&limit, &bucket, admitted, not_started, now, next);
+		if (admission_room(&limit, &peek, admitted, not_started, now, next, &clamped) == 0 &&
+			!clamped)
+		{
+			ds_store_spi_end(&spi);
+			return 0;
+		}
+		/* the limit stays while its bucket is written (ds_drop_limit waits) */
+		if (!ds_store_lock_limit_share(name) ||
+			!ds_store_lock_bucket(name, key, bucket_capacity(&limit), now, &bucket))
+		{
+			/*
+			 * dropped meanwhile, or another executor admits this key's steps
+			 * now
+			 */
+			ds_store_spi_end(&spi);
+			*next = now + LOCKED_STEP_RETRY_USECS;
+			return 0;
+		}
+		/* under the lock, as it is now */
+		ds_store_admitted_counts(name, key, &admitted, &not_started);
+	}
+	else
+		memset(&bucket, 0, sizeof(bucket));
+	room = Min(admission_room(&limit, &bucket, admitted, not_started, now, next, &clamped), cap);
 	if (room == 0)
 	{
-		if (limit.exists)
+		if (limit.exists && clamped)
 			ds_store_write_bucket(name, key, &bucket);
 		ds_store_spi_end(&spi);
 		return 0;
@@ -356,7 +398,12 @@ admit_key(const char *name, const char *key, TimestampTz now, TimestampTz *next)
 			*next = now + (int64) ceil((1.0 - bucket.tokens) *
 									   ((double) limit.per / (double) limit.rate));
 	}
-	if (limit.exists)
+
+	/*
+	 * a bucket is written only when it gave tokens or lost some: its refill
+	 * is computed from its row
+	 */
+	if (limit.exists && (n > 0 || clamped))
 		ds_store_write_bucket(name, key, &bucket);
 	ds_store_spi_end(&spi);
 	if (any_busy)
@@ -404,15 +451,24 @@ ds_admit_limited_steps(TimestampTz now, TimestampTz *next)
 		TimestampTz key_next;
 
 		CHECK_FOR_INTERRUPTS();
+		if (admitted >= ADMIT_BATCH)
+		{
+			/*
+			 * one look admits at most a batch, whose steps' locks its
+			 * transaction holds: the rest at once, in the next
+			 */
+			*next = now;
+			break;
+		}
 		if (firsts[i] > now)
 			key_next = firsts[i];	/* its first may be admitted then */
 		else
 		{
-			int			n = admit_key(names[i], keys[i], now, &key_next);
+			int			n = admit_key(names[i], keys[i], now, ADMIT_BATCH - admitted, &key_next);
 
 			admitted += n;
 			/* a full batch may have left more that may be admitted: at once */
-			if (n >= ADMIT_BATCH)
+			if (admitted >= ADMIT_BATCH)
 				key_next = now;
 		}
 		if (key_next != 0 && (*next == 0 || key_next < *next))

@@ -25,6 +25,8 @@ static SPIPlanPtr pause_plan = NULL;
 static SPIPlanPtr admitted_plan = NULL;
 static SPIPlanPtr held_steps_plan = NULL;
 static SPIPlanPtr forget_plan = NULL;
+static SPIPlanPtr read_bucket_plan = NULL;
+static SPIPlanPtr share_plan = NULL;
 
 /*
  * The roles o(owner) that hold steps in key ($1, $2), walked through steps_limit_held_idx one
@@ -230,6 +232,49 @@ ds_store_lock_bucket(const char *name, const char *key, double full, TimestampTz
 	d = SPI_getbinval(row, td, 4, &isnull);
 	out->last_owner = isnull ? InvalidOid : DatumGetObjectId(d);
 	return true;
+}
+
+bool
+ds_store_read_bucket(const char *name, const char *key, LimitBucket *out)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	HeapTuple	row;
+	TupleDesc	td;
+	bool		isnull;
+	Datum		d;
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = CStringGetTextDatum(key);
+	if (ds_store_execute(&read_bucket_plan,
+						 "SELECT tokens, refilled_at, paused_until, last_owner FROM durable_steps.limit_keys"
+						 " WHERE limit_name OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2",
+						 2, types, values, NULL, true, 0, SPI_OK_SELECT,
+						 "reading the bucket of limit \"%s\"", name) == 0)
+		return false;
+	row = SPI_tuptable->vals[0];
+	td = SPI_tuptable->tupdesc;
+	out->tokens = DatumGetFloat8(SPI_getbinval(row, td, 1, &isnull));
+	out->refilled_at = DatumGetTimestampTz(SPI_getbinval(row, td, 2, &isnull));
+	d = SPI_getbinval(row, td, 3, &isnull);
+	out->paused_until = isnull ? 0 : DatumGetTimestampTz(d);
+	d = SPI_getbinval(row, td, 4, &isnull);
+	out->last_owner = isnull ? InvalidOid : DatumGetObjectId(d);
+	return true;
+}
+
+bool
+ds_store_lock_limit_share(const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+
+	values[0] = CStringGetTextDatum(name);
+	return ds_store_execute(&share_plan,
+							"SELECT FROM durable_steps.limits WHERE name OPERATOR(pg_catalog.=) $1"
+							" FOR SHARE",
+							1, types, values, NULL, false, 0, SPI_OK_SELECT,
+							"locking limit \"%s\"", name) > 0;
 }
 
 void

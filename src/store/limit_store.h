@@ -62,6 +62,15 @@ extern void ds_store_limit_settings(const char *name, LimitSettings *out);
 extern bool ds_store_lock_bucket(const char *name, const char *key, double full, TimestampTz now,
 								 LimitBucket *out);
 
+/* Key `key`'s bucket as it is, without a lock; false when it has none (a full bucket). */
+extern bool ds_store_read_bucket(const char *name, const char *key, LimitBucket *out);
+
+/*
+ * Lock limit `name`'s row against its drop (FOR SHARE) until the end of the transaction, before
+ * a bucket of it is written: false when it no longer exists.
+ */
+extern bool ds_store_lock_limit_share(const char *name);
+
 /* Write the locked bucket back. */
 extern void ds_store_write_bucket(const char *name, const char *key, const LimitBucket *bucket);
 

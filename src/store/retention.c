@@ -151,9 +151,19 @@ ds_retention_purge_batch(void)
 	deleted += purge(&purge_runs_plan,
 					 "WITH gone AS ("
 					 " DELETE FROM durable_steps.runs WHERE ctid IN ("
-					 "  SELECT ctid FROM durable_steps.runs"
+					 "  SELECT ctid FROM durable_steps.runs c"
 					 "  WHERE finished_at < $1 AND status IN ('succeeded', 'failed', 'cancelled')"
-					 "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+
+	/*
+	 * a child run stays while its parent has not finished: the parent replays
+	 * it
+	 */
+					 "  AND (c.parent_run_id IS NULL OR NOT EXISTS (SELECT FROM durable_steps.runs p"
+					 "   WHERE p.run_id OPERATOR(pg_catalog.=) c.parent_run_id AND p.finished_at IS NULL))"
+					 "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING run_id), "
+	/* a run's maps go with it */
+					 " maps_gone AS (DELETE FROM durable_steps.maps m USING gone"
+					 "  WHERE m.run_id OPERATOR(pg_catalog.=) gone.run_id) "
 					 "SELECT count(*)::int4 FROM gone", args);
 
 	/*

@@ -285,7 +285,7 @@ ds_store_unfinished_children(const char *parent)
 	Datum		args[1] = {CStringGetTextDatum(parent)};
 
 	return ds_store_execute(&plan,
-							"SELECT run_id FROM durable_steps.runs"
+							"SELECT run_id, owner::pg_catalog.oid FROM durable_steps.runs"
 							" WHERE parent_run_id OPERATOR(pg_catalog.=) $1"
 							" AND status OPERATOR(pg_catalog.<>) ALL ('{succeeded,failed,cancelled}')"
 							" ORDER BY run_id",

@@ -64,7 +64,7 @@ extern uint64 ds_store_read_run_latest(const char *run_id);
 extern bool ds_store_link_child_run(const char *child, const char *parent, const char *step_id);
 
 /*
- * The children of run `parent` that have not finished: rows (run_id), in run_id order. In the
+ * The children of run `parent` that have not finished: rows (run_id, owner oid), in run_id order. In the
  * caller's SPI connection.
  */
 extern uint64 ds_store_unfinished_children(const char *parent);

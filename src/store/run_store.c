@@ -355,3 +355,26 @@ ds_run_wake_parent(const char *run_id)
 	if (parent != NULL)
 		ds_run_wake_for_step_outcome(parent, step_id);
 }
+
+bool
+ds_run_child_ended(const char *run_id, const char *step_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2];
+	StoreSpi	spi;
+	bool		ended;
+
+	args[0] = CStringGetTextDatum(run_id);
+	args[1] = CStringGetTextDatum(step_id);
+	ds_store_spi_begin(&spi);
+	ended = ds_store_execute(&plan,
+							 "SELECT FROM durable_steps.runs"
+							 " WHERE run_id OPERATOR(pg_catalog.=) ($1 OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) $2)"
+							 " AND parent_run_id OPERATOR(pg_catalog.=) $1 AND parent_step OPERATOR(pg_catalog.=) $2"
+							 " AND status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed,cancelled}')",
+							 2, types, args, NULL, false, 0, SPI_OK_SELECT,
+							 "reading the child run of step %s/%s", run_id, step_id) > 0;
+	ds_store_spi_end(&spi);
+	return ended;
+}

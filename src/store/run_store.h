@@ -137,4 +137,7 @@ extern void ds_run_wake_for_queue(const char *queue);
  */
 extern void ds_run_wake_parent(const char *run_id);
 
+/* Has the child run of step `step_id` of run `run_id` ended (latest snapshot)? */
+extern bool ds_run_child_ended(const char *run_id, const char *step_id);
+
 #endif							/* DS_RUN_STORE_H */

@@ -204,6 +204,22 @@ ok( poll_until(
 		"SELECT count(*) = 3 FROM ds_steps WHERE run_id = 'shut' AND status = 'succeeded'"),
 	'dropped: its steps ran as steps of no limit');
 
+# --- 8,000 keys whose steps may all be admitted at once: the looks admit them a batch at a time ---
+$node->safe_psql('postgres', q{SELECT ds_set_concurrency_limit('percust', 0)});
+for my $b (0 .. 3)
+{
+	app(qq{SELECT count(*) FROM generate_series($b * 2000 + 1, $b * 2000 + 2000) i,
+  ds_run_step('keys', 's' || i, 'SELECT 1', defer => true,
+              policy => jsonb_build_object('limit', 'percust', 'limit_key', 'cust:' || i))});
+}
+$node->safe_psql('postgres', q{SELECT ds_set_concurrency_limit('percust', 1)});
+ok( poll_until(
+		$node, 'postgres',
+		"SELECT count(*) = 8000 FROM ds_steps WHERE run_id = 'keys' AND status = 'succeeded'", 't'),
+	'keys: every step of 8,000 keys was admitted and ran');
+unlike(slurp_file($node->logfile), qr/too many steps for one transaction/,
+	'keys: no look admitted more than its transaction could lock');
+
 unlike(slurp_file($node->logfile), qr/TRAP|terminated by signal|PANIC/, 'no server process crashed');
 $node->stop;
 done_testing();
