@@ -45,7 +45,7 @@ PG_FUNCTION_INFO_V1(ds_drop_limit);
 /* A step held by a caller's transaction for a moment: looked at again this soon. */
 #define LOCKED_STEP_RETRY_USECS ((int64) 5000)
 
-/* How long a 429 without a wait pauses its key. */
+/* How long a 429 pauses its key at least, and when it asks for no wait. */
 #define DEFAULT_429_PAUSE_USECS ((int64) USECS_PER_SEC)
 
 static TimestampTz last_forget = 0;
@@ -481,7 +481,11 @@ void
 ds_limit_pause_for_429(StepRecord *rec, int64 wait_usecs, TimestampTz now)
 {
 	StoreSpi	spi;
-	TimestampTz until = now + (wait_usecs >= 0 ? wait_usecs : DEFAULT_429_PAUSE_USECS);
+	/*
+	 * at least the default: a 429 that asks for no wait (Retry-After: 0)
+	 * must not send the key's steps again at once, over and over
+	 */
+	TimestampTz until = now + Max(wait_usecs, DEFAULT_429_PAUSE_USECS);
 
 	ds_store_spi_begin(&spi);
 	ds_store_pause_bucket(rec->limit_name, rec->limit_key, until);
