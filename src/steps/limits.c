@@ -481,9 +481,10 @@ void
 ds_limit_pause_for_429(StepRecord *rec, int64 wait_usecs, TimestampTz now)
 {
 	StoreSpi	spi;
+
 	/*
-	 * at least the default: a 429 that asks for no wait (Retry-After: 0)
-	 * must not send the key's steps again at once, over and over
+	 * at least the default: a 429 that asks for no wait (Retry-After: 0) must
+	 * not send the key's steps again at once, over and over
 	 */
 	TimestampTz until = now + Max(wait_usecs, DEFAULT_429_PAUSE_USECS);
 

@@ -194,16 +194,29 @@ ds_store_limit_settings(const char *name, LimitSettings *out)
 	}
 }
 
+/* The bucket in the first row of SPI_tuptable: (tokens, refilled_at, paused_until, last_owner). */
+static void
+bucket_from_row(LimitBucket *out)
+{
+	HeapTuple	row = SPI_tuptable->vals[0];
+	TupleDesc	td = SPI_tuptable->tupdesc;
+	bool		isnull;
+	Datum		d;
+
+	out->tokens = DatumGetFloat8(SPI_getbinval(row, td, 1, &isnull));
+	out->refilled_at = DatumGetTimestampTz(SPI_getbinval(row, td, 2, &isnull));
+	d = SPI_getbinval(row, td, 3, &isnull);
+	out->paused_until = isnull ? 0 : DatumGetTimestampTz(d);
+	d = SPI_getbinval(row, td, 4, &isnull);
+	out->last_owner = isnull ? InvalidOid : DatumGetObjectId(d);
+}
+
 bool
 ds_store_lock_bucket(const char *name, const char *key, double full, TimestampTz now,
 					 LimitBucket *out)
 {
 	Oid			types[4] = {TEXTOID, TEXTOID, FLOAT8OID, TIMESTAMPTZOID};
 	Datum		values[4];
-	HeapTuple	row;
-	TupleDesc	td;
-	bool		isnull;
-	Datum		d;
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(key);
@@ -223,14 +236,7 @@ ds_store_lock_bucket(const char *name, const char *key, double full, TimestampTz
 						 2, types, values, NULL, false, 0, SPI_OK_SELECT,
 						 "locking the bucket of limit \"%s\"", name) == 0)
 		return false;
-	row = SPI_tuptable->vals[0];
-	td = SPI_tuptable->tupdesc;
-	out->tokens = DatumGetFloat8(SPI_getbinval(row, td, 1, &isnull));
-	out->refilled_at = DatumGetTimestampTz(SPI_getbinval(row, td, 2, &isnull));
-	d = SPI_getbinval(row, td, 3, &isnull);
-	out->paused_until = isnull ? 0 : DatumGetTimestampTz(d);
-	d = SPI_getbinval(row, td, 4, &isnull);
-	out->last_owner = isnull ? InvalidOid : DatumGetObjectId(d);
+	bucket_from_row(out);
 	return true;
 }
 
@@ -239,10 +245,6 @@ ds_store_read_bucket(const char *name, const char *key, LimitBucket *out)
 {
 	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2];
-	HeapTuple	row;
-	TupleDesc	td;
-	bool		isnull;
-	Datum		d;
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(key);
@@ -252,14 +254,7 @@ ds_store_read_bucket(const char *name, const char *key, LimitBucket *out)
 						 2, types, values, NULL, true, 0, SPI_OK_SELECT,
 						 "reading the bucket of limit \"%s\"", name) == 0)
 		return false;
-	row = SPI_tuptable->vals[0];
-	td = SPI_tuptable->tupdesc;
-	out->tokens = DatumGetFloat8(SPI_getbinval(row, td, 1, &isnull));
-	out->refilled_at = DatumGetTimestampTz(SPI_getbinval(row, td, 2, &isnull));
-	d = SPI_getbinval(row, td, 3, &isnull);
-	out->paused_until = isnull ? 0 : DatumGetTimestampTz(d);
-	d = SPI_getbinval(row, td, 4, &isnull);
-	out->last_owner = isnull ? InvalidOid : DatumGetObjectId(d);
+	bucket_from_row(out);
 	return true;
 }
 
