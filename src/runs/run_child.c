@@ -196,7 +196,12 @@ ds_join_child(PG_FUNCTION_ARGS)
 									  found.status == RUN_FAILED ? "permanent" : "cancelled",
 									  found.error_code, found.error_message);
 		default:
-			ds_turn_suspend(false, 0,
+
+			/*
+			 * woken by the child's end; and looks again now and then, should
+			 * that wake have missed a turn in flight
+			 */
+			ds_turn_suspend(false, GetCurrentTimestamp() + DS_JOIN_RECHECK_USECS,
 							psprintf("child %s: waits for run %s (%s)", step_id, child,
 									 ds_run_status_name(found.status)),
 							step_id, NULL);

@@ -267,7 +267,7 @@ ds_map(PG_FUNCTION_ARGS)
 			ds_turn_suspend_for_work(&work);
 		}
 		if (needs_person != NULL)
-			ds_turn_suspend(true, 0,
+			ds_turn_suspend(false, GetCurrentTimestamp() + DS_JOIN_RECHECK_USECS,
 							psprintf("map %s: item %s waits for a person (blocked or uncertain): settle it with ds_retry_step() or ds_resolve_step()",
 									 step_id, needs_person),
 							step_id, NULL);

@@ -149,10 +149,11 @@ record_run(ClaimedRun *run, const RunOutcome *o)
 	/*
 	 * Waiting for a child run that ended while this turn ran: the child's
 	 * wake found the run not yet waiting for it. Read after the row is
-	 * written, in the latest snapshot: a child that ends later waits for this
-	 * row's lock, and then finds the run waiting for it.
+	 * written, in the latest snapshot. A child whose end commits after this
+	 * read, and whose wake still missed the turn, is caught by the run's own
+	 * look again (DS_JOIN_RECHECK_USECS).
 	 */
-	if (o->status == RUN_WAITING && o->wake_at == 0 && o->current_step != NULL &&
+	if (o->status == RUN_WAITING && o->current_step != NULL &&
 		o->wait_reason != NULL && strncmp(o->wait_reason, "child ", 6) == 0 &&
 		ds_run_child_ended(run_id, o->current_step))
 		ds_run_wake_for_step_outcome(run_id, o->current_step);
@@ -543,7 +544,8 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 		 */
 		if (status == STEP_PENDING || status == STEP_RETRYING || status == STEP_RUNNING)
 		{
-			o->wake_at = 0;
+			/* a map's join also looks again by itself now and then */
+			o->wake_at = map ? GetCurrentTimestamp() + DS_JOIN_RECHECK_USECS : 0;
 			o->wait_reason = susp->reason;
 		}
 		else

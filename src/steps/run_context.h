@@ -68,6 +68,13 @@ typedef struct TurnSuspension
 	char	   *search_path;
 } TurnSuspension;
 
+/*
+ * How often a run waiting to join a map or a child run looks again by itself (docs/runs.md):
+ * the items' and the child's ends wake it at once; this is for a wake that came while one of
+ * its turns was still in flight.
+ */
+#define DS_JOIN_RECHECK_USECS ((int64) 30 * USECS_PER_SEC)
+
 /* The schema the extension's functions are in. */
 extern Oid	ds_extension_schema(void);
 

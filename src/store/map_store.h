@@ -27,7 +27,12 @@ extern bool ds_store_map_read(const char *run_id, const char *step_id, MemoryCon
 /* Add the map's row, open; false when it was there already. */
 extern bool ds_store_map_insert(const char *run_id, const char *step_id, const MapRow *row);
 
-/* Open the map again: an item of it waits again (ds_retry_step). */
+/*
+ * Open the map again: an item of it waits again (ds_retry_step), or a turn found items to settle.
+ * A map that shows open is left as it is, never waited for (an executor closing it meanwhile
+ * holds its row, and may wait for the turn's run): a close that wins is made good by the run's
+ * own look again (DS_JOIN_RECHECK_USECS).
+ */
 extern void ds_store_map_reopen(const char *run_id, const char *step_id);
 
 /*

@@ -742,6 +742,7 @@ admit_limited_steps(void)
 }
 
 static uint64 seen_map_settles = 0;
+static TimestampTz next_map_look = 0;
 
 /*
  * Join the maps whose items have all settled (runs/run_map.c): when a commit settled an item of
@@ -752,11 +753,17 @@ static int
 join_settled_maps(void)
 {
 	uint64		generation = ds_map_settles_generation();
+	TimestampTz now = GetCurrentTimestamp();
 	int			joined;
 
-	if (generation == seen_map_settles)
+	/*
+	 * and at the latest a poll interval on, should a look have missed a
+	 * commit
+	 */
+	if (generation == seen_map_settles && now < next_map_look)
 		return 0;
 	seen_map_settles = generation;
+	next_map_look = TimestampTzPlusMilliseconds(now, poll_interval_ms);
 	if (!ds_worker_begin_work("durable_steps: joining maps"))
 		return 0;
 	joined = ds_join_settled_maps(batch_size);

@@ -141,10 +141,12 @@ is($node->safe_psql('postgres', "SELECT output->'results' FROM ds_runs WHERE run
 # --- a blocked item blocks the run until it is corrected ---
 my $blocked = start('alice',
 	q{{"sql": "SELECT 1 FROM (SELECT CASE WHEN NOT ($1->>'ok')::boolean THEN ds_blocked('not ok', 'correct the input') END) x", "items": [{"ok": true}, {"ok": false}]}});
-ok(poll_until($node, 'postgres', "SELECT status = 'blocked' FROM ds_runs WHERE run_id = '$blocked'"),
-	'blocked item: the run is blocked');
-like($node->safe_psql('postgres', "SELECT wait_reason FROM ds_runs WHERE run_id = '$blocked'"),
-	qr{item m/2 waits for a person}, 'blocked item: the run says which item');
+ok( poll_until(
+		$node, 'postgres',
+		"SELECT status = 'waiting' AND wait_reason LIKE '%item m/2 waits for a person%' FROM ds_runs WHERE run_id = '$blocked'"),
+	'blocked item: the run waits, and says which item waits for a person');
+is($node->safe_psql('postgres', "SELECT status FROM ds_steps WHERE run_id = '$blocked' AND step_id = 'm/2'"),
+	'blocked', 'blocked item: the item is blocked');
 psql_as($node, 'alice', qq{SELECT ds_retry_step('$blocked', 'm/2', '{"ok": true}')});
 is(settle_run($blocked), 'succeeded', 'blocked item: corrected, the run succeeded');
 
