@@ -46,6 +46,24 @@ SELECT status FROM ds_run_step('maps', 'thief', 'SELECT 1', defer => true,
                                policy => jsonb_build_object('limit', (SELECT name FROM durable_steps.limits)));
 ROLLBACK;
 
+-- a map of HTTP steps: its inputs are the requests, checked as ds_http_step checks one
+SELECT status FROM ds_start_map('maps', 'h', 'SELECT 1', '[]', http => true);
+SELECT status FROM ds_start_map('maps', 'h', NULL, '[]', task => 't', http => true);
+SELECT status FROM ds_start_map('maps', 'h', NULL, '[]', http => NULL);
+SELECT status FROM ds_start_map('maps', 'h', NULL, '[{"method": "GET"}]', http => true);
+BEGIN;
+SELECT status FROM ds_start_map('maps', 'h', NULL,
+    '[{"method": "GET", "url": "https://api.example.com/a"}, {"method": "POST", "url": "https://api.example.com/b"}]',
+    http => true);
+SELECT step_id, kind, request->>'url' AS url, idempotency_header FROM ds_steps WHERE run_id = 'maps' ORDER BY step_id;
+ROLLBACK;
+CREATE ROLE map_no_http;
+BEGIN;
+SET LOCAL ROLE map_no_http;
+SELECT status FROM ds_start_map('maps-nohttp', 'h', NULL, '[{"method": "GET", "url": "https://api.example.com/a"}]', http => true);
+ROLLBACK;
+DROP ROLE map_no_http;
+
 -- an empty map has no items (ds_map answers [] at once, storing nothing)
 BEGIN;
 SELECT status FROM ds_start_map('maps', 'none', 'SELECT 1', '[]');

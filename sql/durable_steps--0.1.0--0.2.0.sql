@@ -756,7 +756,7 @@ CREATE VIEW @extschema@.ds_limits WITH (security_barrier) AS
 GRANT SELECT ON @extschema@.ds_limits TO PUBLIC;
 
 -- Maps (docs/runs.md, "Fan-out and join: ds_map"): a workflow's step that runs one SQL step (or
--- task) per input, at most `concurrency` at once, and joins them. The row says the map was made (its items
+-- task, or HTTP step) per input, at most `concurrency` at once, and joins them. The row says the map was made (its items
 -- are steps of the run, map_step naming it) and what it was made of; `open` while some item may
 -- still settle: the executors then look, after the commits that settle items, for maps whose
 -- items have all settled, and wake their runs.
@@ -776,14 +776,14 @@ SELECT pg_catalog.pg_extension_config_dump('durable_steps.maps', '');
 
 CREATE FUNCTION @extschema@.ds_map(step_id text, sql text, inputs jsonb,
         concurrency integer DEFAULT NULL, policy jsonb DEFAULT NULL, timeout interval DEFAULT NULL,
-        outcomes boolean DEFAULT false, task text DEFAULT NULL) RETURNS jsonb
+        outcomes boolean DEFAULT false, task text DEFAULT NULL, http boolean DEFAULT false) RETURNS jsonb
     AS 'MODULE_PATHNAME', 'ds_map' LANGUAGE C VOLATILE;
 -- What a turn that reached a new ds_map calls, as the workflow's role: the map's row and its
 -- items, stored with the run's wait. Callable directly: it stores only steps the caller could
 -- store with ds_run_step(defer => true).
 CREATE FUNCTION @extschema@.ds_start_map(run_id text, step_id text, sql text, inputs jsonb,
         concurrency integer DEFAULT NULL, policy jsonb DEFAULT NULL, timeout interval DEFAULT NULL,
-        task text DEFAULT NULL)
+        task text DEFAULT NULL, http boolean DEFAULT false)
     RETURNS @extschema@.ds_step_result
     AS 'MODULE_PATHNAME', 'ds_start_map' LANGUAGE C VOLATILE;
 

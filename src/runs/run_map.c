@@ -36,6 +36,7 @@
 #include "base/sql_text.h"
 #include "runs/run_map.h"
 #include "runs/workflow_calls.h"
+#include "steps/http_step.h"
 #include "steps/limits.h"
 #include "steps/run_context.h"
 #include "steps/run_step.h"
@@ -61,6 +62,8 @@ typedef struct MapCall
 {
 	char	   *sql;			/* NULL for a map of tasks */
 	char	   *task;			/* the items' task name; NULL for SQL items */
+	bool		http;			/* the items are HTTP steps, the inputs their
+								 * requests */
 	Jsonb	   *inputs;
 	int			items;
 	int32		concurrency;	/* 0: none */
@@ -79,7 +82,20 @@ parse_map_call(FunctionCallInfo fcinfo, int argno, int task_argno, MapCall *call
 	RetryPolicy parsed;
 
 	memset(call, 0, sizeof(*call));
-	if (!PG_ARGISNULL(task_argno))
+	if (PG_ARGISNULL(task_argno + 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("http must not be null")));
+	call->http = PG_GETARG_BOOL(task_argno + 1);
+	if (call->http)
+	{
+		if (!PG_ARGISNULL(argno) || !PG_ARGISNULL(task_argno))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("a map of HTTP steps has no sql and no task: its inputs are the requests")));
+		ds_http_step_check_role();
+	}
+	else if (!PG_ARGISNULL(task_argno))
 	{
 		call->task = ds_task_name_arg(fcinfo, task_argno);
 		if (!PG_ARGISNULL(argno))
@@ -129,7 +145,8 @@ parse_map_call(FunctionCallInfo fcinfo, int argno, int task_argno, MapCall *call
 				 errhint("Give the map a concurrency.")));
 	call->timeout = ds_step_timeout_arg(fcinfo, argno + 4);
 	/* what the items are made of: the SQL, or the task's name, and the inputs */
-	call->fingerprint = ds_step_fingerprint(call->sql ? call->sql : psprintf("task:%s", call->task),
+	call->fingerprint = ds_step_fingerprint(call->sql ? call->sql :
+											call->http ? "http:" : psprintf("task:%s", call->task),
 											call->inputs, NULL, NULL);
 }
 
@@ -162,6 +179,8 @@ map_call_json(const char *run_id, const char *step_id, const MapCall *call)
 		appendStringInfoString(&buf, ", \"sql\": ");
 		escape_json(&buf, call->sql);
 	}
+	else if (call->http)
+		appendStringInfoString(&buf, ", \"http\": true");
 	else
 	{
 		appendStringInfoString(&buf, ", \"task\": ");
@@ -375,7 +394,10 @@ ds_start_map(PG_FUNCTION_ARGS)
 			n++;
 			item = JsonbValueToJsonb(&v);
 			ds_check_size(DS_LIMIT_INPUT, "an item of inputs", VARSIZE_ANY(item));
-			if (call.task != NULL)
+			if (call.http)
+				ds_store_map_http_item(run_id, psprintf("%s/%d", step_id, n), item, call.policy,
+									   call.timeout, step_id, limit_name);
+			else if (call.task != NULL)
 				ds_store_map_task_item(run_id, psprintf("%s/%d", step_id, n), call.task, item,
 									   call.policy, call.timeout, step_id, limit_name);
 			else

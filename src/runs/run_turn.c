@@ -412,7 +412,8 @@ run_step_work(ClaimedRun *run, const TurnSuspension *susp, RunOutcome *o,
 							" concurrency => ($1 OPERATOR(pg_catalog.->>) 'concurrency')::pg_catalog.int4,"
 							" policy => $1 OPERATOR(pg_catalog.->) 'policy',"
 							" timeout => ($1 OPERATOR(pg_catalog.->>) 'timeout')::pg_catalog.interval,"
-							" task => $1 OPERATOR(pg_catalog.->>) 'task') r",
+							" task => $1 OPERATOR(pg_catalog.->>) 'task',"
+							" http => COALESCE(($1 OPERATOR(pg_catalog.->>) 'http')::pg_catalog.bool, false)) r",
 							quote_identifier(get_namespace_name(ds_extension_schema())));
 	else if (task)
 		body.sql = psprintf("SELECT pg_catalog.to_jsonb(r) FROM %s.ds_task_step("

@@ -28,6 +28,7 @@
 #include "steps/step_hooks.h"
 #include "store/step_probe.h"
 #include "store/step_store.h"
+#include "steps/http_step.h"
 #include "ipc/worker_shmem.h"
 #include "base/size_limits.h"
 
@@ -206,4 +207,37 @@ ds_resolve_step(PG_FUNCTION_ARGS)
 	/* a run blocked on this step goes on: it replays the finding (ds_http) */
 	ds_run_wake_for_step(run_id);
 	PG_RETURN_DATUM(ds_step_result_datum(fcinfo, &rec, false));
+}
+
+void
+ds_store_map_http_item(const char *run_id, const char *step_id, Jsonb *request, Jsonb *policy,
+					   int64 timeout, const char *map_step, const char *limit_name)
+{
+	HttpRequest req;
+	char	   *fingerprint;
+	StepRecord	rec;
+
+	/* every check of a new HTTP step's request, as the role storing it */
+	ds_http_step_check_request(request, &req);
+	ds_http_step_check_idempotency_header(&req, DS_MAP_HTTP_IDEMPOTENCY_HEADER);
+	fingerprint = ds_step_fingerprint(DS_HTTP_FINGERPRINT_SQL, request, NULL, NULL);
+	/* no identity lock: see run_step.h, ds_store_map_item */
+	if (ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL))
+	{
+		(void) ds_step_answer_from_store(&rec, fingerprint);
+		return;
+	}
+	ds_outbox_step_init(&rec, run_id, step_id, STEP_KIND_HTTP, policy, false, fingerprint, 0);
+	rec.request = request;
+	rec.idempotency_header = DS_MAP_HTTP_IDEMPOTENCY_HEADER;
+	rec.timeout = timeout > 0 ? timeout : DS_MAP_HTTP_TIMEOUT_USECS;
+	rec.queue = DS_HTTP_QUEUE;
+	rec.map_step = (char *) map_step;
+	if (limit_name != NULL)
+	{
+		rec.limit_name = (char *) limit_name;
+		rec.limit_key = "";
+	}
+	ds_store_insert_step(&rec);
+	ds_worker_wake_kind_at_commit(STEP_KIND_HTTP);
 }

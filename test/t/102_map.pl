@@ -9,6 +9,7 @@ use warnings;
 
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
+use DurableSteps::Http;
 use DurableSteps::Test;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
@@ -199,6 +200,36 @@ is( $node->safe_psql(
 	'5', 'tasks: the items are tasks the worker ran');
 $tw->signal('TERM');
 $tw->finish;
+
+# --- a map of HTTP steps, sent by the HTTP worker with their idempotency keys ---
+my $p = DurableSteps::Http::Provider->start();
+$node->safe_psql('postgres', q{
+GRANT durable_steps_http TO alice;
+CREATE FUNCTION fan_http(run_id text, input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $f$
+BEGIN
+    RETURN ds_map('h', NULL, input->'requests', concurrency => 2, http => true,
+                  policy => '{"max_attempts": 3, "initial_delay": 10}');
+END
+$f$;
+GRANT EXECUTE ON FUNCTION fan_http(text, jsonb) TO alice;
+});
+my $requests = join ', ', map { '{"method": "POST", "url": "' . $p->url("h$_", $_ == 2 ? 'fault=500' : undef) . '"}' } 1 .. 3;
+my $http = do
+{
+	my ($rc2, $out2, $err2) = psql_as($node, 'alice',
+		qq{SELECT run_id FROM ds_start_run('fan_http', '{"requests": [$requests]}')});
+	die "start: $err2" if $rc2;
+	$out2;
+};
+is(settle_run($http), 'succeeded', 'http: the run succeeded');
+is( $node->safe_psql(
+		'postgres', "SELECT string_agg((r->>'status'), ',' ORDER BY i) FROM ds_runs,
+           jsonb_array_elements(output) WITH ORDINALITY e(r, i) WHERE run_id = '$http'"),
+	'200,200,200', 'http: every response, in order (the 500 retried)');
+is(join(',', map { $p->charges("h$_") } 1 .. 3), '1,1,1', 'http: the receiver charged each request once');
+is( $node->safe_psql(
+		'postgres', "SELECT string_agg(kind || ':' || attempt, ',' ORDER BY step_id) FROM ds_steps WHERE run_id = '$http'"),
+	'http:1,http:2,http:1', 'http: the items are HTTP steps, each retried on its own');
 
 # --- another role cannot store a map under alice's run ---
 my ($rc, $out, $err) = psql_as($node, 'mallory',
