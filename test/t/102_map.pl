@@ -48,27 +48,9 @@ GRANT EXECUTE ON FUNCTION fan(text, jsonb) TO alice;
 });
 ok(executors_running($node, 2), 'two executors are up');
 
-sub start
-{
-	my ($role, $input) = @_;
-	$input =~ s/'/''/g;
-	my ($rc, $out, $err) = psql_as($node, $role, "SELECT run_id FROM ds_start_run('fan', '$input')");
-	die "start: $err" if $rc;
-	return $out;
-}
-
-sub settle_run
-{
-	my ($run) = @_;
-	poll_until($node, 'postgres',
-		"SELECT status NOT IN ('pending', 'running', 'waiting') FROM ds_runs WHERE run_id = '$run'")
-	  or diag("run $run did not settle");
-	return $node->safe_psql('postgres', "SELECT status FROM ds_runs WHERE run_id = '$run'");
-}
-
 # --- 1,000 items, concurrency 10, executors killed meanwhile ---
 my $items = join ', ', map { qq({"n": $_}) } 1 .. 1000;
-my $big = start('alice',
+my $big = start_run_as($node, 'alice', 'fan',
 	qq({"sql": "SELECT item((\$1->>'n')::int, 0.002 + random() * 0.01)", "concurrency": 10, "items": [$items]}));
 for my $kill (1 .. 3)
 {
@@ -80,7 +62,7 @@ for my $kill (1 .. 3)
 	kill 'KILL', $pid if $pid;
 	ok(executors_running($node, 2), "big: the executors are back after kill $kill");
 }
-is(settle_run($big), 'succeeded', 'big: the run succeeded');
+is(settle_run($node, $big), 'succeeded', 'big: the run succeeded');
 is($node->safe_psql('postgres', 'SELECT count(*), count(DISTINCT n) FROM effects'), '1000|1000',
 	'big: each item\'s effect once');
 is( $node->safe_psql(
@@ -103,8 +85,8 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM ds_limits WHERE \"limit\" 
 # --- an item that fails for good raises at the join; outcomes => true lists it ---
 $node->safe_psql('postgres', 'INSERT INTO divisors VALUES (1, 1), (2, 1), (3, 0), (4, 1)');
 my $div = q{"sql": "SELECT 12 / d FROM divisors, LATERAL (SELECT CASE WHEN d = 0 THEN ds_non_retriable('no divisor') END) x WHERE n = ($1->>'n')::int", "items": [{"n": 1}, {"n": 2}, {"n": 3}, {"n": 4}]};
-my $raise = start('alice', "{$div}");
-is(settle_run($raise), 'failed', 'failed item: the run failed');
+my $raise = start_run_as($node, 'alice', 'fan', "{$div}");
+is(settle_run($node, $raise), 'failed', 'failed item: the run failed');
 is( $node->safe_psql(
 		'postgres', "SELECT error_code, error_message LIKE '%m/3%' FROM ds_runs WHERE run_id = '$raise'"),
 	'DS102|t', 'failed item: DS102 names the failed item m/3');
@@ -112,8 +94,8 @@ is( $node->safe_psql(
 		'postgres',
 		"SELECT string_agg(step_id || ':' || status, ',' ORDER BY step_id) FROM ds_steps WHERE run_id = '$raise'"),
 	'm/1:succeeded,m/2:succeeded,m/3:failed,m/4:succeeded', 'failed item: the others succeeded');
-my $all = start('alice', qq({$div, "outcomes": true}));
-is(settle_run($all), 'succeeded', 'outcomes: the run succeeded');
+my $all = start_run_as($node, 'alice', 'fan', qq({$div, "outcomes": true}));
+is(settle_run($node, $all), 'succeeded', 'outcomes: the run succeeded');
 is( $node->safe_psql(
 		'postgres', qq{
 SELECT string_agg(coalesce(o->>'result', o->>'error_code'), ',' ORDER BY i) FROM ds_runs r,
@@ -125,7 +107,7 @@ $node->safe_psql('postgres', 'UPDATE divisors SET d = 3 WHERE n = 3');
 my $before = $node->safe_psql('postgres',
 	"SELECT string_agg(step_id || ':' || attempt, ',' ORDER BY step_id) FROM ds_steps WHERE run_id = '$raise'");
 psql_as($node, 'alice', "SELECT ds_retry_step('$raise', 'm/3'); SELECT ds_resume_run('$raise')");
-is(settle_run($raise), 'succeeded', 'rerun: the run succeeded');
+is(settle_run($node, $raise), 'succeeded', 'rerun: the run succeeded');
 is($node->safe_psql('postgres', "SELECT output->'results' FROM ds_runs WHERE run_id = '$raise'"),
 	'[12, 12, 4, 12]', 'rerun: the results');
 is( $node->safe_psql(
@@ -134,13 +116,13 @@ is( $node->safe_psql(
 	$before =~ s/m\/3:(\d+)/'m\/3:' . ($1 + 1)/er, 'rerun: only the failed item ran again');
 
 # --- an empty map answers at once ---
-my $empty = start('alice', q{{"sql": "SELECT 1", "items": []}});
-is(settle_run($empty), 'succeeded', 'empty: the run succeeded');
+my $empty = start_run_as($node, 'alice', 'fan', q{{"sql": "SELECT 1", "items": []}});
+is(settle_run($node, $empty), 'succeeded', 'empty: the run succeeded');
 is($node->safe_psql('postgres', "SELECT output->'results' FROM ds_runs WHERE run_id = '$empty'"),
 	'[]', 'empty: no results');
 
 # --- a blocked item blocks the run until it is corrected ---
-my $blocked = start('alice',
+my $blocked = start_run_as($node, 'alice', 'fan',
 	q{{"sql": "SELECT 1 FROM (SELECT CASE WHEN NOT ($1->>'ok')::boolean THEN ds_blocked('not ok', 'correct the input') END) x", "items": [{"ok": true}, {"ok": false}]}});
 ok( poll_until(
 		$node, 'postgres',
@@ -149,15 +131,15 @@ ok( poll_until(
 is($node->safe_psql('postgres', "SELECT status FROM ds_steps WHERE run_id = '$blocked' AND step_id = 'm/2'"),
 	'blocked', 'blocked item: the item is blocked');
 psql_as($node, 'alice', qq{SELECT ds_retry_step('$blocked', 'm/2', '{"ok": true}')});
-is(settle_run($blocked), 'succeeded', 'blocked item: corrected, the run succeeded');
+is(settle_run($node, $blocked), 'succeeded', 'blocked item: corrected, the run succeeded');
 
 # --- a cancelled run starts no more items ---
-my $slow = start('alice',
+my $slow = start_run_as($node, 'alice', 'fan',
 	q{{"sql": "SELECT item(-1, 0.3)", "concurrency": 1, "items": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}});
 ok(poll_until($node, 'postgres', "SELECT count(*) >= 1 FROM effects WHERE n = -1"),
 	'cancel: an item ran');
 psql_as($node, 'alice', "SELECT ds_cancel_run('$slow')");
-is(settle_run($slow), 'cancelled', 'cancel: the run is cancelled');
+is(settle_run($node, $slow), 'cancelled', 'cancel: the run is cancelled');
 ok( poll_until(
 		$node, 'postgres',
 		"SELECT count(*) = 0 FROM ds_steps WHERE run_id = '$slow' AND status IN ('pending', 'retrying', 'running')"),
@@ -183,14 +165,8 @@ my ($wout, $werr) = ('', '');
 my $tw = IPC::Run::start(
 	[ 'python3', "$FindBin::RealBin/../task_worker.py", $node->connstr('postgres') . ' user=alice', 'tw', $markdir ],
 	'<', \undef, '>', \$wout, '2>', \$werr);
-my $tasks = do
-{
-	my ($rc2, $out2, $err2) = psql_as($node, 'alice',
-		q{SELECT run_id FROM ds_start_run('fan_tasks', '{"items": [1, 2, 3, 4, 5]}')});
-	die "start: $err2" if $rc2;
-	$out2;
-};
-is(settle_run($tasks), 'succeeded', 'tasks: the run succeeded');
+my $tasks = start_run_as($node, 'alice', 'fan_tasks', '{"items": [1, 2, 3, 4, 5]}');
+is(settle_run($node, $tasks), 'succeeded', 'tasks: the run succeeded');
 is($node->safe_psql('postgres', "SELECT output FROM ds_runs WHERE run_id = '$tasks'"),
 	'[{"attempt": 1}, {"attempt": 1}, {"attempt": 1}, {"attempt": 1}, {"attempt": 1}]',
 	'tasks: every item\'s result, in order');
@@ -214,14 +190,8 @@ $f$;
 GRANT EXECUTE ON FUNCTION fan_http(text, jsonb) TO alice;
 });
 my $requests = join ', ', map { '{"method": "POST", "url": "' . $p->url("h$_", $_ == 2 ? 'fault=500' : undef) . '"}' } 1 .. 3;
-my $http = do
-{
-	my ($rc2, $out2, $err2) = psql_as($node, 'alice',
-		qq{SELECT run_id FROM ds_start_run('fan_http', '{"requests": [$requests]}')});
-	die "start: $err2" if $rc2;
-	$out2;
-};
-is(settle_run($http), 'succeeded', 'http: the run succeeded');
+my $http = start_run_as($node, 'alice', 'fan_http', qq({"requests": [$requests]}));
+is(settle_run($node, $http), 'succeeded', 'http: the run succeeded');
 is( $node->safe_psql(
 		'postgres', "SELECT string_agg((r->>'status'), ',' ORDER BY i) FROM ds_runs,
            jsonb_array_elements(output) WITH ORDINALITY e(r, i) WHERE run_id = '$http'"),

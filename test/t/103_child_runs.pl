@@ -59,25 +59,8 @@ GRANT EXECUTE ON FUNCTION kid(text, jsonb), parent(text, jsonb) TO alice;
 });
 ok(executors_running($node, 2), 'two executors are up');
 
-sub start
-{
-	my ($input) = @_;
-	my ($rc, $out, $err) = psql_as($node, 'alice', "SELECT run_id FROM ds_start_run('parent', '$input')");
-	die "start: $err" if $rc;
-	return $out;
-}
-
-sub settle_run
-{
-	my ($run) = @_;
-	poll_until($node, 'postgres',
-		"SELECT status NOT IN ('pending', 'running', 'waiting') FROM ds_runs WHERE run_id = '$run'")
-	  or diag("run $run did not settle");
-	return $node->safe_psql('postgres', "SELECT status FROM ds_runs WHERE run_id = '$run'");
-}
-
 # --- two children joined, under kill -9 of the executors ---
-my @ok = map { start('{"nap": 300}') } 1 .. 5;
+my @ok = map { start_run_as($node, 'alice', 'parent', '{"nap": 300}') } 1 .. 5;
 ok(poll_until($node, 'postgres', 'SELECT count(*) >= 2 FROM ds_runs WHERE run_id LIKE \'%/%\''),
 	'children started');
 for (1 .. 2)
@@ -89,7 +72,7 @@ for (1 .. 2)
 }
 for my $run (@ok)
 {
-	is(settle_run($run), 'succeeded', "parent $run succeeded");
+	is(settle_run($node, $run), 'succeeded', "parent $run succeeded");
 	is($node->safe_psql('postgres', "SELECT output FROM ds_runs WHERE run_id = '$run'"),
 		'{"a": {"kid": 1}, "b": {"kid": 2}, "err": null}', 'its output joins its children\'s');
 	is( $node->safe_psql(
@@ -102,17 +85,17 @@ for my $run (@ok)
 }
 
 # --- a child that fails: raised at the join, caught or failing the parent ---
-my $caught = start('{"nap": 10, "fail": true, "catch": true}');
-is(settle_run($caught), 'succeeded', 'caught: the parent succeeded');
+my $caught = start_run_as($node, 'alice', 'parent', '{"nap": 10, "fail": true, "catch": true}');
+is(settle_run($node, $caught), 'succeeded', 'caught: the parent succeeded');
 like($node->safe_psql('postgres', "SELECT output->>'err' FROM ds_runs WHERE run_id = '$caught'"),
 	qr/step b/, 'caught: the failure names the child\'s step');
-my $uncaught = start('{"nap": 10, "fail": true}');
-is(settle_run($uncaught), 'failed', 'uncaught: the parent failed');
+my $uncaught = start_run_as($node, 'alice', 'parent', '{"nap": 10, "fail": true}');
+is(settle_run($node, $uncaught), 'failed', 'uncaught: the parent failed');
 is($node->safe_psql('postgres', "SELECT error_code FROM ds_runs WHERE run_id = '$uncaught'"), 'DS102',
 	'uncaught: DS102');
 
 # --- cancelling the parent cancels its unfinished children ---
-my $long = start('{"nap": 600000}');
+my $long = start_run_as($node, 'alice', 'parent', '{"nap": 600000}');
 ok( poll_until(
 		$node, 'postgres',
 		"SELECT count(*) = 2 FROM ds_runs WHERE run_id LIKE '$long/%' AND status = 'waiting'"),

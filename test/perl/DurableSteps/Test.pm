@@ -33,7 +33,8 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(worker_node executors_running retry_node settled_and_sound log_since log_offset count_matches poll_log poll_until executor_pid
   wait_executor_loops reload_executors $crash_re create_retry_fixtures settle ran_in_worker gap
   started_within row_of rows_of row_sql decode_row poll_row psql_as psql_as_ok
-  claims_node claim_sql claim_counts claim_effects worker_attempt attempts_of fields);
+  claims_node claim_sql claim_counts claim_effects worker_attempt attempts_of fields
+  start_run_as settle_run);
 
 # The test framework turns restart_after_crash off; a crash restart is what some tests are about.
 our $preload = qq{
@@ -51,6 +52,27 @@ sub worker_node
 	$node->append_conf('postgresql.conf', $preload . ($conf // ''));
 	$node->start;
 	return $node;
+}
+
+# Starts a run of workflow $workflow with input $input (jsonb text) as LOGIN role $role of
+# database postgres; its run_id (dies with psql's error).
+sub start_run_as
+{
+	my ($node, $role, $workflow, $input) = @_;
+	$input =~ s/'/''/g;
+	my ($rc, $out, $err) = psql_as($node, $role, "SELECT run_id FROM ds_start_run('$workflow', '$input')");
+	die "starting a run of $workflow: $err" if $rc;
+	return $out;
+}
+
+# Waits until run $run has ended (neither pending, running nor waiting); its status.
+sub settle_run
+{
+	my ($node, $run) = @_;
+	poll_until($node, 'postgres',
+		"SELECT status NOT IN ('pending', 'running', 'waiting') FROM ds_runs WHERE run_id = '$run'")
+	  or Test::More::diag("run $run did not settle");
+	return $node->safe_psql('postgres', "SELECT status FROM ds_runs WHERE run_id = '$run'");
 }
 
 # Waits until $n executors of $node run; true when they do.
