@@ -3758,7 +3758,8 @@ sub run_trial
 		  . "owner::text, coalesce(wait_reason, '') FROM ds_runs WHERE run_id LIKE '$prefix%'");
 	my $att_rows = rows(
 		"SELECT run_id, step_id, attempt, coalesce(class, ''), coalesce(error_code, ''), "
-		  . "coalesce(error_message, ''), executor, coalesce(backend_pid, 0), coalesce(role::text, ''), "
+		  # a message may hold a line break (a driver's error text ends with one): on one line
+		  . "regexp_replace(coalesce(error_message, ''), '[\\r\\n]+', ' ', 'g'), executor, coalesce(backend_pid, 0), coalesce(role::text, ''), "
 		  . "extract(epoch FROM claimed_at), extract(epoch FROM started_at), "
 		  . "coalesce(extract(epoch FROM finished_at)::text, ''), "
 		  . "regexp_replace(coalesce(error_detail, ''), '\\s+', ' ', 'g'), idempotency_key, attempt_key "
