@@ -221,23 +221,13 @@ ds_store_map_http_item(const char *run_id, const char *step_id, Jsonb *request, 
 	ds_http_step_check_request(request, &req);
 	ds_http_step_check_idempotency_header(&req, DS_MAP_HTTP_IDEMPOTENCY_HEADER);
 	fingerprint = ds_step_fingerprint(DS_HTTP_FINGERPRINT_SQL, request, NULL, NULL);
-	/* no identity lock: see run_step.h, ds_store_map_item */
-	if (ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL))
-	{
-		(void) ds_step_answer_from_store(&rec, fingerprint);
+	if (ds_map_item_stored(run_id, step_id, fingerprint))
 		return;
-	}
 	ds_outbox_step_init(&rec, run_id, step_id, STEP_KIND_HTTP, policy, false, fingerprint, 0);
 	rec.request = request;
 	rec.idempotency_header = DS_MAP_HTTP_IDEMPOTENCY_HEADER;
 	rec.timeout = timeout > 0 ? timeout : DS_MAP_HTTP_TIMEOUT_USECS;
 	rec.queue = DS_HTTP_QUEUE;
-	rec.map_step = (char *) map_step;
-	if (limit_name != NULL)
-	{
-		rec.limit_name = (char *) limit_name;
-		rec.limit_key = "";
-	}
-	ds_store_insert_step(&rec);
+	ds_map_item_insert(&rec, map_step, limit_name);
 	ds_worker_wake_kind_at_commit(STEP_KIND_HTTP);
 }

@@ -302,26 +302,11 @@ ds_store_map_item(const char *run_id, const char *step_id, const char *sql, Json
 	call.queue = "default";
 	call.fingerprint = ds_sql_step_fingerprint(sql, false, input, NULL, NULL);
 
-	/*
-	 * No identity lock: the caller made the map's row, which nobody else
-	 * makes, so nobody else stores its items (a direct ds_run_step of the
-	 * same identity meets the primary key) -- and a map of 100,000 items
-	 * would need as many locks in one transaction
-	 */
-	if (ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL))
-	{
-		/* stored before: another role's is 42501, another definition DS422 */
-		(void) ds_step_answer_from_store(&rec, call.fingerprint);
+	/* no identity lock: see ds_map_item_stored */
+	if (ds_map_item_stored(run_id, step_id, call.fingerprint))
 		return;
-	}
 	new_step_record(&call, &rec);
-	rec.map_step = (char *) map_step;
-	if (limit_name != NULL)
-	{
-		rec.limit_name = (char *) limit_name;
-		rec.limit_key = "";
-	}
-	ds_store_insert_step(&rec);
+	ds_map_item_insert(&rec, map_step, limit_name);
 }
 
 /*

@@ -574,3 +574,26 @@ ds_outbox_step_init(StepRecord *rec, const char *run_id, const char *step_id, St
 		rec->limit_key = resolved.limit_key;
 	}
 }
+
+bool
+ds_map_item_stored(const char *run_id, const char *step_id, const char *fingerprint)
+{
+	StepRecord	rec;
+
+	if (!ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL))
+		return false;
+	(void) ds_step_answer_from_store(&rec, fingerprint);
+	return true;
+}
+
+void
+ds_map_item_insert(StepRecord *rec, const char *map_step, const char *limit_name)
+{
+	rec->map_step = (char *) map_step;
+	if (limit_name != NULL)
+	{
+		rec->limit_name = (char *) limit_name;
+		rec->limit_key = "";
+	}
+	ds_store_insert_step(rec);
+}

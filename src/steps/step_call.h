@@ -118,4 +118,14 @@ extern bool ds_step_lock_and_read(const char *run_id, const char *step_id, bool 
 extern void ds_step_lock_visible(const char *run_id, const char *step_id, bool stop_running,
 								 StepRecord *rec);
 
+/*
+ * A map's item (ds_start_map): true when (run_id, step_id) is stored already, answered as a
+ * repeat call is (another role's 42501, another definition DS422). No identity lock is taken:
+ * the caller made the map's row in this transaction, and nobody else stores its items.
+ */
+extern bool ds_map_item_stored(const char *run_id, const char *step_id, const char *fingerprint);
+
+/* Store new item `rec` of map `map_step`, admitted by limit `limit_name` when not NULL. */
+extern void ds_map_item_insert(StepRecord *rec, const char *map_step, const char *limit_name);
+
 #endif							/* DS_STEP_CALL_H */

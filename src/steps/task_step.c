@@ -25,8 +25,6 @@
 #include "steps/step_hooks.h"
 #include "steps/task_args.h"
 #include "steps/task_step.h"
-#include "store/step_probe.h"
-#include "utils/snapmgr.h"
 
 PG_FUNCTION_INFO_V1(ds_task_step);
 
@@ -119,23 +117,13 @@ ds_store_map_task_item(const char *run_id, const char *step_id, const char *task
 	char	   *fingerprint = ds_task_fingerprint(task, false, input, NULL, NULL);
 	StepRecord	rec;
 
-	/* no identity lock: see run_step.h, ds_store_map_item */
-	if (ds_probe_step(run_id, step_id, GetLatestSnapshot(), &rec, NULL))
-	{
-		(void) ds_step_answer_from_store(&rec, fingerprint);
+	if (ds_map_item_stored(run_id, step_id, fingerprint))
 		return;
-	}
 	ds_outbox_step_init(&rec, run_id, step_id, STEP_KIND_TASK, policy, false, fingerprint, 0);
 	rec.task = (char *) task;
 	rec.input = input;
 	rec.timeout = timeout;
 	rec.queue = "default";
-	rec.map_step = (char *) map_step;
-	if (limit_name != NULL)
-	{
-		rec.limit_name = (char *) limit_name;
-		rec.limit_key = "";
-	}
-	ds_store_insert_step(&rec);
+	ds_map_item_insert(&rec, map_step, limit_name);
 	ds_worker_wake_kind_at_commit(STEP_KIND_TASK);
 }
